@@ -1,0 +1,139 @@
+"""Prometheus exposition of the latest reports: a custom Collector yielding fresh families each scrape.
+
+Derived series of a target that is down are not exported (no stale numbers); `up` says 0 instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from .target import EngineReport, Target
+from .verdict import Verdict
+
+P = "vllm_headroom_"
+SCRAPE_ERROR_REASONS = ("connect", "timeout", "http_status", "truncated", "malformed", "too_large",
+                        "no_vllm_metrics", "invalid_value", "models")
+
+# (name, help, value of an engine report or None when unknown)
+_ENGINE_GAUGES: list[tuple[str, str, Callable[[EngineReport], float | None]]] = [
+    ("kv_capacity_blocks", "Usable KV-cache blocks of the engine (null block excluded).",
+     lambda e: e.headroom.kv_capacity_blocks),
+    ("kv_capacity_tokens", "Tokens the usable KV-cache blocks hold.", lambda e: e.headroom.kv_capacity_tokens),
+    ("kv_used_blocks", "KV-cache blocks in use, from vLLM's usage gauge.", lambda e: e.headroom.kv_used_blocks),
+    ("kv_free_blocks", "KV-cache blocks free (evictable prefix-cache blocks count as free).",
+     lambda e: e.headroom.kv_free_blocks),
+    ("block_size_tokens", "Tokens per KV-cache block.", lambda e: e.headroom.block_size_tokens),
+    ("admission_headroom_requests",
+     "Requests vLLM would admit now: min(max_num_seqs - running, floor(free / prompt blocks)).",
+     lambda e: e.headroom.admission_headroom_requests),
+    ("safe_headroom_requests",
+     "More requests that fit if every request reaches max_tokens; negative means oversubscribed.",
+     lambda e: e.headroom.safe_headroom_requests),
+    ("slot_headroom_requests", "Free slots under max_num_seqs (absent when max_num_seqs is unknown).",
+     lambda e: e.headroom.slot_headroom_requests),
+    ("panel_usage_ratio", "vLLM's own KV-cache usage fraction (what the usual panel shows).",
+     lambda e: e.headroom.panel_usage_ratio),
+    ("effective_usage_ratio", "Share of the pool a new worst-case request cannot really have.",
+     lambda e: e.headroom.effective_usage_ratio),
+    ("false_full", "1 while requests wait although usage is low, held for the false-full hold time.",
+     lambda e: 1.0 if e.false_full else 0.0),
+    ("preemptions_per_second", "Preemptions per second between the last two scrapes.",
+     lambda e: e.preemptions_per_second),
+    ("requests_running", "Requests running in the engine (vllm:num_requests_running).", lambda e: e.running),
+    ("requests_waiting", "Requests waiting in the engine (vllm:num_requests_waiting).", lambda e: e.waiting),
+    ("max_num_seqs", "Configured max_num_seqs (absent when unknown).", lambda e: e.max_num_seqs),
+    ("prompt_blocks", "Blocks the profile prompt needs at admission.", lambda e: e.headroom.prompt_blocks),
+]
+
+
+class HeadroomCollector(Collector):
+    """Yields the sidecar's families from the targets' latest reports."""
+
+    def __init__(self, targets: Sequence[Target]) -> None:
+        self.targets = targets
+
+    def describe(self) -> Iterable[GaugeMetricFamily]:
+        return []  # collect() is cheap but needs live targets; skip registration-time collection
+
+    def collect(self) -> Iterable[GaugeMetricFamily | CounterMetricFamily]:
+        multi = len(self.targets) > 1
+        tl = ["target"] if multi else []
+        el = [*tl, "model_name", "engine"]
+
+        def tv(t: Target) -> list[str]:
+            return [t.settings.url] if multi else []
+
+        up = GaugeMetricFamily(P + "up", "1 if the last scrape of the vLLM target succeeded.", labels=tl)
+        duration = GaugeMetricFamily(P + "scrape_duration_seconds", "Duration of the last scrape of the target.",
+                                     labels=tl)
+        errors = CounterMetricFamily(P + "scrape_errors", "Failed scrapes of the target by reason.",
+                                     labels=[*tl, "reason"])
+        gauges = {name: GaugeMetricFamily(P + name, help_, labels=el) for name, help_, _ in _ENGINE_GAUGES}
+        worst = GaugeMetricFamily(P + "worst_case_blocks_per_request",
+                                  "Blocks one request holds at its worst case, by basis (profile or max_model_len).",
+                                  labels=[*el, "basis"])
+        concurrency = GaugeMetricFamily(P + "max_concurrency_requests",
+                                        "Requests that fit at once at the worst case of the basis.",
+                                        labels=[*el, "basis"])
+        profile = GaugeMetricFamily(P + "request_profile_tokens",
+                                    "Profile quantile of request lengths used for worst-case math.",
+                                    labels=[*el, "kind"])
+        verdict = GaugeMetricFamily(P + "verdict", "Why requests wait: 1 for the current verdict.",
+                                    labels=[*el, "verdict"])
+        info_rows: list[tuple[dict[str, str], float]] = []
+
+        for t in self.targets:
+            r = t.last
+            up.add_metric(tv(t), 1.0 if r.up else 0.0)
+            if r.scrape_duration_seconds is not None:
+                duration.add_metric(tv(t), r.scrape_duration_seconds)
+            for reason in SCRAPE_ERROR_REASONS:
+                errors.add_metric([*tv(t), reason], float(t.errors.get(reason, 0)))
+            if not r.up:
+                # Only the verdict survives an outage, so a state timeline shows it; numbers would be stale.
+                for model, engine in sorted(t.known_engines):
+                    for v in Verdict:
+                        verdict.add_metric([*tv(t), model, engine, str(v)], 1.0 if v is Verdict.TARGET_DOWN else 0.0)
+                continue
+            for e in r.engines:
+                labels = [*tv(t), e.model_name, e.engine]
+                for name, _help, get in _ENGINE_GAUGES:
+                    value = get(e)
+                    if value is not None:
+                        gauges[name].add_metric(labels, float(value))
+                h = e.headroom
+                worst.add_metric([*labels, "profile"], h.worst_case_blocks_profile)
+                concurrency.add_metric([*labels, "profile"], h.max_concurrency_profile)
+                if h.worst_case_blocks_max_model_len is not None:
+                    worst.add_metric([*labels, "max_model_len"], h.worst_case_blocks_max_model_len)
+                if h.max_concurrency_max_model_len is not None:
+                    concurrency.add_metric([*labels, "max_model_len"], h.max_concurrency_max_model_len)
+                for kind, q in (("prompt", e.prompt), ("max_tokens", e.max_tokens)):
+                    if q is not None:
+                        profile.add_metric([*labels, kind], q.tokens)
+                for v in Verdict:
+                    verdict.add_metric([*labels, str(v)], 1.0 if v is e.verdict else 0.0)
+                row = dict(zip(el, labels, strict=True))
+                for key, val in e.config.as_json().items():
+                    row[key] = str(val["value"])
+                    row[key + "_source"] = str(val["source"])
+                info_rows.append((row, 1.0))
+        yield up
+        yield duration
+        yield errors
+        yield from gauges.values()
+        yield worst
+        yield concurrency
+        yield profile
+        yield verdict
+        if info_rows:
+            names = sorted({k for row, _ in info_rows for k in row})
+            info = GaugeMetricFamily(P + "config_info",
+                                     "Serving config of the engine; each <key>_source label names where it came from.",
+                                     labels=names)
+            for row, value in info_rows:
+                info.add_metric([row.get(n, "") for n in names], value)
+            yield info

@@ -1,0 +1,202 @@
+"""The serving configuration of one vLLM engine, every value with where it came from.
+
+Precedence, highest first: our own flags/env > the vLLM command line (`--vllm-args`, or read from
+/proc/<pid>/cmdline when the pod shares its process namespace) > `vllm:cache_config_info` > `/v1/models`.
+`max_num_seqs` and `max_num_batched_tokens` are in no vLLM metric and their defaults depend on version and
+hardware, so when nobody states them they stay unknown rather than assumed.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from .vllm import CacheInfo
+
+
+class Source(StrEnum):
+    FLAG = "flag"  # our own flag or env var
+    VLLM_ARGS = "vllm_args"  # the vLLM command line given to us as a string
+    CMDLINE = "cmdline"  # read from /proc/<pid>/cmdline of the vLLM process
+    CACHE_CONFIG_INFO = "cache_config_info"
+    V1_MODELS = "v1_models"
+
+
+@dataclass(frozen=True)
+class Value:
+    value: int | float | str | bool
+    source: Source
+
+
+# vLLM flags we read, by their canonical name; vLLM accepts `_` and `-` alike.
+_INT_FLAGS = ("max_model_len", "max_num_seqs", "max_num_batched_tokens", "block_size", "port")
+_INT_FLAGS_ALSO = ("tensor_parallel_size", "data_parallel_size", "num_gpu_blocks_override")
+_STR_FLAGS = ("model", "served_model_name", "kv_cache_dtype", "host", "gpu_memory_utilization")
+_BOOL_FLAGS = ("enable_chunked_prefill", "enable_prefix_caching")
+_SHORT = {"-tp": "tensor_parallel_size", "-dp": "data_parallel_size", "-O": "compilation_config"}
+
+
+@dataclass(frozen=True)
+class Overrides:
+    """Values the operator states with our own flags; they win over everything vLLM says."""
+
+    max_model_len: int | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    block_size: int | None = None
+    num_gpu_blocks: int | None = None
+
+    def items(self) -> dict[str, int]:
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+
+def parse_token_count(text: str) -> int | None:
+    """vLLM's human-readable lengths: '4096', '32k', '1M' (k = 1000, K = 1024); 'auto'/-1 give None."""
+    text = text.strip()
+    if not text or text in ("auto", "-1"):
+        return None
+    mult = {"k": 1000, "K": 1024, "m": 1000**2, "M": 1024**2, "g": 1000**3, "G": 1024**3}.get(text[-1], 1)
+    number = text[:-1] if mult != 1 else text
+    try:
+        value = float(number) * mult
+    except ValueError:
+        return None
+    return int(value) if value > 0 else None
+
+
+def parse_vllm_args(argv: list[str]) -> dict[str, Any]:
+    """Pick the flags we understand out of a vLLM command line (`vllm serve M --flag v`, `--flag=v`)."""
+    out: dict[str, Any] = {}
+    # `vllm serve MODEL`: the model is the first positional after `serve`.
+    if "serve" in argv:
+        i = argv.index("serve")
+        if i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+            out["model"] = argv[i + 1]
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        i += 1
+        if not token.startswith("-"):
+            continue
+        if "=" in token:
+            flag, inline = token.split("=", 1)
+        else:
+            flag, inline = token, None
+        name = _SHORT.get(flag) or flag.lstrip("-").replace("-", "_")
+        negated = name.startswith("no_") and name[3:] in _BOOL_FLAGS
+        if negated or name in _BOOL_FLAGS:
+            base = name[3:] if negated else name
+            if inline is not None:
+                out[base] = inline.lower() in ("1", "true", "yes")
+            else:
+                out[base] = not negated
+            continue
+        if name not in _INT_FLAGS + _INT_FLAGS_ALSO + _STR_FLAGS and name != "api_key":
+            continue
+        if inline is None:
+            if i >= len(argv):
+                break
+            inline = argv[i]
+            i += 1
+        if name == "api_key":
+            continue  # never keep a secret we were not asked for
+        if name in _INT_FLAGS + _INT_FLAGS_ALSO:
+            parsed = parse_token_count(inline)
+            if parsed is not None:
+                out[name] = parsed
+        else:
+            out[name] = inline
+    return out
+
+
+def _is_vllm_server(argv: list[str]) -> bool:
+    joined = " ".join(argv[:6])
+    return ("vllm" in joined) and ("serve" in argv or any("api_server" in a for a in argv[:4]))
+
+
+def find_vllm_cmdline(port: int, proc: Path = Path("/proc")) -> list[str] | None:
+    """The argv of the local vLLM server listening on `port` (default 8000 when it sets none)."""
+    candidates: list[list[str]] = []
+    try:
+        entries = list(proc.iterdir())
+    except OSError:
+        return None
+    for entry in entries:
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            raw = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        argv = [a.decode(errors="replace") for a in raw.split(b"\0") if a]
+        if argv and _is_vllm_server(argv):
+            candidates.append(argv)
+    for argv in candidates:
+        if parse_vllm_args(argv).get("port", 8000) == port:
+            return argv
+    return None
+
+
+def split_args(text: str) -> list[str]:
+    return shlex.split(text)
+
+
+@dataclass(frozen=True)
+class ServingConfig:
+    """Resolved configuration of one engine; absent keys are unknown."""
+
+    values: dict[str, Value] = field(default_factory=dict)
+
+    def get(self, key: str) -> Value | None:
+        return self.values.get(key)
+
+    def int(self, key: str) -> int | None:
+        v = self.values.get(key)
+        return None if v is None else int(v.value)
+
+    def float(self, key: str) -> float | None:
+        v = self.values.get(key)
+        return None if v is None else float(v.value)
+
+    def as_json(self) -> dict[str, dict[str, Any]]:
+        return {k: {"value": v.value, "source": str(v.source)} for k, v in sorted(self.values.items())}
+
+
+def resolve(
+    overrides: Overrides,
+    vllm_args: dict[str, Any] | None,
+    vllm_args_source: Source,
+    cache: CacheInfo | None,
+    data_parallel_engines: int,
+    models_max_model_len: int | None,
+) -> ServingConfig:
+    """Merge every source by precedence into one ServingConfig."""
+    values: dict[str, Value] = {}
+
+    def offer(key: str, value: int | float | str | bool | None, source: Source) -> None:
+        if value is not None and key not in values:
+            values[key] = Value(value, source)
+
+    for key, value in overrides.items().items():
+        offer(key, value, Source.FLAG)
+    for key, value in (vllm_args or {}).items():
+        if key in ("port", "host", "num_gpu_blocks_override"):
+            continue
+        offer(key, value, vllm_args_source)
+    if cache is not None:
+        offer("block_size", cache.block_size, Source.CACHE_CONFIG_INFO)
+        total = cache.num_gpu_blocks
+        if total is not None:
+            # From 0.9 every engine's series carries the sum over the data-parallel engines.
+            offer("num_gpu_blocks", total // max(data_parallel_engines, 1), Source.CACHE_CONFIG_INFO)
+        offer("kv_cache_size_tokens", cache.kv_cache_size_tokens, Source.CACHE_CONFIG_INFO)
+        offer("kv_cache_max_concurrency", cache.kv_cache_max_concurrency, Source.CACHE_CONFIG_INFO)
+        offer("enable_prefix_caching", cache.enable_prefix_caching, Source.CACHE_CONFIG_INFO)
+        offer("cache_dtype", cache.labels.get("cache_dtype"), Source.CACHE_CONFIG_INFO)
+        offer("gpu_memory_utilization", cache.labels.get("gpu_memory_utilization"), Source.CACHE_CONFIG_INFO)
+    offer("max_model_len", models_max_model_len, Source.V1_MODELS)
+    return ServingConfig(values)

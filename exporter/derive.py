@@ -1,0 +1,179 @@
+"""Capacity and headroom of one vLLM engine: pure functions of the scraped numbers and the config.
+
+Symbols: N = num_gpu_blocks of the engine, B = usable blocks, bs = block size, u = the panel's usage
+fraction, L = max_model_len, P / M = profile prompt and max_tokens, W = worst-case blocks per request.
+Each formula is written once, here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+def ceil_div(a: int, b: int) -> int:
+    """ceil(a / b) for non-negative integers."""
+    return -(-a // b)
+
+
+def usable_blocks(num_gpu_blocks: int, has_null_block: bool) -> int:
+    """B = N − 1 on V1, whose block 0 is a never-freed null block; B = N on V0."""
+    return num_gpu_blocks - 1 if has_null_block else num_gpu_blocks
+
+
+def used_blocks(usage: float, num_gpu_blocks: int, has_null_block: bool, usage_counts_null_block: bool) -> int:
+    """Blocks in use by requests: u × (N − 1) from 0.11; u × N − 1 on V1 ≤ 0.10 (null block counted); u × N on V0."""
+    if has_null_block and usage_counts_null_block:
+        used = usage * num_gpu_blocks - 1
+    elif has_null_block:
+        used = usage * (num_gpu_blocks - 1)
+    else:
+        used = usage * num_gpu_blocks
+    return max(0, round(used))
+
+
+def free_blocks(capacity: int, used: int) -> int:
+    """Free = B − used (evictable prefix-cache blocks count as free, as they do for vLLM's allocator)."""
+    return max(0, capacity - used)
+
+
+def blocks_for_tokens(tokens: int, block_size: int) -> int:
+    """Blocks holding `tokens` tokens: ceil(tokens / bs)."""
+    return ceil_div(max(tokens, 0), block_size)
+
+
+def worst_case_blocks(prompt: int, max_tokens: int, max_model_len: int | None, block_size: int) -> int:
+    """W = ceil(min(P + M, L) / bs): the blocks one request holds if it reaches max_tokens."""
+    total = prompt + max_tokens if max_model_len is None else min(prompt + max_tokens, max_model_len)
+    return max(1, blocks_for_tokens(total, block_size))
+
+
+def slot_headroom(max_num_seqs: int, running: int) -> int:
+    """Free scheduler slots: max_num_seqs − running."""
+    return max(0, max_num_seqs - running)
+
+
+def kv_admission_headroom(free: int, prompt_blocks: int) -> int:
+    """Requests whose prompts fit in free blocks now: floor(free / ceil(P / bs)) (vLLM ≥0.19 admits on the full prompt)."""
+    return free // max(prompt_blocks, 1)
+
+
+def admission_headroom(slots: int | None, kv: int) -> int:
+    """vLLM's real rule: min(max_num_seqs − running, floor(free / ceil(P / bs))); KV alone when slots are unknown."""
+    return kv if slots is None else min(slots, kv)
+
+
+def safe_headroom(capacity: int, used: int, running: int, worst_case: int) -> int:
+    """floor((B − max(used, running × W)) / W): more requests that fit if every one reaches max_tokens; < 0 = oversubscribed."""
+    return math.floor((capacity - max(used, running * worst_case)) / worst_case)
+
+
+def effective_usage(capacity: int, worst_case: int, slots: int | None, safe: int) -> float:
+    """1 − max(0, min(slot headroom, safe headroom)) × W / B: the share of the pool a new worst-case request cannot have."""
+    room = safe if slots is None else min(slots, safe)
+    return min(1.0, max(0.0, 1.0 - max(0, room) * worst_case / capacity))
+
+
+def max_concurrency(capacity: int, worst_case: int) -> int:
+    """floor(B / W): requests that fit at once if each holds W blocks."""
+    return capacity // worst_case
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What one engine's derivation needs, already resolved."""
+
+    num_gpu_blocks: int
+    block_size: int
+    has_null_block: bool
+    usage_counts_null_block: bool
+    usage: float
+    running: int
+    waiting: int
+    max_model_len: int | None
+    max_num_seqs: int | None
+    prompt_tokens: int | None  # profile P
+    max_tokens: int | None  # profile M
+    kv_cache_max_concurrency: float | None = None  # vLLM ≥0.24, group-aware (hybrid/sliding window)
+    kv_cache_size_tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class Headroom:
+    """Everything derived for one engine at one scrape."""
+
+    kv_capacity_blocks: int
+    kv_capacity_tokens: int
+    kv_used_blocks: int
+    kv_free_blocks: int
+    block_size_tokens: int
+    panel_usage_ratio: float
+    effective_usage_ratio: float
+    prompt_blocks: int
+    worst_case_blocks_profile: int
+    worst_case_blocks_max_model_len: int | None
+    slot_headroom_requests: int | None
+    kv_admission_headroom_requests: int
+    admission_headroom_requests: int
+    safe_headroom_requests: int
+    max_concurrency_profile: int
+    max_concurrency_max_model_len: int | None
+    hybrid: bool
+
+
+def is_hybrid(num_gpu_blocks: int, block_size: int, kv_size_tokens: int | None, max_conc: float | None,
+              max_model_len: int | None) -> bool:
+    """vLLM's own group-aware capacity disagrees with N × bs: several KV groups (sliding window, Mamba, ...)."""
+    if kv_size_tokens is None or max_conc is None or max_model_len is None:
+        return False
+    uniform = num_gpu_blocks / ceil_div(max_model_len, block_size)
+    return abs(uniform - max_conc) > 0.01 * max(uniform, 1e-9)
+
+
+def derive(x: Inputs) -> Headroom:
+    """All headroom numbers of one engine."""
+    capacity = usable_blocks(x.num_gpu_blocks, x.has_null_block)
+    used = min(capacity, used_blocks(x.usage, x.num_gpu_blocks, x.has_null_block, x.usage_counts_null_block))
+    free = free_blocks(capacity, used)
+    bs = x.block_size
+    hybrid = is_hybrid(x.num_gpu_blocks, bs, x.kv_cache_size_tokens, x.kv_cache_max_concurrency, x.max_model_len)
+    w_max: int | None = None
+    if x.max_model_len is not None:
+        if hybrid and x.kv_cache_max_concurrency:
+            # Do not recompute group math vLLM already did: blocks per max_model_len request = N / concurrency.
+            w_max = max(1, math.ceil(x.num_gpu_blocks / x.kv_cache_max_concurrency))
+        else:
+            w_max = blocks_for_tokens(x.max_model_len, bs)
+    prompt = x.prompt_tokens if x.prompt_tokens is not None else 1
+    prompt_blocks = max(1, blocks_for_tokens(prompt, bs))
+    if x.max_tokens is not None:
+        w = worst_case_blocks(prompt, x.max_tokens, x.max_model_len, bs)
+        if w_max is not None:
+            w = min(w, w_max)
+    elif w_max is not None:
+        w = w_max
+    else:
+        w = prompt_blocks
+    slots = None if x.max_num_seqs is None else slot_headroom(x.max_num_seqs, x.running)
+    kv = kv_admission_headroom(free, prompt_blocks)
+    safe = safe_headroom(capacity, used, x.running, w)
+    tokens = x.kv_cache_size_tokens if hybrid and x.kv_cache_size_tokens else capacity * bs
+    return Headroom(
+        kv_capacity_blocks=capacity,
+        kv_capacity_tokens=tokens,
+        kv_used_blocks=used,
+        kv_free_blocks=free,
+        block_size_tokens=bs,
+        panel_usage_ratio=x.usage,
+        effective_usage_ratio=effective_usage(capacity, w, slots, safe),
+        prompt_blocks=prompt_blocks,
+        worst_case_blocks_profile=w,
+        worst_case_blocks_max_model_len=w_max,
+        slot_headroom_requests=slots,
+        kv_admission_headroom_requests=kv,
+        admission_headroom_requests=admission_headroom(slots, kv),
+        safe_headroom_requests=safe,
+        max_concurrency_profile=max_concurrency(capacity, w),
+        max_concurrency_max_model_len=None if w_max is None else max_concurrency(capacity, w_max),
+        hybrid=hybrid,
+    )

@@ -1,0 +1,88 @@
+"""HTTP access to one vLLM server: /metrics, /v1/models and /version, with every failure named."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+DEFAULT_MAX_BYTES = 16 * 1024 * 1024
+
+
+class ScrapeError(Exception):
+    """A failed fetch; `reason` is the label of vllm_headroom_scrape_errors_total."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class ModelsInfo:
+    """What GET /v1/models says: served names and the base model's max_model_len."""
+
+    ids: tuple[str, ...]
+    max_model_len: int | None
+
+
+async def fetch(
+    client: httpx.AsyncClient,
+    url: str,
+    timeout: float,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    headers: dict[str, str] | None = None,
+) -> str:
+    """GET `url` as text, refusing bodies over `max_bytes`; raises ScrapeError."""
+    try:
+        async with client.stream("GET", url, timeout=timeout, headers=headers) as response:
+            if response.status_code != 200:
+                raise ScrapeError("http_status", f"{url} answered HTTP {response.status_code}")
+            declared = response.headers.get("content-length")
+            if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+                raise ScrapeError("too_large", f"{url} sent {declared} bytes, over the cap of {max_bytes}")
+            chunks: list[bytes] = []
+            size = 0
+            async for chunk in response.aiter_bytes():
+                size += len(chunk)
+                if size > max_bytes:
+                    raise ScrapeError("too_large", f"{url} sent more than the cap of {max_bytes} bytes")
+                chunks.append(chunk)
+    except httpx.TimeoutException:
+        raise ScrapeError("timeout", f"{url} did not answer within {timeout:g} s") from None
+    except httpx.ConnectError as exc:
+        raise ScrapeError("connect", f"cannot connect to {url}: {exc}") from None
+    except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
+        raise ScrapeError("truncated", f"{url} closed the connection mid-body: {exc}") from None
+    except httpx.HTTPError as exc:
+        raise ScrapeError("connect", f"{url}: {exc}") from None
+    return b"".join(chunks).decode("utf-8", errors="replace")
+
+
+def parse_models(body: str) -> ModelsInfo:
+    """Read /v1/models; LoRA adapter cards carry max_model_len null and are skipped for it."""
+    try:
+        doc: Any = json.loads(body)
+        data = doc["data"]
+    except (ValueError, KeyError, TypeError):
+        raise ScrapeError("models", "/v1/models did not return an OpenAI model list") from None
+    ids: list[str] = []
+    max_len: int | None = None
+    for card in data if isinstance(data, list) else []:
+        if not isinstance(card, dict):
+            continue
+        ids.append(str(card.get("id", "")))
+        value = card.get("max_model_len")
+        if isinstance(value, int) and value > 0 and max_len is None:
+            max_len = value
+    return ModelsInfo(tuple(ids), max_len)
+
+
+def parse_version(body: str) -> str | None:
+    try:
+        doc: Any = json.loads(body)
+    except ValueError:
+        return None
+    version = doc.get("version") if isinstance(doc, dict) else None
+    return str(version) if version else None

@@ -1,0 +1,128 @@
+"""The sidecar process: a scrape loop over the targets and the HTTP surface that exposes its results."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import httpx
+import uvicorn
+from fastapi import FastAPI, Response
+from fastapi.responses import JSONResponse, PlainTextResponse
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, ProcessCollector, generate_latest
+
+from . import diagnosis
+from .collector import HeadroomCollector
+from .target import Target
+
+log = logging.getLogger("vllm_headroom")
+
+
+class Sidecar:
+    """Scrapes every target each interval; the latest report of each lives on its Target."""
+
+    def __init__(self, targets: Sequence[Target], interval: float) -> None:
+        self.targets = list(targets)
+        self.interval = interval
+        self.last_tick: float | None = None
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(HeadroomCollector(self.targets))
+        ProcessCollector(registry=self.registry)
+        self._logged: dict[str, str | None] = {}
+
+    async def tick(self, client: httpx.AsyncClient, now: float | None = None) -> None:
+        """Scrape every target once; `now` lets a replay run on its recording's clock."""
+        now = time.monotonic() if now is None else now
+        reports = await asyncio.gather(*(t.scrape(client, now) for t in self.targets))
+        for r in reports:
+            # Log state changes only: a sidecar next to a dead pod should not flood its log.
+            if self._logged.get(r.url, "") != r.error:
+                if r.error:
+                    log.warning("%s", r.error)
+                elif r.url in self._logged:
+                    log.info("%s: scraping again", r.url)
+                self._logged[r.url] = r.error
+        self.last_tick = time.monotonic()
+
+    async def run(self) -> None:
+        limits = httpx.Limits(max_connections=max(10, 2 * len(self.targets)))
+        async with httpx.AsyncClient(limits=limits, follow_redirects=False) as client:
+            while True:
+                started = time.monotonic()
+                try:
+                    await self.tick(client)
+                except Exception:  # a bug in one tick must not end the loop of a sidecar
+                    log.exception("scrape loop iteration failed")
+                await asyncio.sleep(max(0.0, self.interval - (time.monotonic() - started)))
+
+    def healthy(self) -> bool:
+        if self.last_tick is None:
+            return True  # still in the first scrape
+        timeout = max(t.settings.timeout for t in self.targets) if self.targets else 0.0
+        return time.monotonic() - self.last_tick <= 3 * self.interval + timeout + 5
+
+    def readiness(self) -> dict[str, Any]:
+        not_ready = [
+            {"target": t.settings.url, "reason": t.last.error_reason, "error": t.last.error}
+            for t in self.targets
+            if not t.last.up
+        ]
+        return {"ready": not not_ready, "not_ready": not_ready}
+
+
+def make_app(sidecar: Sidecar, start_loop: bool = True) -> FastAPI:
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        task = asyncio.create_task(sidecar.run()) if start_loop else None
+        try:
+            yield
+        finally:
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    app = FastAPI(title="vllm-headroom", lifespan=lifespan, docs_url=None, redoc_url=None)
+
+    @app.get("/metrics")
+    def metrics() -> Response:
+        return Response(generate_latest(sidecar.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/api/v1/diagnosis")
+    def diagnosis_json() -> JSONResponse:
+        return JSONResponse(diagnosis.document([t.last for t in sidecar.targets]))
+
+    @app.get("/healthz")
+    def healthz() -> JSONResponse:
+        ok = sidecar.healthy()
+        return JSONResponse({"status": "ok" if ok else "scrape loop stalled"}, status_code=200 if ok else 503)
+
+    @app.get("/readyz")
+    def readyz() -> JSONResponse:
+        body = sidecar.readiness()
+        return JSONResponse(body, status_code=200 if body["ready"] else 503)
+
+    @app.get("/", response_class=PlainTextResponse)
+    def index() -> str:
+        return "vllm-headroom\n/metrics\n/api/v1/diagnosis\n/healthz\n/readyz\n"
+
+    return app
+
+
+def parse_listen_address(text: str) -> tuple[str, int]:
+    """'0.0.0.0:9478', '[::]:9478' or ':9478' → (host, port); raises ValueError."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"listen address {text!r} is not host:port")
+    host = host.strip("[]") or "0.0.0.0"
+    return host, int(port)
+
+
+def serve(sidecar: Sidecar, host: str, port: int) -> None:
+    config = uvicorn.Config(make_app(sidecar), host=host, port=port, log_level="warning", access_log=False,
+                            lifespan="on")
+    uvicorn.Server(config).run()

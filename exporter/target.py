@@ -1,0 +1,270 @@
+"""One watched vLLM server: scrape → parse → derive → judge, keeping the history verdicts need.
+
+`Target.observe()` is the synchronous core (text in, report out) used by the sidecar loop, by one-shot
+diagnosis of a saved exposition and by the tests; `Target.scrape()` adds the HTTP side.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+import httpx
+
+from . import derive, exposition, vllm
+from .config import Overrides, ServingConfig, Source, find_vllm_cmdline, parse_vllm_args, resolve
+from .derive import Headroom
+from .profile import Quantile, Window, profile_value
+from .scrape import DEFAULT_MAX_BYTES, ModelsInfo, ScrapeError, fetch, parse_models, parse_version
+from .verdict import Judgement, Observation, Thresholds, Tracker, Verdict
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How to watch one target."""
+
+    url: str
+    overrides: Overrides = Overrides()
+    vllm_args: list[str] | None = None  # the vLLM command line as given with --vllm-args
+    discover_cmdline: bool = True
+    api_key: str | None = None
+    quantile: float = 0.99
+    window: float = 300.0
+    thresholds: Thresholds = Thresholds()
+    timeout: float = 3.0
+    max_bytes: int = DEFAULT_MAX_BYTES
+    models_interval: float = 60.0
+
+
+@dataclass(frozen=True)
+class EngineReport:
+    """Everything known about one (model_name, engine) after one scrape."""
+
+    model_name: str
+    engine: str
+    verdict: Verdict
+    false_full: bool
+    slots_inferred: bool
+    running: int
+    waiting: int
+    waiting_by_reason: dict[str, float]
+    headroom: Headroom
+    config: ServingConfig
+    prompt: Quantile | None
+    max_tokens: Quantile | None
+    preemptions_per_second: float | None
+    preemptions_total: float | None
+    max_num_seqs: int | None
+    gauges_only: bool
+
+
+@dataclass(frozen=True)
+class EngineGap:
+    """An engine whose capacity cannot be derived, and why (e.g. num_gpu_blocks="None" on V1 0.8)."""
+
+    model_name: str
+    engine: str
+    missing: str
+
+
+@dataclass
+class TargetReport:
+    url: str
+    up: bool
+    error_reason: str | None = None
+    error: str | None = None
+    version: str | None = None
+    engines: list[EngineReport] = field(default_factory=list)
+    gaps: list[EngineGap] = field(default_factory=list)
+    scrape_duration_seconds: float | None = None
+    observed_at: float = 0.0
+
+
+class Target:
+    """State of one watched server across scrapes."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.trackers: dict[tuple[str, str], Tracker] = {}
+        self.windows: dict[tuple[str, str, str], Window] = {}
+        self.models: ModelsInfo | None = None
+        self.version: str | None = None
+        self._models_at: float | None = None
+        self._cmdline: list[str] | None = None
+        self._cmdline_at: float | None = None
+        self.errors: dict[str, int] = {}
+        self.known_engines: set[tuple[str, str]] = set()
+        self.last: TargetReport = TargetReport(settings.url, up=False, error="not scraped yet",
+                                               error_reason="not_scraped")
+
+    # -- configuration sources ------------------------------------------------------------------
+    def _vllm_args(self, now: float) -> tuple[dict[str, object] | None, Source]:
+        if self.settings.vllm_args is not None:
+            return parse_vllm_args(self.settings.vllm_args), Source.VLLM_ARGS
+        if not self.settings.discover_cmdline:
+            return None, Source.CMDLINE
+        if self._cmdline_at is None or now - self._cmdline_at >= self.settings.models_interval:
+            self._cmdline_at = now
+            port = urlsplit(self.settings.url).port or 80
+            self._cmdline = find_vllm_cmdline(port)
+        return (parse_vllm_args(self._cmdline) if self._cmdline else None), Source.CMDLINE
+
+    # -- the synchronous core ------------------------------------------------------------------
+    def observe(self, now: float, text: str, gauges_only: bool = False) -> TargetReport:
+        """Turn one /metrics body into a report; raises ScrapeError for unusable bodies."""
+        try:
+            expo = exposition.parse(text, vllm.WANTED)
+        except exposition.ExpositionError as exc:
+            raise ScrapeError(exc.reason, f"{self.settings.url}: {exc}") from None
+        if expo.vllm_lines == 0:
+            raise ScrapeError(
+                "no_vllm_metrics",
+                f"{self.settings.url} exports no vllm: series (is vLLM running with --disable-log-stats?)",
+            )
+        try:
+            snap = vllm.read(expo, self.version)
+        except vllm.InvalidValue as exc:
+            raise ScrapeError("invalid_value", f"{self.settings.url}: {exc}") from None
+        args, args_source = self._vllm_args(now)
+        report = TargetReport(self.settings.url, up=True, version=self.version, observed_at=now)
+        models_len = self.models.max_model_len if self.models else None
+        for e in snap.engines:
+            cache = snap.cache_info.get(e.engine) or (next(iter(snap.cache_info.values()), None))
+            cfg = resolve(self.settings.overrides, args, args_source, cache, snap.data_parallel_engines, models_len)
+            item = self._engine(now, e, cfg, snap, gauges_only)
+            if isinstance(item, EngineGap):
+                report.gaps.append(item)
+            else:
+                report.engines.append(item)
+        return report
+
+    def _quantile(self, now: float, e: vllm.EngineSample, name: str, max_model_len: int | None,
+                  gauges_only: bool) -> Quantile | None:
+        hist = e.histograms.get(name)
+        if hist is None:
+            return None
+        window = self.windows.get((e.model_name, e.engine, name))
+        if window is None:
+            window = self.windows[(e.model_name, e.engine, name)] = Window(self.settings.window)
+        window.observe(now, hist)
+        if gauges_only:
+            window = Window(self.settings.window)
+            window.observe(now, hist)
+        return window.quantile(self.settings.quantile, max_model_len)
+
+    def _engine(self, now: float, e: vllm.EngineSample, cfg: ServingConfig, snap: vllm.VllmSnapshot,
+                gauges_only: bool) -> EngineReport | EngineGap:
+        n_blocks = cfg.int("num_gpu_blocks")
+        block_size = cfg.int("block_size")
+        missing = [k for k, v in (("num_gpu_blocks", n_blocks), ("block_size", block_size),
+                                  ("usage", e.usage), ("running", e.running), ("waiting", e.waiting)) if v is None]
+        if missing:
+            return EngineGap(e.model_name, e.engine, ", ".join(missing))
+        assert n_blocks is not None and block_size is not None and e.usage is not None
+        max_model_len = cfg.int("max_model_len")
+        prompt = self._quantile(now, e, vllm.PROMPT_HIST, max_model_len, gauges_only)
+        max_tokens = profile_value(
+            self._quantile(now, e, vllm.MAX_TOKENS_HIST, max_model_len, gauges_only),
+            self._quantile(now, e, vllm.GENERATION_HIST, max_model_len, gauges_only),
+            max_model_len,
+        )
+        running = int(e.running or 0)
+        waiting = int(e.waiting or 0)
+        max_num_seqs = cfg.int("max_num_seqs")
+        # V1 (engine label, >= 0.8) keeps a null block; V0 has none.
+        has_null = snap.has_engine_label or (self.version is not None and not self.version.startswith("0.6"))
+        headroom = derive.derive(derive.Inputs(
+            num_gpu_blocks=n_blocks,
+            block_size=block_size,
+            has_null_block=has_null,
+            usage_counts_null_block=bool(snap.usage_counts_null_block),
+            usage=e.usage,
+            running=running,
+            waiting=waiting,
+            max_model_len=max_model_len,
+            max_num_seqs=max_num_seqs,
+            prompt_tokens=prompt.tokens if prompt else None,
+            max_tokens=max_tokens.tokens if max_tokens else None,
+            kv_cache_max_concurrency=cfg.float("kv_cache_max_concurrency"),
+            kv_cache_size_tokens=cfg.int("kv_cache_size_tokens"),
+        ))
+        deferred = e.waiting_by_reason.get("deferred") if e.waiting_by_reason else None
+        obs = Observation(running, waiting, None if deferred is None else int(deferred), e.usage,
+                          max_num_seqs, e.awake, headroom)
+        key = (e.model_name, e.engine)
+        if gauges_only:
+            tracker = Tracker(self.settings.thresholds)
+            judgement, _ = tracker.update(now, obs, e.preemptions_total, (e.steps_total, e.generation_tokens_total))
+            from .verdict import false_full_condition
+
+            false_full = false_full_condition(obs, judgement.verdict, self.settings.thresholds)
+        else:
+            tracker = self.trackers.get(key) or self.trackers.setdefault(key, Tracker(self.settings.thresholds))
+            judgement, false_full = tracker.update(
+                now, obs, e.preemptions_total, (e.steps_total, e.generation_tokens_total))
+        return self._report(e, cfg, headroom, judgement, false_full, prompt, max_tokens, tracker, max_num_seqs,
+                            gauges_only)
+
+    @staticmethod
+    def _report(e: vllm.EngineSample, cfg: ServingConfig, headroom: Headroom, judgement: Judgement,
+                false_full: bool, prompt: Quantile | None, max_tokens: Quantile | None, tracker: Tracker,
+                max_num_seqs: int | None, gauges_only: bool) -> EngineReport:
+        return EngineReport(
+            model_name=e.model_name,
+            engine=e.engine,
+            verdict=judgement.verdict,
+            false_full=false_full,
+            slots_inferred=judgement.slots_inferred,
+            running=int(e.running or 0),
+            waiting=int(e.waiting or 0),
+            waiting_by_reason=dict(e.waiting_by_reason),
+            headroom=headroom,
+            config=cfg,
+            prompt=prompt,
+            max_tokens=max_tokens,
+            preemptions_per_second=tracker.preemptions_per_second,
+            preemptions_total=e.preemptions_total,
+            max_num_seqs=max_num_seqs,
+            gauges_only=gauges_only,
+        )
+
+    # -- the HTTP side ----------------------------------------------------------------------------
+    def _headers(self) -> dict[str, str] | None:
+        key = self.settings.api_key
+        return {"Authorization": f"Bearer {key}"} if key else None
+
+    async def _refresh_models(self, client: httpx.AsyncClient, now: float) -> None:
+        if self._models_at is not None and now - self._models_at < self.settings.models_interval:
+            return
+        base = self.settings.url.rstrip("/")
+        try:
+            self.models = parse_models(await fetch(client, base + "/v1/models", self.settings.timeout,
+                                                   1024 * 1024, self._headers()))
+            self._models_at = now
+        except ScrapeError as exc:
+            self.errors["models"] = self.errors.get("models", 0) + 1
+            self.models_error = str(exc)
+        try:
+            self.version = parse_version(await fetch(client, base + "/version", self.settings.timeout, 65536))
+        except ScrapeError:
+            pass  # /version is optional: older or proxied servers lack it
+
+    async def scrape(self, client: httpx.AsyncClient, now: float | None = None) -> TargetReport:
+        """One scrape of the target; never raises, failures become a down report."""
+        now = time.monotonic() if now is None else now
+        started = time.perf_counter()
+        base = self.settings.url.rstrip("/")
+        try:
+            text = await fetch(client, base + "/metrics", self.settings.timeout, self.settings.max_bytes)
+            await self._refresh_models(client, now)
+            report = self.observe(now, text)
+        except ScrapeError as exc:
+            self.errors[exc.reason] = self.errors.get(exc.reason, 0) + 1
+            report = TargetReport(self.settings.url, up=False, error_reason=exc.reason, error=str(exc),
+                                  version=self.version, observed_at=now)
+        report.scrape_duration_seconds = time.perf_counter() - started
+        if report.up:
+            self.known_engines = {(e.model_name, e.engine) for e in report.engines}
+        self.last = report
+        return report

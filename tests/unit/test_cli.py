@@ -1,0 +1,68 @@
+"""Flags: Prometheus-style names, env vars, and one clear sentence with exit code 2 for bad input."""
+
+from __future__ import annotations
+
+import pytest
+
+from exporter import __version__, cli
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (["serve", "--scrape.interval", "soon"], "'soon' is not a duration"),
+        (["serve", "--max-num-seqs", "0"], "must be greater than 0"),
+        (["serve", "--target", "localhost:8000"], "is not an http(s) URL"),
+        (["serve", "--web.listen-address", "nowhere"], "is not host:port"),
+        (["serve", "--profile.quantile", "99"], "must be between 0 and 1"),
+        (["serve", "--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+        (["serve", "--targets-file", "/nonexistent/targets"], "cannot read --targets-file"),
+        (["serve", "--target", "http://a:1", "--target", "http://a:1/"], "the same target is given twice"),
+        (["diagnose", "/nonexistent/metrics.prom"], "cannot read /nonexistent/metrics.prom"),
+    ],
+)
+def test_bad_input_gets_one_sentence_and_exit_2(argv: list[str], fragment: str,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert fragment in err
+    assert err.count("\n") == 1 and err.startswith("vllm-headroom: ")
+
+
+def test_bad_env_var_is_named(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("VLLM_HEADROOM_SCRAPE_INTERVAL", "often")
+    assert cli.main(["serve"]) == 2
+    assert "environment variable VLLM_HEADROOM_SCRAPE_INTERVAL" in capsys.readouterr().err
+
+
+def test_env_vars_set_flags_and_flags_win(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VLLM_HEADROOM_MAX_NUM_SEQS", "16")
+    monkeypatch.setenv("VLLM_HEADROOM_TARGET", "http://a:1,http://b:2")
+    monkeypatch.setenv("VLLM_HEADROOM_SCRAPE_INTERVAL", "250ms")
+    args = cli.build_parser().parse_args(["serve"])
+    assert args.max_num_seqs == 16
+    assert cli.target_urls(args) == ["http://a:1", "http://b:2"]
+    assert getattr(args, "scrape.interval") == 0.25
+    args = cli.build_parser().parse_args(["serve", "--max-num-seqs", "4"])
+    assert args.max_num_seqs == 4
+
+
+def test_api_key_from_file_or_env(tmp_path: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    key_file = tmp_path / "key"  # type: ignore[operator]
+    key_file.write_text("from-file\n")
+    args = cli.build_parser().parse_args(["serve", "--target-api-key-file", str(key_file)])
+    assert cli._api_key(args) == "from-file"
+    monkeypatch.setenv("VLLM_HEADROOM_TARGET_API_KEY", "from-env")
+    assert cli._api_key(cli.build_parser().parse_args(["serve"])) == "from-env"
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        cli.main(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.strip() == f"vllm-headroom {__version__}"
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("5s", 5.0), ("300ms", 0.3), ("1m", 60.0), ("2", 2.0), ("1h", 3600)])
+def test_durations(text: str, seconds: float) -> None:
+    assert cli.duration(text) == pytest.approx(seconds)

@@ -1,0 +1,80 @@
+"""Reading vLLM command lines and merging config sources by precedence."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from exporter import config
+from exporter.config import Overrides, Source
+from exporter.vllm import CacheInfo
+
+
+def test_parse_vllm_serve_command_line() -> None:
+    argv = config.split_args(
+        "vllm serve meta-llama/Llama-3.1-8B --max-num-seqs 64 --max_model_len=32k --block-size 16 "
+        "--no-enable-chunked-prefill --api-key s3cret -tp 2 --port 8001"
+    )
+    got = config.parse_vllm_args(argv)
+    assert got == {
+        "model": "meta-llama/Llama-3.1-8B",
+        "max_num_seqs": 64,
+        "max_model_len": 32000,
+        "block_size": 16,
+        "enable_chunked_prefill": False,
+        "tensor_parallel_size": 2,
+        "port": 8001,
+    }
+    assert "s3cret" not in repr(got)
+
+
+@pytest.mark.parametrize(("text", "value"), [("4096", 4096), ("32k", 32000), ("32K", 32768), ("1M", 1048576),
+                                             ("auto", None), ("-1", None), ("x", None)])
+def test_token_counts(text: str, value: int | None) -> None:
+    assert config.parse_token_count(text) == value
+
+
+def test_precedence_flag_over_cmdline_over_cache_config_over_models() -> None:
+    cache = CacheInfo({"block_size": "32", "num_gpu_blocks": "80", "engine": "0"})
+    cfg = config.resolve(
+        Overrides(max_num_seqs=4),
+        {"max_num_seqs": 8, "max_model_len": 1024, "block_size": 64},
+        Source.CMDLINE,
+        cache,
+        data_parallel_engines=2,
+        models_max_model_len=512,
+    )
+    assert cfg.get("max_num_seqs") == config.Value(4, Source.FLAG)
+    assert cfg.get("max_model_len") == config.Value(1024, Source.CMDLINE)
+    assert cfg.get("block_size") == config.Value(64, Source.CMDLINE)
+    # num_gpu_blocks is summed over data-parallel engines from vLLM 0.9.
+    assert cfg.get("num_gpu_blocks") == config.Value(40, Source.CACHE_CONFIG_INFO)
+    assert cfg.get("max_num_batched_tokens") is None  # unknown stays unknown
+
+
+def test_models_fill_max_model_len_when_nothing_else_does() -> None:
+    cfg = config.resolve(Overrides(), None, Source.CMDLINE, None, 1, 512)
+    assert cfg.get("max_model_len") == config.Value(512, Source.V1_MODELS)
+
+
+def test_num_gpu_blocks_none_stays_unknown() -> None:
+    cfg = config.resolve(Overrides(), None, Source.CMDLINE, CacheInfo({"num_gpu_blocks": "None"}), 1, None)
+    assert cfg.get("num_gpu_blocks") is None
+
+
+def _fake_proc(root: Path, pid: int, argv: list[str]) -> None:
+    (root / str(pid)).mkdir()
+    (root / str(pid) / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
+
+
+def test_find_vllm_cmdline_matches_the_port(tmp_path: Path) -> None:
+    _fake_proc(tmp_path, 10, ["python3", "-m", "http.server", "8000"])
+    _fake_proc(tmp_path, 11, ["/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server", "--port", "8001",
+                              "--max-num-seqs", "3"])
+    _fake_proc(tmp_path, 12, ["vllm", "serve", "m", "--max-num-seqs", "8"])
+    (tmp_path / "self").mkdir()
+    assert config.find_vllm_cmdline(8001, tmp_path) == [
+        "/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server", "--port", "8001", "--max-num-seqs", "3"]
+    assert config.find_vllm_cmdline(8000, tmp_path) == ["vllm", "serve", "m", "--max-num-seqs", "8"]
+    assert config.find_vllm_cmdline(9999, tmp_path) is None

@@ -1,0 +1,68 @@
+"""The exposition parser on malformed input (hand-typed on purpose) and its name folding."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from exporter import exposition
+
+
+def test_labels_with_escapes_commas_and_braces() -> None:
+    text = 'x{a="1,2",b="q\\"uote",c="back\\\\slash",d="}{",e="line\\nbreak"} 3\n'
+    expo = exposition.parse(text)
+    labels, value = expo.series("x")[0]
+    assert labels == {"a": "1,2", "b": 'q"uote', "c": "back\\slash", "d": "}{", "e": "line\nbreak"}
+    assert value == 3.0
+
+
+def test_special_values_and_timestamps() -> None:
+    expo = exposition.parse("a NaN\nb +Inf\nc -Inf 1700000000000\nd 1.5e3\n")
+    assert math.isnan(expo.series("a")[0][1])
+    assert expo.series("b")[0][1] == math.inf
+    assert expo.series("c")[0][1] == -math.inf
+    assert expo.series("d")[0][1] == 1500.0
+
+
+def test_ray_prefixes_fold_into_vllm_names() -> None:
+    expo = exposition.parse('ray_vllm:num_requests_running{engine="0"} 2\nray_vllm_num_requests_waiting 3\n')
+    assert expo.series("vllm:num_requests_running")[0][1] == 2.0
+    assert expo.series("vllm:num_requests_waiting")[0][1] == 3.0
+    assert expo.vllm_lines == 2
+
+
+def test_wanted_filter_skips_other_families_but_still_counts_vllm_lines() -> None:
+    expo = exposition.parse("vllm:a 1\nvllm:b 2\nother 3\n", wanted={"vllm:b"})
+    assert list(expo.samples) == ["vllm:b"]
+    assert expo.vllm_lines == 2
+
+
+@pytest.mark.parametrize(
+    ("text", "reason", "fragment"),
+    [
+        ("vllm:a 1\nvllm:b 2", "truncated", "ends mid-line"),
+        ('vllm:a{x="1" 1\n', "malformed", "unclosed"),
+        ("vllm:a one\n", "malformed", "expected a float"),
+        ("vllm:a\n", "malformed", "no value"),
+        ('vllm:a{x=1} 1\n', "malformed", "malformed label set"),
+        ('vllm:a{x="1"y="2"} 1\n', "malformed", "malformed label set"),
+        ("<html><body>502 Bad Gateway</body></html>\n", "malformed", "not a metric line"),
+        ("vllm:a 1 2 3\n", "malformed", "value [timestamp]"),
+    ],
+)
+def test_malformed_input_is_rejected_with_a_reason(text: str, reason: str, fragment: str) -> None:
+    with pytest.raises(exposition.ExpositionError) as err:
+        exposition.parse(text)
+    assert err.value.reason == reason
+    assert fragment in str(err.value)
+
+
+def test_malformed_lines_in_skipped_families_are_still_caught() -> None:
+    with pytest.raises(exposition.ExpositionError):
+        exposition.parse("vllm:wanted 1\nunwanted oops\n", wanted={"vllm:wanted"})
+
+
+def test_empty_body_parses_to_nothing() -> None:
+    expo = exposition.parse("")
+    assert expo.samples == {} and expo.vllm_lines == 0

@@ -14,6 +14,7 @@ import re
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -22,7 +23,7 @@ import httpx
 from . import __version__, diagnosis
 from .config import Overrides, split_args
 from .scrape import DEFAULT_MAX_BYTES, ScrapeError, fetch, parse_models, parse_version
-from .target import Settings, Target, TargetReport
+from .target import Settings, Target, TargetReport, one_shot
 from .verdict import Thresholds
 
 ENV_PREFIX = "VLLM_HEADROOM_"
@@ -260,7 +261,7 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     settings = settings_for(_check_url(source) if is_url else source, args, _api_key(args))
     # vLLM's flags can be read from /proc only for a server on this machine, never for a saved file.
     local = is_url and re.match(r"^https?://(127\.|localhost|\[::1\])", source) is not None
-    target = Target(Settings(**{**settings.__dict__, "discover_cmdline": local and not args.vllm_args}))
+    target = one_shot(replace(settings, discover_cmdline=local and not args.vllm_args))
     try:
         if is_url:
             report = asyncio.run(_diagnose_url(target))
@@ -298,3 +299,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `vllm-headroom diagnose ... | head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0

@@ -76,8 +76,11 @@ async def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     steps = [t - start for t, _ in rec.frames]
     interval = float(meta.get("interval", 1.0))
     sidecar = Sidecar([target], interval)
-    print(f"Replaying a recorded real vLLM {meta.get('vllm_version', '')} incident ({meta.get('scenario')}: "
-          f"{meta.get('load', '')}).", file=out)
+    load = meta.get("load")
+    what = load.get("description", "") if isinstance(load, dict) else str(load or "")
+    print(f"Replaying a recorded real vLLM {meta.get('vllm_version', '')} incident ({meta.get('scenario')}).",
+          file=out)
+    print(f"Load: {what}", file=out)
     print(f"Flags: {' '.join(str(a) for a in meta.get('server_argv', [])[-12:])}", file=out)
     print(f"The usual panel shows 'panel'; the sidecar adds the rest (false-full hold {DEMO_FALSE_FULL_HOLD:g} s "
           "for the demo).\n", file=out)
@@ -103,7 +106,10 @@ async def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     host, listen_port = parse_listen_address(getattr(args, "web.listen_address"))
     print(f"\nThe sidecar stays up on the last recorded state: http://{host}:{listen_port}/metrics and "
           f"http://{host}:{listen_port}/api/v1/diagnosis (Ctrl-C to stop).", file=out, flush=True)
-    api = uvicorn.Server(uvicorn.Config(make_app(sidecar), host=host, port=listen_port, log_level="warning",
+    # Serve the final state as it is: scraping the frozen last frame on a wall clock would soon call the
+    # engine stuck, which is true of a replay and not of the incident.
+    app = make_app(sidecar, start_loop=False)
+    api = uvicorn.Server(uvicorn.Config(app, host=host, port=listen_port, log_level="warning",
                                         lifespan="on"))
     try:
         await api.serve()

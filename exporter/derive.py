@@ -54,7 +54,7 @@ def slot_headroom(max_num_seqs: int, running: int) -> int:
 
 
 def kv_admission_headroom(free: int, prompt_blocks: int) -> int:
-    """Requests whose prompts fit in free blocks now: floor(free / ceil(P / bs)) (vLLM ≥0.19 admits on the full prompt)."""
+    """Requests whose whole prompts fit in free blocks now (vLLM ≥0.19 rule): floor(free / ceil(P / bs))."""
     return free // max(prompt_blocks, 1)
 
 
@@ -64,12 +64,12 @@ def admission_headroom(slots: int | None, kv: int) -> int:
 
 
 def safe_headroom(capacity: int, used: int, running: int, worst_case: int) -> int:
-    """floor((B − max(used, running × W)) / W): more requests that fit if every one reaches max_tokens; < 0 = oversubscribed."""
+    """More requests that fit if all reach max_tokens: floor((B − max(used, running × W)) / W); < 0 = oversubscribed."""
     return math.floor((capacity - max(used, running * worst_case)) / worst_case)
 
 
 def effective_usage(capacity: int, worst_case: int, slots: int | None, safe: int) -> float:
-    """1 − max(0, min(slot headroom, safe headroom)) × W / B: the share of the pool a new worst-case request cannot have."""
+    """Pool share a new worst-case request cannot have: 1 − max(0, min(slot headroom, safe headroom)) × W / B."""
     room = safe if slots is None else min(slots, safe)
     return min(1.0, max(0.0, 1.0 - max(0, room) * worst_case / capacity))
 

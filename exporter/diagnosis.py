@@ -85,9 +85,10 @@ def actions(e: EngineReport) -> list[str]:
         else:
             out.append(f"the pool holds only {fits} worst-case requests, so more slots would preempt: add replicas")
     if e.verdict in (Verdict.KV_FULL, Verdict.PREEMPTING):
-        if e.max_tokens is not None and cfg_len and e.prompt is not None and e.prompt.tokens + e.max_tokens.tokens < cfg_len:
-            out.append(f"lower max_model_len from {cfg_len} towards the observed p-quantile of "
-                       f"{e.prompt.tokens + e.max_tokens.tokens} tokens (prompt + max_tokens)")
+        observed = None if e.max_tokens is None or e.prompt is None else e.prompt.tokens + e.max_tokens.tokens
+        if observed is not None and cfg_len and observed < cfg_len:
+            out.append(f"lower max_model_len from {cfg_len} towards the observed p-quantile of {observed} tokens "
+                       "(prompt + max_tokens)")
         out.append("add KV capacity: raise gpu_memory_utilization, use an fp8 KV cache, more tensor parallelism, "
                    "or more replicas")
     if e.verdict is Verdict.PREEMPTING or h.safe_headroom_requests < 0:
@@ -215,5 +216,6 @@ def render_text(reports: list[TargetReport]) -> str:
             if e.gauges_only:
                 lines.append("  note: judged from one observation (gauges only): no rates or hold times.")
         for g in r.gaps:
-            lines.append(f"{r.url}  model={g.model_name} engine={g.engine}: cannot derive capacity, {g.missing} unknown")
+            lines.append(f"{r.url}  model={g.model_name} engine={g.engine}: cannot derive capacity, "
+                         f"{g.missing} unknown")
     return "\n".join(lines)

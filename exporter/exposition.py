@@ -47,9 +47,7 @@ def normalize_name(name: str) -> str:
     if cached is not None:
         return cached
     out = name
-    if name.startswith("ray_vllm:"):
-        out = _VLLM + name[9:]
-    elif name.startswith("ray_vllm_"):
+    if name.startswith("ray_vllm:") or name.startswith("ray_vllm_"):
         out = _VLLM + name[9:]
     if len(_normalized) < 20000:  # names are a small fixed set; the cap only guards against a hostile target
         _normalized[name] = out

@@ -51,7 +51,7 @@ def to_tokens(bound: float, max_model_len: int | None) -> int | None:
     """A bucket bound as a token count: +Inf (or anything beyond the context) means max_model_len."""
     if math.isinf(bound):
         return max_model_len
-    tokens = int(math.ceil(bound))
+    tokens = math.ceil(bound)
     return min(tokens, max_model_len) if max_model_len else tokens
 
 

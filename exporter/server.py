@@ -33,6 +33,7 @@ class Sidecar:
         self.registry.register(HeadroomCollector(self.targets))
         ProcessCollector(registry=self.registry)
         self._logged: dict[str, str | None] = {}
+        self.looping = False
 
     async def tick(self, client: httpx.AsyncClient, now: float | None = None) -> None:
         """Scrape every target once; `now` lets a replay run on its recording's clock."""
@@ -49,6 +50,7 @@ class Sidecar:
         self.last_tick = time.monotonic()
 
     async def run(self) -> None:
+        self.looping = True
         limits = httpx.Limits(max_connections=max(10, 2 * len(self.targets)))
         async with httpx.AsyncClient(limits=limits, follow_redirects=False) as client:
             while True:
@@ -60,7 +62,7 @@ class Sidecar:
                 await asyncio.sleep(max(0.0, self.interval - (time.monotonic() - started)))
 
     def healthy(self) -> bool:
-        if self.last_tick is None:
+        if self.last_tick is None or not self.looping:
             return True  # still in the first scrape
         timeout = max(t.settings.timeout for t in self.targets) if self.targets else 0.0
         return time.monotonic() - self.last_tick <= 3 * self.interval + timeout + 5

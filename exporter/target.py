@@ -6,8 +6,9 @@ diagnosis of a saved exposition and by the tests; `Target.scrape()` adds the HTT
 
 from __future__ import annotations
 
+import contextlib
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit
 
 import httpx
@@ -25,13 +26,13 @@ class Settings:
     """How to watch one target."""
 
     url: str
-    overrides: Overrides = Overrides()
+    overrides: Overrides = field(default_factory=Overrides)
     vllm_args: list[str] | None = None  # the vLLM command line as given with --vllm-args
     discover_cmdline: bool = True
     api_key: str | None = None
     quantile: float = 0.99
     window: float = 300.0
-    thresholds: Thresholds = Thresholds()
+    thresholds: Thresholds = field(default_factory=Thresholds)
     timeout: float = 3.0
     max_bytes: int = DEFAULT_MAX_BYTES
     models_interval: float = 60.0
@@ -112,7 +113,10 @@ class Target:
 
     # -- the synchronous core ------------------------------------------------------------------
     def observe(self, now: float, text: str, gauges_only: bool = False) -> TargetReport:
-        """Turn one /metrics body into a report; raises ScrapeError for unusable bodies."""
+        """Turn one /metrics body into a report; raises ScrapeError for unusable bodies.
+
+        `gauges_only` marks a one-shot diagnosis (see `one_shot`): a single observation, no rates.
+        """
         try:
             expo = exposition.parse(text, vllm.WANTED)
         except exposition.ExpositionError as exc:
@@ -139,18 +143,13 @@ class Target:
                 report.engines.append(item)
         return report
 
-    def _quantile(self, now: float, e: vllm.EngineSample, name: str, max_model_len: int | None,
-                  gauges_only: bool) -> Quantile | None:
+    def _quantile(self, now: float, e: vllm.EngineSample, name: str, max_model_len: int | None) -> Quantile | None:
         hist = e.histograms.get(name)
         if hist is None:
             return None
-        window = self.windows.get((e.model_name, e.engine, name))
-        if window is None:
-            window = self.windows[(e.model_name, e.engine, name)] = Window(self.settings.window)
+        key = (e.model_name, e.engine, name)
+        window = self.windows.get(key) or self.windows.setdefault(key, Window(self.settings.window))
         window.observe(now, hist)
-        if gauges_only:
-            window = Window(self.settings.window)
-            window.observe(now, hist)
         return window.quantile(self.settings.quantile, max_model_len)
 
     def _engine(self, now: float, e: vllm.EngineSample, cfg: ServingConfig, snap: vllm.VllmSnapshot,
@@ -163,10 +162,10 @@ class Target:
             return EngineGap(e.model_name, e.engine, ", ".join(missing))
         assert n_blocks is not None and block_size is not None and e.usage is not None
         max_model_len = cfg.int("max_model_len")
-        prompt = self._quantile(now, e, vllm.PROMPT_HIST, max_model_len, gauges_only)
+        prompt = self._quantile(now, e, vllm.PROMPT_HIST, max_model_len)
         max_tokens = profile_value(
-            self._quantile(now, e, vllm.MAX_TOKENS_HIST, max_model_len, gauges_only),
-            self._quantile(now, e, vllm.GENERATION_HIST, max_model_len, gauges_only),
+            self._quantile(now, e, vllm.MAX_TOKENS_HIST, max_model_len),
+            self._quantile(now, e, vllm.GENERATION_HIST, max_model_len),
             max_model_len,
         )
         running = int(e.running or 0)
@@ -193,16 +192,9 @@ class Target:
         obs = Observation(running, waiting, None if deferred is None else int(deferred), e.usage,
                           max_num_seqs, e.awake, headroom)
         key = (e.model_name, e.engine)
-        if gauges_only:
-            tracker = Tracker(self.settings.thresholds)
-            judgement, _ = tracker.update(now, obs, e.preemptions_total, (e.steps_total, e.generation_tokens_total))
-            from .verdict import false_full_condition
-
-            false_full = false_full_condition(obs, judgement.verdict, self.settings.thresholds)
-        else:
-            tracker = self.trackers.get(key) or self.trackers.setdefault(key, Tracker(self.settings.thresholds))
-            judgement, false_full = tracker.update(
-                now, obs, e.preemptions_total, (e.steps_total, e.generation_tokens_total))
+        tracker = self.trackers.get(key) or self.trackers.setdefault(key, Tracker(self.settings.thresholds))
+        progress = (e.steps_total, e.generation_tokens_total)
+        judgement, false_full = tracker.update(now, obs, e.preemptions_total, progress)
         return self._report(e, cfg, headroom, judgement, false_full, prompt, max_tokens, tracker, max_num_seqs,
                             gauges_only)
 
@@ -242,13 +234,10 @@ class Target:
             self.models = parse_models(await fetch(client, base + "/v1/models", self.settings.timeout,
                                                    1024 * 1024, self._headers()))
             self._models_at = now
-        except ScrapeError as exc:
-            self.errors["models"] = self.errors.get("models", 0) + 1
-            self.models_error = str(exc)
-        try:
+        except ScrapeError as exc:  # /v1/models is needed only for max_model_len; /metrics still counts
+            self.errors[exc.reason] = self.errors.get(exc.reason, 0) + 1
+        with contextlib.suppress(ScrapeError):  # /version is optional: older or proxied servers lack it
             self.version = parse_version(await fetch(client, base + "/version", self.settings.timeout, 65536))
-        except ScrapeError:
-            pass  # /version is optional: older or proxied servers lack it
 
     async def scrape(self, client: httpx.AsyncClient, now: float | None = None) -> TargetReport:
         """One scrape of the target; never raises, failures become a down report."""
@@ -259,7 +248,7 @@ class Target:
             text = await fetch(client, base + "/metrics", self.settings.timeout, self.settings.max_bytes)
             await self._refresh_models(client, now)
             report = self.observe(now, text)
-        except ScrapeError as exc:
+        except ScrapeError as exc:  # /v1/models is needed only for max_model_len; /metrics still counts
             self.errors[exc.reason] = self.errors.get(exc.reason, 0) + 1
             report = TargetReport(self.settings.url, up=False, error_reason=exc.reason, error=str(exc),
                                   version=self.version, observed_at=now)
@@ -268,3 +257,9 @@ class Target:
             self.known_engines = {(e.model_name, e.engine) for e in report.engines}
         self.last = report
         return report
+
+
+def one_shot(settings: Settings) -> Target:
+    """A fresh target for judging a single observation: nothing can be held, so holds are zero."""
+    t = settings.thresholds
+    return Target(replace(settings, thresholds=replace(t, false_full_hold=0.0)))

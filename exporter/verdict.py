@@ -59,18 +59,21 @@ class History:
     waiting_on_previous: bool | None = None  # None: no previous scrape
     running_ceiling: int | None = None  # highest running seen lately, stands in for an unknown max_num_seqs
     idle_with_blocks_for: float | None = None
+    previous: Verdict | None = None  # the verdict of the previous scrape; None in one-shot diagnosis
+    head_of_line_before: bool = False  # the previous scrape already looked like head-of-line blocking
 
 
 @dataclass(frozen=True)
 class Judgement:
     verdict: Verdict
     slots_inferred: bool = False  # slots_full judged from the running plateau, max_num_seqs unknown
+    head_of_line_candidate: bool = False  # room by the profile's measure, yet waiting
 
 
 def classify(o: Observation, h: History, t: Thresholds) -> Judgement:
     """The verdict for one observation."""
     hr = o.headroom
-    if h.preempted_recently:
+    if h.preempted_recently and (o.running > 0 or o.waiting > 0):
         return Judgement(Verdict.PREEMPTING)
     if o.waiting <= 0:
         if (
@@ -98,10 +101,15 @@ def classify(o: Observation, h: History, t: Thresholds) -> Judgement:
         and h.waiting_on_previous
     ):
         return Judgement(Verdict.SLOTS_FULL, slots_inferred=True)
-    if h.waiting_on_previous is False:
-        # A request seen waiting once may simply be admitted at the next step: wait for a second look.
-        return Judgement(Verdict.OK)
-    return Judgement(Verdict.HEAD_OF_LINE)
+    if h.previous is not None and not h.head_of_line_before:
+        # Slots and blocks free up between steps: a request seen waiting beside free room once is most
+        # likely admitted at the next step. Keep the previous verdict until a second look confirms.
+        kept = h.previous if h.previous in _WAITING_VERDICTS else Verdict.OK
+        return Judgement(kept, head_of_line_candidate=True)
+    return Judgement(Verdict.HEAD_OF_LINE, head_of_line_candidate=True)
+
+
+_WAITING_VERDICTS = frozenset({Verdict.SLOTS_FULL, Verdict.KV_FULL, Verdict.DEFERRED})
 
 
 def false_full_condition(o: Observation, verdict: Verdict, t: Thresholds) -> bool:
@@ -123,6 +131,8 @@ class Tracker:
         self._idle_since: float | None = None
         self._false_full_since: float | None = None
         self._last_time: float | None = None
+        self._previous: Verdict | None = None
+        self._hol_before = False
         self.preemptions_per_second: float | None = None
 
     def update(
@@ -168,8 +178,12 @@ class Tracker:
             waiting_on_previous=self._waiting_prev,
             running_ceiling=ceiling,
             idle_with_blocks_for=None if self._idle_since is None else now - self._idle_since,
+            previous=self._previous,
+            head_of_line_before=self._hol_before,
         )
         judgement = classify(o, history, self.t)
+        self._previous = judgement.verdict
+        self._hol_before = judgement.head_of_line_candidate
         self._waiting_prev = o.waiting > 0
         self._last_time = now
 

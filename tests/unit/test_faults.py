@@ -1,0 +1,132 @@
+"""Every fault a target can throw at the sidecar: it keeps serving, counts the reason, sets up 0.
+
+respx injects the faults; the bodies that are not faults themselves come from recorded real expositions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+import respx
+
+from exporter.collector import HeadroomCollector
+from exporter.server import Sidecar
+from exporter.target import Settings, Target
+from tests import fixtures
+
+URL = "http://vllm.test:8000"
+
+
+def _scrape(target: Target) -> None:
+    async def run() -> None:
+        async with httpx.AsyncClient() as client:
+            await target.scrape(client, now=1.0)
+
+    asyncio.run(run())
+
+
+def _models_ok(router: respx.MockRouter) -> None:
+    router.get(URL + "/v1/models").mock(return_value=httpx.Response(200, json=fixtures.meta("idle")["v1_models"]))
+    router.get(URL + "/version").mock(return_value=httpx.Response(200, json={"version": "0.32.0"}))
+
+
+def _metrics_text(target: Target) -> str:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(HeadroomCollector([target]))
+    return generate_latest(reg).decode()
+
+
+@pytest.mark.parametrize(
+    ("response", "reason"),
+    [
+        (httpx.ConnectError("refused"), "connect"),
+        (httpx.ReadTimeout("slow"), "timeout"),
+        (httpx.Response(500, text="boom"), "http_status"),
+        (httpx.Response(503), "http_status"),
+        (httpx.RemoteProtocolError("peer closed connection without sending complete message body"), "truncated"),
+    ],
+)
+def test_transport_faults_set_up_zero_and_count_the_reason(response: object, reason: str) -> None:
+    target = Target(Settings(URL, discover_cmdline=False))
+    with respx.mock(assert_all_called=False) as router:
+        _models_ok(router)
+        route = router.get(URL + "/metrics")
+        if isinstance(response, Exception):
+            route.mock(side_effect=response)
+        else:
+            route.mock(return_value=response)
+        _scrape(target)
+    assert not target.last.up
+    assert target.last.error_reason == reason
+    assert target.errors == {reason: 1}
+    text = _metrics_text(target)
+    assert "vllm_headroom_up 0.0" in text
+    assert f'vllm_headroom_scrape_errors_total{{reason="{reason}"}} 1.0' in text
+    assert "vllm_headroom_kv_free_blocks{" not in text  # no stale derived numbers
+
+
+def _recorded_body_cases() -> list[tuple[str, str]]:
+    real = fixtures.snapshot("false-full")
+    cut = real[: len(real) // 2]  # cut mid-line: what a proxy that drops the connection leaves
+    no_stats = "".join(ln + "\n" for ln in real.splitlines() if "vllm:" not in ln)  # --disable-log-stats
+    usage_line = next(ln for ln in real.splitlines() if ln.startswith("vllm:kv_cache_usage_perc{"))
+    nan = real.replace(usage_line, usage_line.rsplit(" ", 1)[0] + " NaN")
+    inf = real.replace(usage_line, usage_line.rsplit(" ", 1)[0] + " +Inf")
+    garbage = real.replace("vllm:num_requests_running{", "vllm:num_requests_running{engine=0,", 1)
+    return [(cut, "truncated"), (no_stats, "no_vllm_metrics"), (nan, "invalid_value"), (inf, "invalid_value"),
+            (garbage, "malformed")]
+
+
+@pytest.mark.parametrize(("body", "reason"), _recorded_body_cases(),
+                         ids=["cut", "disable-log-stats", "nan", "inf", "bad-labels"])
+def test_bad_bodies_set_up_zero_and_count_the_reason(body: str, reason: str) -> None:
+    target = Target(Settings(URL, discover_cmdline=False))
+    with respx.mock(assert_all_called=False) as router:
+        _models_ok(router)
+        router.get(URL + "/metrics").mock(return_value=httpx.Response(200, text=body))
+        _scrape(target)
+    assert (target.last.up, target.last.error_reason) == (False, reason)
+    assert target.last.error
+
+
+def test_oversized_exposition_is_refused() -> None:
+    target = Target(Settings(URL, discover_cmdline=False, max_bytes=1000))
+    with respx.mock(assert_all_called=False) as router:
+        _models_ok(router)
+        router.get(URL + "/metrics").mock(return_value=httpx.Response(200, text=fixtures.snapshot("idle")))
+        _scrape(target)
+    assert (target.last.up, target.last.error_reason) == (False, "too_large")
+
+
+def test_recovery_after_a_fault_and_readiness_says_why() -> None:
+    target = Target(Settings(URL, discover_cmdline=False))
+    sidecar = Sidecar([target], interval=1.0)
+    with respx.mock(assert_all_called=False) as router:
+        _models_ok(router)
+        router.get(URL + "/metrics").mock(side_effect=httpx.ConnectError("refused"))
+        _scrape(target)
+        body = sidecar.readiness()
+        assert body["ready"] is False
+        assert body["not_ready"][0]["reason"] == "connect"
+        router.get(URL + "/metrics").mock(return_value=httpx.Response(200, text=fixtures.snapshot("idle")))
+        _scrape(target)
+    assert target.last.up
+    assert sidecar.readiness()["ready"] is True
+    assert "vllm_headroom_up 1.0" in _metrics_text(target)
+
+
+def test_api_key_goes_to_the_target_only_as_a_bearer_token() -> None:
+    target = Target(Settings(URL, discover_cmdline=False, api_key="s3cret"))
+    with respx.mock(assert_all_called=False) as router:
+        models = router.get(URL + "/v1/models").mock(
+            return_value=httpx.Response(200, json=fixtures.meta("idle")["v1_models"]))
+        router.get(URL + "/version").mock(return_value=httpx.Response(200, json={"version": "0.32.0"}))
+        metrics = router.get(URL + "/metrics").mock(return_value=httpx.Response(200, text=fixtures.snapshot("idle")))
+        _scrape(target)
+    assert models.calls.last.request.headers["authorization"] == "Bearer s3cret"
+    assert "authorization" not in metrics.calls.last.request.headers  # /metrics is not protected by vLLM
+    assert "s3cret" not in _metrics_text(target)

@@ -1,0 +1,107 @@
+"""Every verdict of the classifier, including those a CPU vLLM cannot be driven into (deferred, stuck,
+leak): their inputs start from a recorded real engine state and change only what the verdict is about."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from exporter.target import EngineReport, Settings, Target
+from exporter.verdict import History, Observation, Thresholds, Tracker, Verdict, classify
+from tests import fixtures
+
+T = Thresholds()
+
+
+def recorded(scenario: str) -> EngineReport:
+    target = Target(Settings("t", vllm_args=fixtures.vllm_argv(scenario), discover_cmdline=False))
+    return target.observe(1.0, fixtures.snapshot(scenario)).engines[0]
+
+
+def obs(e: EngineReport, **changes: object) -> Observation:
+    deferred = e.waiting_by_reason.get("deferred")
+    base = Observation(e.running, e.waiting, None if deferred is None else int(deferred), e.headroom.panel_usage_ratio,
+                       e.max_num_seqs, True, e.headroom)
+    return replace(base, **changes)  # type: ignore[arg-type]
+
+
+SLOTS = recorded("false-full")  # running 8/8, waiting 92, 16 of 39 blocks used
+KV = recorded("kv-full")  # running 3, waiting 27, 3 blocks free
+IDLE = recorded("idle")
+
+
+def test_slots_full_and_kv_full_from_recorded_states() -> None:
+    assert classify(obs(SLOTS), History(), T).verdict is Verdict.SLOTS_FULL
+    assert classify(obs(KV), History(), T).verdict is Verdict.KV_FULL
+    assert classify(obs(IDLE), History(), T).verdict is Verdict.OK
+
+
+def test_preempting_needs_activity() -> None:
+    assert classify(obs(KV), History(preempted_recently=True), T).verdict is Verdict.PREEMPTING
+    assert classify(obs(IDLE), History(preempted_recently=True), T).verdict is Verdict.OK
+
+
+def test_deferred_when_every_waiting_request_is_deferred() -> None:
+    free_slots = obs(SLOTS, running=4, deferred=92)
+    assert classify(free_slots, History(), T).verdict is Verdict.DEFERRED
+    # Some wait for capacity too: the capacity cause is named instead.
+    assert classify(obs(SLOTS, running=4, deferred=10), History(), T).verdict is Verdict.HEAD_OF_LINE
+
+
+def test_stuck_after_no_progress_or_asleep() -> None:
+    assert classify(obs(SLOTS), History(no_progress_for=61.0), T).verdict is Verdict.STUCK
+    assert classify(obs(SLOTS), History(no_progress_for=59.0), T).verdict is Verdict.SLOTS_FULL
+    assert classify(obs(SLOTS, awake=False), History(), T).verdict is Verdict.STUCK
+
+
+def test_leak_when_blocks_stay_used_with_nothing_to_do() -> None:
+    leaking = obs(SLOTS, running=0, waiting=0)  # 16 blocks used, nothing running or waiting
+    assert classify(leaking, History(idle_with_blocks_for=121.0), T).verdict is Verdict.LEAK
+    assert classify(leaking, History(idle_with_blocks_for=100.0), T).verdict is Verdict.OK
+
+
+def test_head_of_line_needs_a_second_look_in_a_running_sidecar() -> None:
+    hol = obs(SLOTS, running=5)  # slots and blocks free by the profile, yet 92 wait
+    assert classify(hol, History(), T).verdict is Verdict.HEAD_OF_LINE  # one-shot: judged on gauges
+    first = classify(hol, History(previous=Verdict.SLOTS_FULL), T)
+    assert first.verdict is Verdict.SLOTS_FULL and first.head_of_line_candidate
+    second = classify(hol, History(previous=Verdict.SLOTS_FULL, head_of_line_before=True), T)
+    assert second.verdict is Verdict.HEAD_OF_LINE
+
+
+def test_slots_inferred_from_a_running_plateau_when_max_num_seqs_is_unknown() -> None:
+    unknown = obs(SLOTS, max_num_seqs=None)
+    j = classify(unknown, History(running_ceiling=8, waiting_on_previous=True, previous=Verdict.OK), T)
+    assert (j.verdict, j.slots_inferred) == (Verdict.SLOTS_FULL, True)
+
+
+def test_tracker_holds_false_full_and_resets_it() -> None:
+    tracker = Tracker(Thresholds(false_full_hold=30.0))
+    progress = 0.0
+    flags = []
+    for t in range(0, 40, 5):
+        progress += 1
+        _j, held = tracker.update(float(t), obs(SLOTS), 0.0, (progress, progress))
+        flags.append(held)
+    assert flags == [False] * 6 + [True, True]  # 0..25 s not yet, 30 s and 35 s held
+    _j, held = tracker.update(40.0, obs(IDLE), 0.0, (progress, progress))
+    assert held is False
+
+
+def test_tracker_sees_stuck_and_preemptions_over_time() -> None:
+    tracker = Tracker(T)
+    j, _ = tracker.update(0.0, obs(SLOTS), 0.0, (1.0, 1.0))
+    assert j.verdict is Verdict.SLOTS_FULL
+    j, _ = tracker.update(61.0, obs(SLOTS), 0.0, (1.0, 1.0))  # no step for 61 s while 92 wait
+    assert j.verdict is Verdict.STUCK
+    j, _ = tracker.update(62.0, obs(KV), 3.0, (2.0, 2.0))
+    assert j.verdict is Verdict.PREEMPTING and tracker.preemptions_per_second == 3.0
+    j, _ = tracker.update(200.0, obs(KV), 3.0, (3.0, 3.0))  # the last preemption is older than the window
+    assert j.verdict is Verdict.KV_FULL
+
+
+def test_idle_engine_is_never_stuck() -> None:
+    tracker = Tracker(T)
+    tracker.update(0.0, obs(IDLE), 0.0, (1.0, 1.0))
+    tracker.update(500.0, obs(IDLE), 0.0, (1.0, 1.0))  # idle for minutes: no steps, nothing to do
+    j, _ = tracker.update(501.0, obs(SLOTS), 0.0, (1.0, 1.0))
+    assert j.verdict is Verdict.SLOTS_FULL

@@ -1,0 +1,27 @@
+# Developer entry points. `make test` is what CI runs (.ci/run) and what the README promises.
+PYTHON ?= python3.11
+# e.g. make fixtures SCENARIOS="false-full kv-full"; empty = all scenarios
+SCENARIOS ?=
+
+.PHONY: test vllm-venv fixtures demo-data e2e
+
+# Everything: installs what is missing (scripts/bootstrap), then ruff, mypy --strict, unit and e2e tests.
+test:
+	scripts/test
+
+# Build (first time, ~3 min) or reuse the cached venv holding vLLM 0.32.0 CPU; prints its python.
+vllm-venv:
+	scripts/vllm-venv
+
+# Re-record tests/fixtures/vllm-0.32.0/<scenario>/ from a real vLLM (~3 min for all), then the demo's copy.
+fixtures: vllm-venv
+	$(PYTHON) -m tests.e2e.record $(SCENARIOS)
+	$(PYTHON) scripts/make-demo-data
+
+# The embedded demo incident, cut from the recorded false-full scenario.
+demo-data:
+	$(PYTHON) scripts/make-demo-data
+
+# Only the end-to-end tests against a real vLLM (two server start-ups, ~3 min).
+e2e: vllm-venv
+	$(PYTHON) -m pytest -m e2e tests/e2e

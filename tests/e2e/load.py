@@ -1,0 +1,306 @@
+"""Load driver and /metrics recorder for the real-vLLM end-to-end suite.
+
+Everything runs on loopback against a server started by `vllm_server.VllmServer`. The load runs
+on its own asyncio loop in a thread so synchronous pytest tests (and the recorder) can start it,
+watch /metrics meanwhile, and wait for it with a deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+VOCAB_IDS = 500  # token ids 1..500 stay inside the tiny model's vocab (512)
+
+
+def prompt_ids(prompt_len: int, token: int = 7) -> list[int]:
+    """A prompt of `prompt_len` token ids in 1..500 seeded by `token`.
+
+    The seed is spelled in the first two ids (base 500), so prompts with different seeds
+    (< 250,000) differ in their first block: prefix caching then shares nothing between
+    requests and KV usage reflects every request's own blocks.
+    """
+    head = [token % VOCAB_IDS + 1, (token // VOCAB_IDS) % VOCAB_IDS + 1]
+    body = [(token + i) % VOCAB_IDS + 1 for i in range(2, prompt_len)]
+    return (head + body)[:prompt_len]
+
+
+async def complete(
+    client: httpx.AsyncClient,
+    url: str,
+    model: str,
+    prompt_len: int,
+    max_tokens: int,
+    token: int = 7,
+    **extra: Any,
+) -> dict[str, Any]:
+    """One /v1/completions call with a token-id prompt (the server runs without a tokenizer).
+
+    `ignore_eos` makes the output length exactly `max_tokens` (the random model would otherwise
+    stop whenever it samples EOS), so the KV footprint of a request is predictable.
+    """
+    body = {
+        "model": model,
+        "prompt": prompt_ids(prompt_len, token),
+        "max_tokens": max_tokens,
+        "ignore_eos": True,
+        "temperature": 0,
+        **extra,  # e.g. n (parallel sampling: n engine requests for one HTTP request)
+    }
+    started = time.monotonic()
+    resp = await client.post(f"{url}/v1/completions", json=body)
+    resp.raise_for_status()
+    out: dict[str, Any] = resp.json()
+    out["_timing"] = {"started": started, "finished": time.monotonic()}
+    return out
+
+
+@dataclass(frozen=True)
+class Wave:
+    """`count` identical requests sent together, `delay` seconds after the Load starts.
+
+    With `duration`, the wave is closed-loop instead: `count` workers each send a new request
+    as soon as their previous one returns, until `duration` seconds after the wave began. The
+    tiny model decodes a step in ~1.5 ms, so a one-shot burst drains in about a second; a
+    sustained state (e.g. a queue held for 15 s) needs the concurrency to be kept up.
+    """
+
+    count: int
+    prompt_len: int
+    max_tokens: int
+    delay: float = 0.0
+    duration: float | None = None
+    n: int = 1
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "concurrency" if self.duration else "requests": self.count,
+            "prompt_len": self.prompt_len,
+            "max_tokens": self.max_tokens,
+            "delay_s": self.delay,
+            **({"n": self.n} if self.n != 1 else {}),
+            **({"closed_loop_s": self.duration} if self.duration else {}),
+        }
+
+
+class Load:
+    """Concurrent requests in the background.
+
+    `waves` lets a scenario stage its traffic (e.g. short requests, then one long prompt, then
+    more short ones) from one thread. Each request gets a distinct prompt seed (see prompt_ids).
+    """
+
+    def __init__(self, url: str, model: str, waves: list[Wave], request_timeout: float = 600.0) -> None:
+        self.url = url
+        self.model = model
+        self.waves = waves
+        self.request_timeout = request_timeout
+        self.results: list[dict[str, Any]] = []
+        self.errors: list[BaseException] = []
+        self.started_at = 0.0
+        self.finished_at: float | None = None
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._ready = threading.Event()
+        self._seed = 0
+
+    def describe(self) -> list[dict[str, Any]]:
+        return [w.describe() for w in self.waves]
+
+    @classmethod
+    def uniform(cls, url: str, model: str, n: int, prompt_len: int, max_tokens: int, **kw: Any) -> Load:
+        return cls(url, model, [Wave(n, prompt_len, max_tokens)], **kw)
+
+    def start(self) -> Load:
+        self.started_at = time.monotonic()
+        self._thread = threading.Thread(target=self._run_thread, name="e2e-load", daemon=True)
+        self._thread.start()
+        self._ready.wait(10)
+        return self
+
+    def _run_thread(self) -> None:
+        self._loop = asyncio.new_event_loop()
+        try:
+            self._task = self._loop.create_task(self._main())
+            self._ready.set()
+            self._loop.run_until_complete(self._task)
+        except asyncio.CancelledError:
+            pass
+        finally:
+            self.finished_at = time.monotonic()
+            self._loop.close()
+
+    async def _main(self) -> None:
+        total = sum(w.count for w in self.waves)
+        # One connection per request: the default pool (100) would otherwise queue requests
+        # on the client side and the server would never see the whole burst.
+        limits = httpx.Limits(max_connections=total + 4, max_keepalive_connections=total + 4)
+        async with httpx.AsyncClient(timeout=self.request_timeout, limits=limits) as client:
+            jobs = [
+                asyncio.create_task(self._worker(client, wave, index))
+                for index, wave in enumerate(self.waves)
+                for _ in range(wave.count)
+            ]
+            await asyncio.gather(*jobs)
+
+    async def _worker(self, client: httpx.AsyncClient, wave: Wave, index: int) -> None:
+        await asyncio.sleep(max(0.0, self.started_at + wave.delay - time.monotonic()))
+        until = time.monotonic() + (wave.duration or 0.0)
+        while True:
+            self._seed += 1  # single event loop: no lock needed
+            try:
+                res = await complete(
+                    client,
+                    self.url,
+                    self.model,
+                    wave.prompt_len,
+                    wave.max_tokens,
+                    self._seed,
+                    # vLLM rejects n > 1 with greedy sampling; length is fixed by ignore_eos anyway.
+                    **({"n": wave.n, "temperature": 1.0} if wave.n != 1 else {}),
+                )
+                res["_wave"] = index
+                self.results.append(res)
+            except Exception as exc:  # collected; the caller decides whether errors matter
+                self.errors.append(exc)
+                return
+            if wave.duration is None or time.monotonic() >= until:
+                return
+
+    def wait(self, timeout: float) -> bool:
+        """True if every request finished (successfully or not) within `timeout` seconds."""
+        assert self._thread is not None
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def cancel(self) -> None:
+        """Abort in-flight requests (closing the connections makes vLLM abort them)."""
+        if self._loop is not None and self._task is not None and not self._task.done():
+            self._loop.call_soon_threadsafe(self._task.cancel)
+        if self._thread is not None:
+            self._thread.join(30)
+
+    @property
+    def done(self) -> bool:
+        return self._thread is not None and not self._thread.is_alive()
+
+
+class MetricsTimeline:
+    """Polls <url>/metrics every `interval` seconds in a background thread.
+
+    Frames are `(t, text)` with t in seconds since `start()`. Scrapes that fail (e.g. the
+    server is busy) are skipped rather than fatal: a gap in the timeline is visible in t.
+    """
+
+    def __init__(self, url: str, interval: float = 0.5) -> None:
+        self.url = url
+        self.interval = interval
+        self.frames: list[tuple[float, str]] = []
+        self.failures = 0
+        self._t0 = 0.0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> MetricsTimeline:
+        self._t0 = time.monotonic()
+        self._thread = threading.Thread(target=self._run, name="e2e-metrics", daemon=True)
+        self._thread.start()
+        return self
+
+    def now(self) -> float:
+        return time.monotonic() - self._t0
+
+    def _run(self) -> None:
+        with httpx.Client(timeout=5.0) as client:
+            next_at = time.monotonic()
+            while not self._stop.is_set():
+                t = self.now()
+                try:
+                    resp = client.get(f"{self.url}/metrics")
+                    resp.raise_for_status()
+                    self.frames.append((round(t, 3), resp.text))
+                except httpx.HTTPError:
+                    self.failures += 1
+                # Fixed cadence (not sleep-after-scrape) so a slow scrape does not drift t.
+                next_at += self.interval
+                self._stop.wait(max(0.0, next_at - time.monotonic()))
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10)
+
+    def latest(self) -> str | None:
+        return self.frames[-1][1] if self.frames else None
+
+    def save(self, directory: Path | str, meta: Mapping[str, Any]) -> None:
+        """Write timeline.jsonl.gz and meta.json (meta gains interval and frames)."""
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        # mtime=0: re-recording identical data gives identical bytes (clean diffs).
+        with open(d / "timeline.jsonl.gz", "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz:
+            for t, text in self.frames:
+                gz.write((json.dumps({"t": t, "metrics": text}) + "\n").encode())
+        full = {**meta, "interval": self.interval, "frames": len(self.frames)}
+        (d / "meta.json").write_text(json.dumps(full, indent=2, sort_keys=False) + "\n")
+
+
+def metric_value(text: str, name: str, **labels: str) -> float | None:
+    """Sum of the samples called `name` whose labels include `labels`; None if none match.
+
+    `name` is the sample name as exposed (e.g. "vllm:num_preemptions_total"). Summing makes
+    the result independent of extra labels such as engine="0".
+    """
+    total = 0.0
+    found = False
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name != name:
+                continue
+            if all(sample.labels.get(k) == v for k, v in labels.items()):
+                total += sample.value
+                found = True
+    return total if found else None
+
+
+def engine_state(text: str) -> dict[str, float | None]:
+    """The scheduler numbers the scenarios are about, from one exposition."""
+    return {
+        "running": metric_value(text, "vllm:num_requests_running"),
+        "waiting": metric_value(text, "vllm:num_requests_waiting"),
+        "kv_cache_usage_perc": metric_value(text, "vllm:kv_cache_usage_perc"),
+        "num_preemptions_total": metric_value(text, "vllm:num_preemptions_total"),
+    }
+
+
+def held_seconds(marks: Sequence[tuple[float, bool]], max_gap_frames: int = 0) -> float:
+    """Longest stretch (in seconds of t) from the first to the last frame marked True.
+
+    `max_gap_frames` lets that many consecutive False frames inside a stretch pass: a scrape
+    can land on the step where one request finished and the next is not admitted yet (e.g.
+    running 7 of 8 for one step), which says nothing about the state ending.
+    """
+    best = 0.0
+    start: float | None = None
+    gap = 0
+    for t, ok in marks:
+        if ok:
+            start = t if start is None else start
+            gap = 0
+            best = max(best, t - start)
+        elif start is not None:
+            gap += 1
+            if gap > max_gap_frames:
+                start, gap = None, 0
+    return best

@@ -1,0 +1,212 @@
+"""Record /metrics fixtures from a real vLLM 0.32.0 (CPU build).
+
+    python -m tests.e2e.record [scenario ...] [--out DIR]
+
+For each scenario (default: all, see scenarios.py) it writes into
+tests/fixtures/vllm-0.32.0/<scenario>/: meta.json, timeline.jsonl.gz (one /metrics frame per
+0.5 s), snapshot.prom (the frame that shows the state best) and startup.log. Scenarios with the
+same server flags share one server, started once, in the order given (idle first, so its
+counters are zero). Runs under the system python; vLLM runs in its own venv.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from .load import Load, MetricsTimeline, engine_state, held_seconds
+from .scenarios import SCENARIOS, Scenario, State
+from .vllm_server import REPO, VllmServer
+
+VLLM_VERSION = "0.32.0"
+OUT_DEFAULT = REPO / "tests" / "fixtures" / f"vllm-{VLLM_VERSION}"
+INTERVAL_S = 0.5
+LOAD_DEADLINE_S = 180.0  # beyond the longest closed-loop wave plus its drain
+IDLE_DEADLINE_S = 60.0
+
+
+def log(msg: str) -> None:
+    print(f"[record {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def _scrub(value: Any, server: VllmServer) -> Any:
+    """Replace machine-specific paths (temp model dir, venv python) by stable names."""
+    if isinstance(value, str):
+        return value.replace(server.model_path, "tiny-llama")
+    if isinstance(value, list):
+        return [_scrub(v, server) for v in value]
+    if isinstance(value, dict):
+        return {k: _scrub(v, server) for k, v in value.items()}
+    return value
+
+
+def _wait_idle(timeline: MetricsTimeline, deadline_s: float) -> bool:
+    """Wait until a frame newer than now shows no running and no waiting request."""
+    since = timeline.now()
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        frames = [f for f in timeline.frames if f[0] > since]
+        if frames:
+            st = engine_state(frames[-1][1])
+            if not st["running"] and not st["waiting"]:
+                return True
+        time.sleep(INTERVAL_S)
+    return False
+
+
+def record(scenario: Scenario, server: VllmServer, out_root: Path) -> dict[str, Any]:
+    log(f"{scenario.name}: recording ({scenario.description})")
+    with httpx.Client(timeout=10.0) as client:
+        v1_models = client.get(f"{server.url}/v1/models").json()
+        version = client.get(f"{server.url}/version").json()
+
+    timeline = MetricsTimeline(server.url, INTERVAL_S).start()
+    time.sleep(scenario.lead_s)
+    load_window: dict[str, Any] = {"start_t": round(timeline.now(), 3)}
+    load = Load(server.url, server.served_model_name, scenario.waves)
+    finished = True
+    if scenario.waves:
+        load.start()
+        finished = load.wait(LOAD_DEADLINE_S)
+        if not finished:
+            load.cancel()
+        load_window["end_t"] = round(timeline.now(), 3)
+        idle_again = _wait_idle(timeline, IDLE_DEADLINE_S)
+    else:
+        load_window["end_t"] = load_window["start_t"]
+        idle_again = True
+    time.sleep(scenario.tail_s)
+    timeline.stop()
+
+    frames = timeline.frames
+    states: list[tuple[float, State]] = [(t, engine_state(text)) for t, text in frames]
+    prevs: list[State | None] = [None] + [st for _, st in states[:-1]]
+    # Only frames inside the load window (plus the drain) may be chosen for the snapshot.
+    marks = [(t, scenario.shows(st, prev)) for (t, st), prev in zip(states, prevs, strict=True)]
+    showing = [
+        (i, t, states[i][1])
+        for i, (t, ok) in enumerate(marks)
+        if ok and (not scenario.waves or t >= load_window["start_t"])
+    ]
+    held = held_seconds(marks)
+    held_bridged = held_seconds(marks, max_gap_frames=1)
+    snapshot_index = len(frames) - 1
+    if showing:
+        best = max(scenario.score(st, prevs[i]) for i, _, st in showing)
+        ties = [i for i, _, st in showing if scenario.score(st, prevs[i]) == best]
+        snapshot_index = ties[len(ties) // 2]  # the middle of equally good frames
+    snap_t, snap_text = frames[snapshot_index]
+    snap_state = states[snapshot_index][1]
+
+    problems = []
+    if not finished:
+        problems.append(f"load did not finish within {LOAD_DEADLINE_S} s (cancelled)")
+    if not idle_again:
+        problems.append(f"engine not idle within {IDLE_DEADLINE_S} s after the load")
+    if load.errors:
+        problems.append(f"{len(load.errors)} request errors, first: {load.errors[0]!r}")
+    if not showing:
+        problems.append("no frame showed the state")
+    elif held_bridged < scenario.min_hold_s:
+        problems.append(f"state held {held_bridged:.1f} s < {scenario.min_hold_s} s")
+    if timeline.failures:
+        problems.append(f"{timeline.failures} failed scrapes")
+
+    capacity = server.startup_capacity()
+    first_pre = states[0][1]["num_preemptions_total"] or 0.0
+    last_pre = states[-1][1]["num_preemptions_total"] or 0.0
+    argv = _scrub(list(server.argv), server)
+    argv[0] = "python"  # the venv interpreter's path is machine-specific
+    meta: dict[str, Any] = {
+        "scenario": scenario.name,
+        "vllm_version": VLLM_VERSION,
+        "server_argv": argv,
+        "env": server.env_used,
+        "cpu_affinity": {
+            "engine": sorted(server.engine_cpus),
+            "api_server_and_clients": sorted(server.front_cpus),
+        },
+        "flags": {
+            k: server.flags()[k]
+            for k in ("max_model_len", "block_size", "num_gpu_blocks_override", "max_num_seqs", "served_model_name")
+        },
+        "startup_capacity_line": capacity.get("line"),
+        "startup_capacity": {k: v for k, v in capacity.items() if k != "line"},
+        "v1_models": _scrub(v1_models, server),
+        "version": version,
+        "load": {
+            "description": scenario.description,
+            "waves": load.describe(),
+            "requests_completed": len(load.results),
+            "request_errors": len(load.errors),
+            "window": load_window,
+        },
+        "snapshot_t": snap_t,
+        "observed": snap_state,
+        # Longest run of consecutive frames showing the state, and the same allowing single
+        # off frames (a scrape that lands between one request finishing and the next
+        # admission); the recorder requires the latter to reach the scenario's minimum.
+        "state_held_s": round(held, 3),
+        "state_held_s_single_frame_gaps_bridged": round(held_bridged, 3),
+        "state_min_hold_s": scenario.min_hold_s,
+        "frames_showing_state": len(showing),
+        "preemptions_during_recording": last_pre - first_pre,
+        "problems": problems,
+    }
+    d = out_root / scenario.name
+    timeline.save(d, meta)  # adds interval and frames
+    (d / "snapshot.prom").write_text(snap_text)
+    (d / "startup.log").write_text(_scrub(server.startup_log(), server))
+    log(
+        f"{scenario.name}: {len(frames)} frames, held {held:.1f} s ({held_bridged:.1f} s "
+        f"bridging single off frames), snapshot t={snap_t} "
+        f"{snap_state}, {len(load.results)} requests" + (f"; PROBLEMS: {problems}" if problems else "")
+    )
+    return meta
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("scenarios", nargs="*", help=f"default: all of {list(SCENARIOS)}")
+    ap.add_argument("--out", type=Path, default=OUT_DEFAULT)
+    args = ap.parse_args(argv)
+    names = args.scenarios or list(SCENARIOS)
+    unknown = [n for n in names if n not in SCENARIOS]
+    if unknown:
+        ap.error(f"unknown scenario(s) {unknown}; known: {list(SCENARIOS)}")
+
+    # Group by server flags, keeping the requested order within and across groups.
+    groups: dict[str, list[Scenario]] = {}
+    for n in names:
+        key = json.dumps(SCENARIOS[n].flags, sort_keys=True)
+        groups.setdefault(key, []).append(SCENARIOS[n])
+
+    failed = []
+    for scenarios in groups.values():
+        t0 = time.monotonic()
+        log(f"starting vLLM with {scenarios[0].flags} for {[s.name for s in scenarios]}")
+        with VllmServer(**scenarios[0].flags) as server:
+            server.pin_self()  # load and scrape threads run beside the API server, not the engine
+            log(f"ready in {time.monotonic() - t0:.0f} s at {server.url}: {server.startup_capacity().get('line')}")
+            for sc in scenarios:
+                t1 = time.monotonic()
+                meta = record(sc, server, args.out)
+                log(f"{sc.name}: took {time.monotonic() - t1:.0f} s")
+                if meta["problems"]:
+                    failed.append(sc.name)
+        VllmServer.unpin_self()
+        log(f"server stopped; group took {time.monotonic() - t0:.0f} s")
+    if failed:
+        log(f"scenarios with problems: {failed}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

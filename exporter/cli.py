@@ -156,6 +156,13 @@ def build_parser() -> Parser:
     demo.add_argument("--json", action="store_true", help="with --once: print the JSON diagnosis")
     add(demo, "--speed", float, 4.0, help="replay speed-up factor")
     add(demo, "--web.listen-address", default="127.0.0.1:9478", help="address of the sidecar's /metrics")
+
+    rep = sub.add_parser("replay", help="serve a recorded vLLM timeline as if it were vLLM (tests, benchmarks)")
+    rep.add_argument("recording", nargs="?", help="recording folder (default: the embedded demo incident)")
+    rep.add_argument("--speed", type=float, default=1.0, help="replay speed-up factor (default 1)")
+    rep.add_argument("--loop", action=argparse.BooleanOptionalAction, default=True,
+                     help="start over at the end (default on)")
+    rep.add_argument("--web.listen-address", default="127.0.0.1:8000", help="address to serve on")
     return parser
 
 
@@ -280,6 +287,24 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     return 0 if report.up else 1
 
 
+def cmd_replay(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from . import replay
+    from .server import parse_listen_address
+
+    try:
+        rec = replay.load(Path(args.recording)) if args.recording else replay.embedded_incident()
+        host, port = parse_listen_address(getattr(args, "web.listen_address"))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if args.speed <= 0:
+        raise UsageError("--speed must be greater than 0")
+    app = replay.make_app(replay.Player(rec, speed=args.speed, loop=args.loop))
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         parser = build_parser()
@@ -288,6 +313,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_serve(args)
         if args.command == "diagnose":
             return cmd_diagnose(args)
+        if args.command == "replay":
+            return cmd_replay(args)
         if args.command == "demo":
             from .demo import cmd_demo
 

@@ -91,9 +91,11 @@ def actions(e: EngineReport) -> list[str]:
                        "(prompt + max_tokens)")
         out.append("add KV capacity: raise gpu_memory_utilization, use an fp8 KV cache, more tensor parallelism, "
                    "or more replicas")
-    if e.verdict is Verdict.PREEMPTING or h.safe_headroom_requests < 0:
-        out.append(f"expect preemption above {fits} concurrent requests: set max_num_seqs to {max(fits, 1)} "
-                   "or cap max_tokens")
+    oversubscribed = e.max_num_seqs is not None and e.max_num_seqs > fits
+    if e.verdict is Verdict.PREEMPTING or h.safe_headroom_requests < 0 or oversubscribed:
+        out.append(f"expect preemption above {fits} concurrent requests (each can grow to "
+                   f"{h.worst_case_blocks_profile} blocks of {h.kv_capacity_blocks}): set max_num_seqs to "
+                   f"{max(fits, 1)} or cap max_tokens")
     if e.verdict is Verdict.HEAD_OF_LINE:
         out.append("check max_num_batched_tokens and long prompts: enable chunked prefill, raise "
                    "max_num_batched_tokens, or route very long prompts to a separate pool")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import time
 from dataclasses import dataclass
 from importlib import resources
 from importlib.resources.abc import Traversable
@@ -51,11 +52,24 @@ def embedded_incident() -> Recording:
 
 
 class Player:
-    """Which frame the replayed server shows; moved by the demo or by a clock."""
+    """Which frame the replayed server shows; moved by the demo, or by the wall clock when `speed` is set."""
 
-    def __init__(self, recording: Recording) -> None:
+    def __init__(self, recording: Recording, speed: float | None = None, loop: bool = False) -> None:
         self.recording = recording
         self.index = 0
+        self.speed = speed
+        self.loop = loop
+        self._started = time.monotonic()
+
+    def tick(self) -> None:
+        """With a speed, show the frame the recording had reached at this moment (wrapping when looping)."""
+        if self.speed is None:
+            return
+        t = (time.monotonic() - self._started) * self.speed
+        span = self.recording.duration
+        if self.loop and span > 0:
+            t %= span + float(self.recording.meta.get("interval", 0.5))
+        self.at(t)
 
     def at(self, t: float) -> None:
         """Show the last frame recorded at or before t (seconds since the recording's start)."""
@@ -77,6 +91,7 @@ def make_app(player: Player) -> FastAPI:
 
     @app.get("/metrics")
     def metrics() -> Response:
+        player.tick()
         return Response(player.metrics, media_type=EXPOSITION_TYPE)
 
     @app.get("/v1/models")

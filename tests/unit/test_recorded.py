@@ -122,3 +122,17 @@ def test_waiting_zero_never_gets_a_waiting_verdict(scenario: str) -> None:
     for _t, eng, ours in replay(scenario):
         if eng.waiting == 0 and eng.running == 0:
             assert ours.verdict in (Verdict.OK, Verdict.LEAK)
+
+
+def test_head_of_line_is_named_while_slots_and_blocks_are_free() -> None:
+    frames = replay("head-of-line")
+    head_blocks = 8160 // 32  # the head prompt needs 255 blocks; the pool has 320 usable
+    state = [(t, e, o) for t, e, o in frames
+             if e.waiting > 0 and e.running < 8 and (1 - e.usage) * 320 < head_blocks]
+    assert len(state) >= 6, "the recording must hold the head-of-line state"
+    # The first frame of the state may keep the previous verdict (a second look is required).
+    for _t, eng, ours in state[1:]:
+        assert eng.usage < 0.8
+        assert ours.verdict is Verdict.HEAD_OF_LINE
+        assert ours.headroom.slot_headroom_requests and ours.headroom.slot_headroom_requests > 0
+    assert any(o.false_full for _t, _e, o in state)

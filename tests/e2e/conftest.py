@@ -14,6 +14,22 @@ from .scenarios import HOL_FLAGS, SHARED_FLAGS
 from .vllm_server import VllmServer
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    from .test_scenarios import REPORT
+
+    REPORT.unlink(missing_ok=True)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Print each scenario's engine numbers next to ours (written by test_scenarios.report)."""
+    from .test_scenarios import REPORT
+
+    if REPORT.exists() and REPORT.stat().st_size:
+        terminalreporter.section("real vLLM vs vllm-headroom, per scenario")
+        for line in REPORT.read_text().splitlines():
+            terminalreporter.write_line(line)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",

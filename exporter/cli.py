@@ -53,6 +53,19 @@ def byte_size(text: str) -> int:
     return int(m.group(1)) * scale
 
 
+def param_count(text: str) -> int:
+    """'70B', '8e9', '405000000000' → a parameter count."""
+    text = text.strip()
+    scale = {"K": 1e3, "M": 1e6, "B": 1e9, "T": 1e12}.get(text[-1:].upper(), 1.0)
+    try:
+        value = float(text[:-1] if scale != 1.0 else text) * scale
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a parameter count such as 70B") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be greater than 0")
+    return int(value)
+
+
 def positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -111,6 +124,8 @@ def add_config_flags(p: argparse.ArgumentParser) -> None:
     add(g, "--block-size", positive_int, help="KV block size in tokens (else from vllm:cache_config_info)")
     add(g, "--num-gpu-blocks", positive_int, help="KV blocks per engine (else from vllm:cache_config_info)")
     add(g, "--vllm-args", help="vLLM's command line as one string, e.g. \"vllm serve M --max-num-seqs 64\"")
+    add(g, "--model-config", help="the model's config.json (or folder): adds KV bytes per token, bytes free and "
+        "bytes per worst-case request")
     g = p.add_argument_group("request profile and verdict")
     add(g, "--profile.quantile", fraction, 0.99, help="quantile of request lengths for worst-case math")
     add(g, "--profile.window", duration, 300.0, help="window of the length quantiles")
@@ -157,6 +172,39 @@ def build_parser() -> Parser:
     add(demo, "--speed", float, 4.0, help="replay speed-up factor")
     add(demo, "--web.listen-address", default="127.0.0.1:9478", help="address of the sidecar's /metrics")
 
+    est = sub.add_parser("estimate", help="KV memory and capacity of a model on given devices, vLLM's block math",
+                         description="Estimate vLLM's KV cache from a Hugging Face config.json. Memory side: either "
+                         "--gpu-memory with the weights (safetensors index of a model folder, --params or "
+                         "--weights-bytes) and an activation reserve, or --kv-cache-memory for the pool directly. "
+                         "Measure the activation reserve from vLLM's start-up log: requested memory "
+                         "(gpu_memory × gpu_memory_utilization) − model weights − 'Available KV cache memory'.")
+    est.add_argument("model", help="config.json, or a model folder holding it (and model.safetensors.index.json)")
+    est.add_argument("--json", action="store_true", help="print JSON")
+    g = est.add_argument_group("model and cache")
+    add(g, "--dtype", default="auto", choices=["auto", "bfloat16", "float16", "float32"],
+        help="model dtype (auto = the config's torch_dtype)")
+    add(g, "--kv-cache-dtype", default="auto", choices=["auto", "fp8", "fp8_e4m3", "fp8_e5m2"],
+        help="KV cache dtype (auto = the model dtype)")
+    add(g, "--tensor-parallel-size", positive_int, 1, help="tensor parallel size; KV heads are split across it")
+    add(g, "--block-size", positive_int, 16, help="KV block size in tokens")
+    add(g, "--max-model-len", positive_int, help="context length (default: the config's max_position_embeddings)")
+    add(g, "--max-num-seqs", positive_int, 256, help="max_num_seqs to check against the pool")
+    add(g, "--num-gpu-blocks-override", positive_int, help="like vLLM's: the number of blocks, no memory math")
+    g = est.add_argument_group("memory per device")
+    add(g, "--gpu-memory", byte_size, help="memory of one device, e.g. 80GiB")
+    add(g, "--gpu-memory-utilization", fraction, 0.92, help="vLLM's gpu_memory_utilization")
+    add(g, "--params", param_count, help="parameter count when there is no safetensors index, e.g. 70B")
+    add(g, "--weights-bytes", byte_size, help="weights' size of the whole model (overrides the index)")
+    add(g, "--activation-memory", byte_size, 2 * 1024**3,
+        help="activations, non-torch memory and CUDA graphs per device")
+    add(g, "--kv-cache-memory", byte_size, help="KV pool per device in bytes: skip the budget math")
+
+    rec = sub.add_parser("recommend", help="recommend max_model_len and max_num_seqs from observed traffic")
+    rec.add_argument("source", help="vLLM base URL or a file holding a /metrics exposition with its histograms")
+    rec.add_argument("--json", action="store_true", help="print JSON")
+    add(rec, "--min-requests", positive_int, 200, help="refuse to recommend from fewer finished requests")
+    add_config_flags(rec)
+
     rep = sub.add_parser("replay", help="serve a recorded vLLM timeline as if it were vLLM (tests, benchmarks)")
     rep.add_argument("recording", nargs="?", help="recording folder (default: the embedded demo incident)")
     rep.add_argument("--speed", type=float, default=1.0, help="replay speed-up factor (default 1)")
@@ -188,7 +236,16 @@ def settings_for(url: str, args: argparse.Namespace, api_key: str | None) -> Set
         leak_after=getattr(args, "verdict.leak_after"),
         preempt_window=getattr(args, "verdict.preempt_window"),
     )
+    shape = None
+    if getattr(args, "model_config", None):
+        from . import estimate
+
+        try:
+            shape = estimate.shape_from_config(estimate.load_config(Path(args.model_config))[0])
+        except ValueError as exc:
+            raise UsageError(f"--model-config: {exc}") from None
     return Settings(
+        model_shape=shape,
         url=url,
         overrides=Overrides(args.max_model_len, args.max_num_seqs, args.max_num_batched_tokens, args.block_size,
                             args.num_gpu_blocks),
@@ -198,7 +255,7 @@ def settings_for(url: str, args: argparse.Namespace, api_key: str | None) -> Set
         quantile=getattr(args, "profile.quantile"),
         window=getattr(args, "profile.window"),
         thresholds=thresholds,
-        timeout=getattr(args, "scrape.timeout"),
+        timeout=getattr(args, "scrape.timeout", 5.0),
         max_bytes=getattr(args, "scrape.max_bytes", DEFAULT_MAX_BYTES),
         models_interval=getattr(args, "models.interval", 60.0),
     )
@@ -287,6 +344,30 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     return 0 if report.up else 1
 
 
+def cmd_estimate(args: argparse.Namespace) -> int:
+    from . import estimate as est
+
+    try:
+        cfg, indexed = est.load_config(Path(args.model))
+        shape = est.shape_from_config(cfg)
+        inputs = est.Inputs(
+            shape=shape, dtype=args.dtype, kv_cache_dtype=args.kv_cache_dtype,
+            tensor_parallel_size=args.tensor_parallel_size, block_size=args.block_size,
+            max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs, gpu_memory=args.gpu_memory,
+            gpu_memory_utilization=args.gpu_memory_utilization,
+            weights_bytes=args.weights_bytes or indexed or (
+                args.params * est.dtype_bytes(shape.dtype if args.dtype == "auto" else args.dtype)
+                if args.params else None),
+            activation_bytes=args.activation_memory, kv_cache_memory=args.kv_cache_memory,
+            num_gpu_blocks_override=args.num_gpu_blocks_override,
+        )
+        result = est.estimate(inputs)
+    except ValueError as exc:  # Unsupported included: one sentence, never a wrong number
+        raise UsageError(str(exc)) from None
+    print(json.dumps(est.as_json(inputs, result), indent=2) if args.json else est.render(inputs, result))
+    return 0
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -313,6 +394,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_serve(args)
         if args.command == "diagnose":
             return cmd_diagnose(args)
+        if args.command == "estimate":
+            return cmd_estimate(args)
+        if args.command == "recommend":
+            from .recommend import cmd_recommend
+
+            return cmd_recommend(args)
         if args.command == "replay":
             return cmd_replay(args)
         if args.command == "demo":

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Sequence
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from .diagnosis import absolute_bytes
 from .target import EngineReport, Target
 from .verdict import Verdict
 
@@ -46,6 +47,12 @@ _ENGINE_GAUGES: list[tuple[str, str, Callable[[EngineReport], float | None]]] = 
     ("requests_waiting", "Requests waiting in the engine (vllm:num_requests_waiting).", lambda e: e.waiting),
     ("max_num_seqs", "Configured max_num_seqs (absent when unknown).", lambda e: e.max_num_seqs),
     ("prompt_blocks", "Blocks the profile prompt needs at admission.", lambda e: e.headroom.prompt_blocks),
+    ("kv_bytes_per_token", "KV-cache bytes one token takes per device (with --model-config).",
+     lambda e: absolute_bytes(e).get("kv_bytes_per_token")),
+    ("kv_free_bytes", "Bytes of free KV-cache blocks per device (with --model-config).",
+     lambda e: absolute_bytes(e).get("kv_free_bytes")),
+    ("worst_case_request_bytes", "Bytes one request holds at its worst case (with --model-config).",
+     lambda e: absolute_bytes(e).get("worst_case_request_bytes")),
 ]
 
 

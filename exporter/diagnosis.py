@@ -157,6 +157,19 @@ def engine_json(e: EngineReport) -> dict[str, Any]:
             "max_tokens": None if e.max_tokens is None else e.max_tokens.__dict__,
         },
         "config": e.config.as_json(),
+        **absolute_bytes(e),
+    }
+
+
+def absolute_bytes(e: EngineReport) -> dict[str, int]:
+    """Bytes per token, free and per worst-case request (only with --model-config)."""
+    if e.kv_bytes_per_token is None:
+        return {}
+    per_block = e.kv_bytes_per_token * e.headroom.block_size_tokens
+    return {
+        "kv_bytes_per_token": e.kv_bytes_per_token,
+        "kv_free_bytes": e.headroom.kv_free_blocks * per_block,
+        "worst_case_request_bytes": e.headroom.worst_case_blocks_profile * per_block,
     }
 
 

@@ -16,6 +16,7 @@ import httpx
 from . import derive, exposition, vllm
 from .config import Overrides, ServingConfig, Source, find_vllm_cmdline, parse_vllm_args, resolve
 from .derive import Headroom
+from .estimate import ModelShape, served_kv_bytes_per_token
 from .profile import Quantile, Window, profile_value
 from .scrape import DEFAULT_MAX_BYTES, ModelsInfo, ScrapeError, fetch, parse_models, parse_version
 from .verdict import Judgement, Observation, Thresholds, Tracker, Verdict
@@ -36,6 +37,7 @@ class Settings:
     timeout: float = 3.0
     max_bytes: int = DEFAULT_MAX_BYTES
     models_interval: float = 60.0
+    model_shape: ModelShape | None = None  # from --model-config: adds absolute bytes
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,7 @@ class EngineReport:
     preemptions_total: float | None
     max_num_seqs: int | None
     gauges_only: bool
+    kv_bytes_per_token: int | None = None  # per device, with --model-config
 
 
 @dataclass(frozen=True)
@@ -195,8 +198,15 @@ class Target:
         tracker = self.trackers.get(key) or self.trackers.setdefault(key, Tracker(self.settings.thresholds))
         progress = (e.steps_total, e.generation_tokens_total)
         judgement, false_full = tracker.update(now, obs, e.preemptions_total, progress)
-        return self._report(e, cfg, headroom, judgement, false_full, prompt, max_tokens, tracker, max_num_seqs,
-                            gauges_only)
+        report = self._report(e, cfg, headroom, judgement, false_full, prompt, max_tokens, tracker, max_num_seqs,
+                              gauges_only)
+        shape = self.settings.model_shape
+        if shape is None:
+            return report
+        cache_dtype = cfg.get("cache_dtype")
+        per_token = served_kv_bytes_per_token(shape, None if cache_dtype is None else str(cache_dtype.value),
+                                              cfg.int("tensor_parallel_size") or 1)
+        return replace(report, kv_bytes_per_token=per_token)
 
     @staticmethod
     def _report(e: vllm.EngineSample, cfg: ServingConfig, headroom: Headroom, judgement: Judgement,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import os
 import re
 import shutil
@@ -94,6 +95,8 @@ class VllmServer:
         extra_args: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
         kvcache_space_gib: int = 1,
+        model_config: Mapping[str, Any] | None = None,
+        dtype: str = "bfloat16",
         pin_cpus: bool = True,
     ) -> None:
         self.max_model_len = max_model_len
@@ -105,6 +108,8 @@ class VllmServer:
         self.extra_args = tuple(extra_args)
         self.extra_env = dict(env or {})
         self.kvcache_space_gib = kvcache_space_gib
+        self.model_config = dict(model_config) if model_config is not None else None
+        self.dtype = dtype
         self.pin_cpus = pin_cpus
         # Filled by start() when pinning: CPUs of the engine processes, and the CPUs left to
         # the API server, which load drivers and scrapers should use too (see pin_self()).
@@ -130,6 +135,8 @@ class VllmServer:
         # root shown in /v1/models; a temp path keeps the repo tree clean.
         model = tmp / "tiny-llama"
         shutil.copytree(MODEL_DIR, model)
+        if self.model_config is not None:  # another random-weight shape (capacity exactness tests)
+            (model / "config.json").write_text(json.dumps(self.model_config, indent=2))
         self.model_path = str(model)
         self._log_path = tmp / "server.log"
         self.port = _free_port()
@@ -140,7 +147,7 @@ class VllmServer:
             "--model", self.model_path,
             "--served-model-name", self.served_model_name,
             "--load-format", "dummy", "--skip-tokenizer-init",
-            "--dtype", "bfloat16",
+            "--dtype", self.dtype,
             "--max-model-len", str(self.max_model_len),
             "--block-size", str(self.block_size),
             "--max-num-seqs", str(self.max_num_seqs),

@@ -1,0 +1,322 @@
+"""Capacity planning: KV bytes from a model's config.json, the memory budget, and vLLM's own block math.
+
+Matches vLLM 0.30-0.33 for uniform layouts: bytes per block = Σ layers page size; num_blocks =
+pool // bytes per block; max concurrency = num_blocks / cdiv(max_model_len, block_size) (null block
+included, as vLLM logs it); the largest max_model_len that fits reserves the null block first.
+Hybrid layouts (interleaved sliding-window/global layers, attention + Mamba) are refused, not guessed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from .derive import ceil_div
+
+GiB = 1024**3
+DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2}
+KV_DTYPE_BYTES = {"fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
+DEFAULT_ACTIVATION_BYTES = 2 * GiB  # activations + non-torch memory + CUDA graphs of a mid-size model
+
+
+class Unsupported(ValueError):
+    """The model's KV layout is one this version cannot compute exactly."""
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What decides the KV cache size of a model, read from its config."""
+
+    model_type: str
+    num_layers: int
+    num_kv_heads: int
+    head_dim: int
+    dtype: str  # the config's torch_dtype
+    mla_latent: int | None = None  # kv_lora_rank + qk_rope_head_dim (DeepSeek-V2/V3)
+    sliding_window: int | None = None  # every layer slides (Mistral-style)
+    max_position_embeddings: int | None = None
+
+    @property
+    def family(self) -> str:
+        if self.mla_latent is not None:
+            return "mla"
+        if self.sliding_window is not None:
+            return "sliding_window"
+        if self.num_kv_heads == 1:
+            return "mqa"
+        return "gqa" if self.num_kv_heads else "mha"
+
+
+def load_config(path: Path) -> tuple[dict[str, Any], int | None]:
+    """config.json (a file or a model folder) and, for a folder, the weights' bytes from its safetensors index."""
+    folder = path if path.is_dir() else path.parent
+    file = path / "config.json" if path.is_dir() else path
+    try:
+        cfg: dict[str, Any] = json.loads(file.read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"cannot read a model config from {file}: {exc}") from None
+    weights = None
+    index = folder / "model.safetensors.index.json"
+    if path.is_dir() and index.exists():
+        try:
+            weights = int(json.loads(index.read_text())["metadata"]["total_size"])
+        except (ValueError, KeyError, TypeError):
+            weights = None
+    return cfg, weights
+
+
+def shape_from_config(cfg: dict[str, Any]) -> ModelShape:
+    """Read the KV-relevant shape; multimodal configs keep the language model under text_config."""
+    if isinstance(cfg.get("text_config"), dict):
+        outer_dtype = cfg.get("torch_dtype")
+        cfg = {"torch_dtype": outer_dtype, **cfg["text_config"]}
+    model_type = str(cfg.get("model_type", "unknown"))
+    layers = cfg.get("num_hidden_layers") or cfg.get("n_layer") or cfg.get("num_layers")
+    heads = cfg.get("num_attention_heads") or cfg.get("n_head")
+    if not isinstance(layers, int) or not isinstance(heads, int):
+        raise Unsupported(f"config of model_type {model_type!r} names no num_hidden_layers/num_attention_heads")
+    if any(k in cfg for k in ("mamba_d_state", "ssm_state_size", "mamba_expand", "layers_block_type")) or \
+            "mamba" in model_type or "jamba" in model_type:
+        raise Unsupported(f"{model_type}: hybrid attention + Mamba layouts are not supported yet; "
+                          "read the capacity from the server's start-up log or vllm:cache_config_info")
+    layer_types = cfg.get("layer_types")
+    if (isinstance(layer_types, list) and len(set(layer_types)) > 1) or cfg.get("sliding_window_pattern"):
+        raise Unsupported(f"{model_type}: interleaved sliding-window/global layers are not supported yet; "
+                          "use kv_cache_max_concurrency from vllm:cache_config_info (vLLM >= 0.24)")
+    dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
+    max_pos = cfg.get("max_position_embeddings")
+    if cfg.get("kv_lora_rank"):
+        latent = int(cfg["kv_lora_rank"]) + int(cfg.get("qk_rope_head_dim", 0))
+        return ModelShape(model_type, layers, 1, latent, dtype, mla_latent=latent, max_position_embeddings=max_pos)
+    kv_heads = int(cfg.get("num_key_value_heads") or heads)
+    head_dim = int(cfg.get("head_dim") or cfg["hidden_size"] // heads)
+    window = cfg.get("sliding_window") if cfg.get("use_sliding_window", True) else None
+    if window is not None and (not isinstance(window, int) or (isinstance(max_pos, int) and window >= max_pos)):
+        window = None  # a window as long as the context slides nothing
+    if window is not None:
+        raise Unsupported(f"{model_type}: sliding-window attention (window {window}) is not supported yet; "
+                          "its per-request cap depends on max_num_batched_tokens and async scheduling")
+    return ModelShape(model_type, layers, kv_heads, head_dim, dtype, max_position_embeddings=max_pos)
+
+
+def dtype_bytes(name: str) -> int:
+    try:
+        return KV_DTYPE_BYTES.get(name) or DTYPE_BYTES[name]
+    except KeyError:
+        raise ValueError(f"unknown dtype {name!r}") from None
+
+
+def kv_bytes_per_token_per_layer(shape: ModelShape, kv_bytes: int, tp: int) -> int:
+    """Full attention: 2 (K, V) × max(1, kv_heads // TP) × head_dim × bytes; MLA: one latent × bytes, on every rank."""
+    if shape.mla_latent is not None:
+        return shape.mla_latent * kv_bytes
+    return 2 * max(1, shape.num_kv_heads // tp) * shape.head_dim * kv_bytes
+
+
+def served_kv_bytes_per_token(shape: ModelShape, cache_dtype: str | None, tp: int) -> int:
+    """KV bytes per token per device of a running server: its cache_dtype ('auto' = the model's) and TP."""
+    kv = shape.dtype if cache_dtype in (None, "", "auto") else str(cache_dtype)
+    return kv_bytes_per_token_per_layer(shape, dtype_bytes(kv), tp) * shape.num_layers
+
+
+def kv_pool_bytes(gpu_memory: int, utilization: float, weights_per_device: int, activation: int) -> int:
+    """KV pool per device = ceil(memory × gpu_memory_utilization) − weights − activation reserve."""
+    return math.ceil(gpu_memory * utilization) - weights_per_device - activation
+
+
+def max_concurrency(num_blocks: int, max_model_len: int, block_size: int) -> float:
+    """vLLM's 'Maximum concurrency': num_blocks / cdiv(max_model_len, block_size), null block included."""
+    return num_blocks / ceil_div(max_model_len, block_size)
+
+
+def max_model_len_fit(num_blocks: int, block_size: int, cap: int) -> int:
+    """vLLM's 'estimated maximum model length': the null block reserved, capped at the requested length."""
+    return max(0, min(cap, (num_blocks - 1) * block_size))
+
+
+@dataclass(frozen=True)
+class Inputs:
+    shape: ModelShape
+    dtype: str = "auto"
+    kv_cache_dtype: str = "auto"
+    tensor_parallel_size: int = 1
+    block_size: int = 16
+    max_model_len: int | None = None
+    max_num_seqs: int = 256
+    gpu_memory: int | None = None  # bytes per device
+    gpu_memory_utilization: float = 0.92
+    weights_bytes: int | None = None  # whole model
+    activation_bytes: int = DEFAULT_ACTIVATION_BYTES
+    kv_cache_memory: int | None = None  # bytes per device, skips the budget math
+    num_gpu_blocks_override: int | None = None
+
+    @property
+    def model_dtype(self) -> str:
+        return self.shape.dtype if self.dtype == "auto" else self.dtype
+
+    @property
+    def kv_dtype(self) -> str:
+        return self.model_dtype if self.kv_cache_dtype == "auto" else self.kv_cache_dtype
+
+    @property
+    def context(self) -> int:
+        if self.max_model_len is not None:
+            return self.max_model_len
+        if self.shape.max_position_embeddings:
+            return int(self.shape.max_position_embeddings)
+        raise ValueError("max_model_len is unknown: pass --max-model-len")
+
+
+@dataclass(frozen=True)
+class Estimate:
+    family: str
+    kv_bytes_per_token_per_layer: int
+    kv_bytes_per_token: int  # per device, whole model
+    bytes_per_block: int
+    weights_per_device: int | None
+    activation_bytes: int | None
+    kv_pool_bytes: int
+    num_blocks: int
+    kv_tokens: int
+    max_model_len: int
+    max_concurrency: float
+    max_model_len_fit: int
+    max_num_seqs: int
+    verdict: str
+    explanation: str
+
+
+VERDICTS = ("budget_exhausted", "sequence_too_long", "too_many_sequences", "fits")
+
+
+def estimate(x: Inputs) -> Estimate:
+    """The five steps: budget, weights and activations, KV pool, one sequence (S side), many (N side)."""
+    tp = x.tensor_parallel_size
+    per_layer = kv_bytes_per_token_per_layer(x.shape, dtype_bytes(x.kv_dtype), tp)
+    per_token = per_layer * x.shape.num_layers
+    per_block = per_token * x.block_size
+    weights = None
+    if x.kv_cache_memory is not None:
+        pool = x.kv_cache_memory
+        activation = None
+    else:
+        if x.gpu_memory is None:
+            raise ValueError("give --gpu-memory (with weights) or --kv-cache-memory")
+        if x.weights_bytes is None:
+            raise ValueError("the weights' size is unknown: pass a model folder with a safetensors index, "
+                             "--params or --weights-bytes")
+        weights = ceil_div(x.weights_bytes, tp)
+        activation = x.activation_bytes
+        pool = kv_pool_bytes(x.gpu_memory, x.gpu_memory_utilization, weights, activation)
+    blocks = max(0, pool // per_block)
+    if x.num_gpu_blocks_override is not None:
+        blocks = x.num_gpu_blocks_override
+    length = x.context
+    per_request = ceil_div(length, x.block_size)
+    conc = max_concurrency(blocks, length, x.block_size) if blocks else 0.0
+    fit = max_model_len_fit(blocks, x.block_size, length) if blocks else 0
+    if blocks < 2:
+        verdict = "budget_exhausted"
+        why = (f"weights ({_gib(weights)}) and the activation reserve ({_gib(activation)}) leave "
+               f"{_gib(max(pool, 0))} for the KV cache: not one block of {per_block} bytes")
+    elif blocks - 1 < per_request:
+        verdict = "sequence_too_long"
+        why = (f"one request of max_model_len {length} needs {per_request} blocks, the pool has {blocks - 1} "
+               f"usable: vLLM refuses to start; the largest max_model_len that fits is {fit}")
+    elif x.max_num_seqs * per_request > blocks - 1:
+        verdict = "too_many_sequences"
+        why = (f"{x.max_num_seqs} sequences at max_model_len need {x.max_num_seqs * per_request} blocks, the pool "
+               f"has {blocks - 1}: it starts, but only {conc:.2f} full-length requests fit at once; more long "
+               "requests will be preempted")
+    else:
+        verdict = "fits"
+        why = f"{x.max_num_seqs} sequences of max_model_len {length} fit in {blocks - 1} usable blocks"
+    return Estimate(
+        family=x.shape.family,
+        kv_bytes_per_token_per_layer=per_layer,
+        kv_bytes_per_token=per_token,
+        bytes_per_block=per_block,
+        weights_per_device=weights,
+        activation_bytes=activation,
+        kv_pool_bytes=pool,
+        num_blocks=blocks,
+        kv_tokens=int(conc * length),
+        max_model_len=length,
+        max_concurrency=conc,
+        max_model_len_fit=fit,
+        max_num_seqs=x.max_num_seqs,
+        verdict=verdict,
+        explanation=why,
+    )
+
+
+def _gib(n: int | None) -> str:
+    return "?" if n is None else f"{n / GiB:.2f} GiB"
+
+
+WHAT_IF_COSTS = {
+    "max_model_len halved": "halves the context window: longer prompts are rejected",
+    "KV cache fp8": "quantization error in attention (usually small); needs hardware fp8 support",
+    "tensor parallel doubled": "twice the devices and all-reduce communication every layer",
+    "max_num_seqs 1": "peak concurrency of one request: throughput collapses",
+    "gpu_memory_utilization +0.05": "less headroom for activations and other processes: OOM risk at start",
+}
+
+
+def what_if(x: Inputs) -> list[tuple[str, Estimate, str]]:
+    """The same estimate under each standard change, with what the change costs."""
+    changes: list[tuple[str, Inputs]] = [
+        ("max_model_len halved", replace(x, max_model_len=max(x.block_size, x.context // 2))),
+        ("KV cache fp8", replace(x, kv_cache_dtype="fp8")),
+        ("tensor parallel doubled", replace(x, tensor_parallel_size=2 * x.tensor_parallel_size)),
+        ("max_num_seqs 1", replace(x, max_num_seqs=1)),
+    ]
+    if x.kv_cache_memory is None:
+        changes.append(("gpu_memory_utilization +0.05",
+                        replace(x, gpu_memory_utilization=min(1.0, x.gpu_memory_utilization + 0.05))))
+    return [(name, estimate(changed), WHAT_IF_COSTS[name]) for name, changed in changes]
+
+
+def as_json(x: Inputs, e: Estimate) -> dict[str, Any]:
+    out: dict[str, Any] = dict(e.__dict__)
+    out["max_concurrency"] = round(e.max_concurrency, 4)
+    out["partitions"] = {"weights_per_device": e.weights_per_device, "activation": e.activation_bytes,
+                         "kv_pool": e.kv_pool_bytes}
+    out["inputs"] = {"model_type": x.shape.model_type, "num_layers": x.shape.num_layers,
+                     "num_kv_heads": x.shape.num_kv_heads, "head_dim": x.shape.head_dim, "dtype": x.model_dtype,
+                     "kv_cache_dtype": x.kv_dtype, "tensor_parallel_size": x.tensor_parallel_size,
+                     "block_size": x.block_size, "max_model_len": x.context, "max_num_seqs": x.max_num_seqs}
+    out["what_if"] = [{"change": name, "verdict": w.verdict, "num_blocks": w.num_blocks,
+                       "max_concurrency": round(w.max_concurrency, 4), "max_model_len_fit": w.max_model_len_fit,
+                       "cost": cost} for name, w, cost in what_if(x)]
+    return out
+
+
+def render(x: Inputs, e: Estimate) -> str:
+    rows = [
+        f"model: {x.shape.model_type} ({e.family}), {x.shape.num_layers} layers, "
+        + (f"MLA latent {x.shape.mla_latent}" if x.shape.mla_latent else
+           f"{x.shape.num_kv_heads} KV heads × head_dim {x.shape.head_dim}")
+        + f", KV dtype {x.kv_dtype}, TP {x.tensor_parallel_size}, block size {x.block_size}",
+        f"verdict: {e.verdict}: {e.explanation}",
+        "",
+        f"  weights per device       {_gib(e.weights_per_device)}",
+        f"  activation reserve       {_gib(e.activation_bytes)}",
+        f"  KV pool per device       {_gib(e.kv_pool_bytes)}",
+        f"  KV bytes per token       {e.kv_bytes_per_token_per_layer} per layer, {e.kv_bytes_per_token} per device "
+        f"({e.kv_bytes_per_token / 1024:.1f} KiB)",
+        f"  bytes per block          {e.bytes_per_block}",
+        f"  blocks                   {e.num_blocks} ({max(e.num_blocks - 1, 0)} usable)",
+        f"  KV cache size            {e.kv_tokens:,} tokens",
+        f"  max concurrency          {e.max_concurrency:.2f}x at {e.max_model_len:,} tokens per request",
+        f"  max_model_len that fits  {e.max_model_len_fit:,}",
+        "",
+        f"  {'what if':<30} {'verdict':<20} {'blocks':>10} {'concurrency':>12} {'fit':>10}  cost",
+    ]
+    for name, w, cost in what_if(x):
+        rows.append(f"  {name:<30} {w.verdict:<20} {w.num_blocks:>10} {w.max_concurrency:>11.2f}x "
+                    f"{w.max_model_len_fit:>10}  {cost}")
+    return "\n".join(rows)

@@ -1,0 +1,165 @@
+"""`vllm-headroom recommend`: max_model_len and max_num_seqs from a server's observed length histograms.
+
+vLLM exports the prompt and generation lengths as two separate histograms, so the quantile of their sum is
+bounded, not measured: P(prompt + gen > a + b) ≤ P(prompt > a) + P(gen > b). We take a and b at the
+(1 − (1 − q) / 2) quantiles, so at most a share 1 − q of requests exceed the recommended length.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from . import derive, exposition, vllm
+from .profile import bucket_quantile
+from .scrape import ModelsInfo, ScrapeError, fetch, parse_models
+from .target import Settings, Target, one_shot
+
+SHARE_LOW, SHARE_HIGH = 0.70, 0.80  # max_num_seqs as a share of the worst-case concurrency the pool allows
+
+
+@dataclass(frozen=True)
+class LengthAdvice:
+    quantile: float
+    max_model_len: int
+    exceed_share_bound: float  # at most this share of requests would exceed it
+    prompts_over: float  # share of observed prompts longer than it (rejected outright)
+
+
+def share_above(hist: vllm.Histogram, tokens: int) -> float:
+    """Share of observations above `tokens`, from the first bucket bound at or above it (an upper bound)."""
+    total = hist.buckets[-1][1] if hist.buckets else 0.0
+    if total <= 0:
+        return 0.0
+    for bound, cumulative in hist.buckets:
+        if bound >= tokens:
+            return max(0.0, 1.0 - cumulative / total)
+    return 0.0
+
+
+def length_advice(prompt: vllm.Histogram, gen: vllm.Histogram, q: float, block_size: int,
+                  cap: int | None) -> LengthAdvice:
+    """A max_model_len at quantile q of prompt + generated tokens, rounded up to whole blocks."""
+    half = 1.0 - (1.0 - q) / 2
+    a = bucket_quantile(prompt.buckets, half)
+    b = bucket_quantile(gen.buckets, half)
+    if a is None or b is None or math.isinf(a) or math.isinf(b):
+        raise ValueError(f"the p{100 * q:g} falls in the histograms' open-ended bucket: nothing to recommend below "
+                         "the current max_model_len")
+    tokens = derive.blocks_for_tokens(math.ceil(a + b), block_size) * block_size
+    if cap is not None:
+        tokens = min(tokens, cap)
+    return LengthAdvice(q, tokens, 1.0 - q, share_above(prompt, tokens))
+
+
+def recommend(report_engine: Any, expo: exposition.Exposition, min_requests: int) -> dict[str, Any]:
+    """Advice for one engine from its report and the exposition's histograms."""
+    e = report_engine
+    snap = vllm.read(expo)
+    sample = next(s for s in snap.engines if (s.model_name, s.engine) == (e.model_name, e.engine))
+    prompt = sample.histograms.get(vllm.PROMPT_HIST)
+    gen = sample.histograms.get(vllm.GENERATION_HIST)
+    if prompt is None or gen is None:
+        raise ValueError("the exposition has no vllm:request_prompt_tokens / request_generation_tokens histograms")
+    n = int(prompt.count)
+    if n < min_requests:
+        raise ValueError(f"only {n} finished requests observed; at least {min_requests} are needed to recommend")
+    h = e.headroom
+    bs = h.block_size_tokens
+    current_len = e.config.int("max_model_len")
+    out: dict[str, Any] = {"model_name": e.model_name, "engine": e.engine, "requests_observed": n,
+                           "basis": "lifetime histograms of vllm:request_prompt_tokens and "
+                                    "vllm:request_generation_tokens (observed when requests finish); the quantile "
+                                    "of their sum is bounded by the union bound",
+                           "current": {"max_model_len": current_len, "max_num_seqs": e.max_num_seqs,
+                                       "max_concurrency_at_max_model_len": h.max_concurrency_max_model_len}}
+    lengths = []
+    for q in (0.99, 0.999):
+        if n * (1 - q) < 1:
+            lengths.append({"quantile": q, "refused": f"p{100 * q:g} needs at least {math.ceil(1 / (1 - q))} requests"})
+            continue
+        try:
+            adv = length_advice(prompt, gen, q, bs, current_len)
+        except ValueError as exc:
+            lengths.append({"quantile": q, "refused": str(exc)})
+            continue
+        w = derive.blocks_for_tokens(adv.max_model_len, bs)
+        lengths.append({
+            "quantile": q, "max_model_len": adv.max_model_len, "exceed_share_at_most": round(adv.exceed_share_bound, 6),
+            "prompts_longer": round(adv.prompts_over, 6),
+            "max_concurrency": derive.max_concurrency(h.kv_capacity_blocks, w),
+            "max_concurrency_change": derive.max_concurrency(h.kv_capacity_blocks, w)
+            - (h.max_concurrency_max_model_len or 0),
+        })
+    out["max_model_len"] = lengths
+    fits = h.max_concurrency_profile
+    low, high = max(1, math.floor(SHARE_LOW * fits)), max(1, math.floor(SHARE_HIGH * fits))
+    out["max_num_seqs"] = {
+        "range": [low, high],
+        "worst_case_concurrency": fits,
+        "worst_case_blocks_per_request": h.worst_case_blocks_profile,
+        "why": f"the pool holds {fits} requests of the observed worst case ({h.worst_case_blocks_profile} blocks each)"
+               f"; {int(100 * SHARE_LOW)}-{int(100 * SHARE_HIGH)} % of that leaves room for longer outliers "
+               "without preemption",
+        "concurrency_change": None if e.max_num_seqs is None else high - e.max_num_seqs,
+    }
+    return out
+
+
+def _fetch(url: str, timeout: float) -> tuple[str, int | None]:
+    async def run() -> tuple[str, int | None]:
+        async with httpx.AsyncClient() as client:
+            text = await fetch(client, url.rstrip("/") + "/metrics", timeout)
+            try:
+                models = parse_models(await fetch(client, url.rstrip("/") + "/v1/models", timeout))
+            except ScrapeError:
+                return text, None
+            return text, models.max_model_len
+
+    return asyncio.run(run())
+
+
+def cmd_recommend(args: argparse.Namespace) -> int:
+    from .cli import UsageError, settings_for
+
+    source: str = args.source
+    is_url = source.startswith(("http://", "https://"))
+    settings: Settings = settings_for(source, args, None)
+    target: Target = one_shot(settings)
+    try:
+        if is_url:
+            text, max_len = _fetch(source, 5.0)
+            target.models = ModelsInfo((), max_len)
+        else:
+            text = Path(source).read_text(encoding="utf-8", errors="replace")
+        report = target.observe(time.monotonic(), text, gauges_only=True)
+        expo = exposition.parse(text, vllm.WANTED)
+        if not report.engines:
+            raise ValueError("no engine with a known capacity in the exposition")
+        advice = [recommend(e, expo, args.min_requests) for e in report.engines]
+    except (OSError, ValueError, ScrapeError) as exc:
+        raise UsageError(str(exc)) from None
+    if args.json:
+        print(json.dumps(advice, indent=2))
+        return 0
+    for a in advice:
+        print(f"model={a['model_name']} engine={a['engine']}: {a['requests_observed']} finished requests")
+        print(f"  basis: {a['basis']}")
+        for item in a["max_model_len"]:
+            if "refused" in item:
+                print(f"  max_model_len at p{100 * item['quantile']:g}: not recommended ({item['refused']})")
+            else:
+                print(f"  max_model_len at p{100 * item['quantile']:g}: {item['max_model_len']} "
+                      f"(at most {100 * item['exceed_share_at_most']:.2f} % of requests longer; "
+                      f"max concurrency {item['max_concurrency']}, {item['max_concurrency_change']:+d})")
+        m = a["max_num_seqs"]
+        print(f"  max_num_seqs: {m['range'][0]}-{m['range'][1]} ({m['why']})")
+    return 0

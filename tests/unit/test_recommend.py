@@ -1,0 +1,53 @@
+"""`recommend` on expositions recorded from the real vLLM, and --model-config's absolute figures."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from exporter import cli
+from tests import fixtures
+
+ROOT = fixtures.ROOT
+
+
+def test_recommend_from_the_false_full_recording(capsys: pytest.CaptureFixture[str]) -> None:
+    # 1,072 finished requests of prompt 16 (bucket 20) + 64 generated (bucket 100): p99 of the sum <= 120 tokens.
+    assert cli.main(["recommend", str(ROOT / "false-full" / "snapshot.prom"), "--json",
+                     "--vllm-args", "--max-model-len 512 --max-num-seqs 8"]) == 0
+    [advice] = json.loads(capsys.readouterr().out)
+    assert advice["requests_observed"] == 1072
+    p99 = advice["max_model_len"][0]
+    assert (p99["quantile"], p99["max_model_len"]) == (0.99, 128)  # 120 rounded up to whole 32-token blocks
+    assert p99["max_concurrency"] == 9 and p99["max_concurrency_change"] == 9 - 2
+    assert advice["max_model_len"][1]["max_model_len"] == 128  # p99.9 needs 1,000 requests: 1,072 is enough
+    assert advice["max_num_seqs"]["range"] == [6, 7]  # 70-80 % of floor(39 / 4) = 9
+
+
+def test_recommend_refuses_from_too_few_requests(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["recommend", str(ROOT / "idle" / "snapshot.prom")]) == 2
+    assert "only 0 finished requests observed" in capsys.readouterr().err
+
+
+def test_recommend_refuses_quantiles_the_sample_cannot_support(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    # The head-of-line recording ends with its 8 requests finished; even with the minimum lowered,
+    # a p99 needs 100 requests and a p99.9 needs 1,000.
+    last = tmp_path / "metrics.prom"
+    last.write_text(fixtures.recording("head-of-line").frames[-1][1])
+    assert cli.main(["recommend", str(last), "--json", "--min-requests", "1",
+                     "--vllm-args", "--max-model-len 8192 --max-num-seqs 8"]) == 0
+    [advice] = json.loads(capsys.readouterr().out)
+    assert [("refused" in x) for x in advice["max_model_len"]] == [True, True]
+
+
+def test_model_config_adds_absolute_bytes(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["diagnose", str(ROOT / "false-full" / "snapshot.prom"), "--json",
+                     "--vllm-args", "--max-num-seqs 8", "--model-config", "tests/e2e/tiny-llama/config.json"]) == 0
+    engine = json.loads(capsys.readouterr().out)["targets"][0]["engines"][0]
+    # 2 layers x 2 (K, V) x 1 KV head x 64 x 2 bytes = 512 bytes per token; 16 KiB per block of 32.
+    assert engine["kv_bytes_per_token"] == 512
+    assert engine["kv_free_bytes"] == engine["kv_free_blocks"] * 16384
+    assert engine["worst_case_request_bytes"] == engine["worst_case_blocks_per_request"]["profile"] * 16384

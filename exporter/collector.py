@@ -131,7 +131,8 @@ class HeadroomCollector(Collector):
         yield up
         yield duration
         yield errors
-        yield from gauges.values()
+        # A family with no samples (e.g. byte figures without --model-config) would only advertise a name.
+        yield from (g for g in gauges.values() if g.samples)
         yield worst
         yield concurrency
         yield profile

@@ -18,8 +18,6 @@ Series = list[tuple[Labels, float]]
 # A label pair: name="value" with the text format's three escapes; a comma may follow.
 _LABEL_RE = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\\n]|\\.)*)"\s*(,|$)')
 _NAME_START = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_:")
-_VLLM = "vllm:"
-_normalized: dict[str, str] = {}
 
 
 class ExpositionError(ValueError):
@@ -41,26 +39,47 @@ class Exposition:
         return self.samples.get(name, [])
 
 
-def normalize_name(name: str) -> str:
-    """Map Ray-exported vLLM names (`ray_vllm:x`, `ray_vllm_x`) to vLLM's own (`vllm:x`)."""
-    cached = _normalized.get(name)
-    if cached is not None:
-        return cached
-    out = name
-    if name.startswith("ray_vllm:") or name.startswith("ray_vllm_"):
-        out = _VLLM + name[9:]
-    if len(_normalized) < 20000:  # names are a small fixed set; the cap only guards against a hostile target
-        _normalized[name] = out
-    return out
-
-
 def _unescape(value: str) -> str:
     if "\\" not in value:
         return value
     return value.replace("\\\\", "\x00").replace('\\"', '"').replace("\\n", "\n").replace("\x00", "\\")
 
 
+_label_cache: dict[str, Labels] = {}
+
+
+def _cached_labels(text: str, line_no: int) -> Labels:
+    """Label sets repeat scrape after scrape (only values change): parse each distinct one once.
+
+    The dicts are shared, so callers must treat them as read-only.
+    """
+    labels = _label_cache.get(text)
+    if labels is None:
+        labels = _parse_labels(text, line_no)
+        if len(_label_cache) >= 65536:  # a target that invents label sets must not grow us without bound
+            _label_cache.clear()
+        _label_cache[text] = labels
+    return labels
+
+
 def _parse_labels(text: str, line_no: int) -> Labels:
+    if "\\" not in text:
+        # Without escapes no value can hold a quote, so '",' separates pairs exactly: split at C speed.
+        labels: Labels = {}
+        body = text.rstrip().rstrip(",")
+        if not body.endswith('"'):
+            raise ExpositionError(f"line {line_no}: malformed label set {{{text}}}")
+        for pair in body[:-1].split('",'):
+            name, sep, value = pair.partition('="')
+            name = name.strip().lstrip(",").strip()
+            if not sep or not name.isidentifier() or not name.isascii() or '"' in value:
+                return _parse_labels_escaped(text, line_no)
+            labels[name] = value
+        return labels
+    return _parse_labels_escaped(text, line_no)
+
+
+def _parse_labels_escaped(text: str, line_no: int) -> Labels:
     labels: Labels = {}
     pos, end = 0, len(text)
     while pos < end:
@@ -83,16 +102,38 @@ def _value(token: str, line_no: int) -> float:
         raise ExpositionError(f"line {line_no}: expected a float value, got {token[:40]!r}") from None
 
 
+def _fold_ray(text: str) -> str:
+    """Rename Ray's `ray_vllm:` / `ray_vllm_` sample lines to `vllm:` (HELP/TYPE comments are not read)."""
+    text = "\n" + text
+    return text.replace("\nray_vllm:", "\nvllm:").replace("\nray_vllm_", "\nvllm:")[1:]
+
+
 def parse(text: str, wanted: Iterable[str] | None = None) -> Exposition:
-    """Parse `text`; keep samples whose normalized name is in `wanted` (all when None)."""
-    want = None if wanted is None else frozenset(wanted)
+    """Parse `text`; keep samples whose normalized name is in `wanted` (all when None).
+
+    With `wanted`, only lines that start with a wanted name are read at all (a C-speed prefix test), which
+    is what keeps a scrape cheap; lines of other families are not validated, so junk in a family we do not
+    use cannot take the sidecar down (Prometheus, scraping vLLM itself, reports such lines).
+    """
     if text and not text.endswith("\n"):
         # The format requires a final line feed; its absence means the body was cut off.
         raise ExpositionError("the exposition ends mid-line (truncated body)", reason="truncated")
+    if "ray_vllm" in text:
+        text = _fold_ray(text)
+    all_lines = text.split("\n")
+    if wanted is None:
+        lines: Iterable[tuple[int, str]] = enumerate(all_lines, 1)
+    else:
+        prefixes = tuple(wanted)
+        lines = [(0, ln) for ln in all_lines if ln.startswith(prefixes)]  # line numbers only for errors
     out = Exposition()
-    samples = out.samples
-    vllm_lines = 0
-    for line_no, line in enumerate(text.split("\n"), 1):
+    out.vllm_lines = text.count("\nvllm:") + text.startswith("vllm:")
+    _parse_lines(lines, out.samples, None if wanted is None else frozenset(wanted))
+    return out
+
+
+def _parse_lines(lines: Iterable[tuple[int, str]], samples: dict[str, Series], want: frozenset[str] | None) -> None:
+    for line_no, line in lines:
         if not line or line[0] == "#":
             continue
         if line[-1] == "\r":
@@ -104,7 +145,7 @@ def parse(text: str, wanted: Iterable[str] | None = None) -> Exposition:
         brace = line.find("{")
         space = line.find(" ")
         if brace != -1 and (space == -1 or brace < space):
-            raw = line[:brace]
+            name = line[:brace]
             close = line.rfind("}")
             if close < brace:
                 raise ExpositionError(f"line {line_no}: unclosed label set")
@@ -113,23 +154,18 @@ def parse(text: str, wanted: Iterable[str] | None = None) -> Exposition:
         else:
             if space == -1:
                 raise ExpositionError(f"line {line_no}: sample has no value: {line[:60]!r}")
-            raw = line[:space]
+            name = line[:space]
             label_text = ""
             rest = line[space:]
-        name = normalize_name(raw)
-        if name.startswith(_VLLM):
-            vllm_lines += 1
+        if want is not None and name not in want:
+            continue  # a longer name that shares a wanted prefix
         tokens = rest.split()
         if not tokens or len(tokens) > 2:
-            raise ExpositionError(f"line {line_no}: expected 'value [timestamp]' after {raw}")
+            raise ExpositionError(f"line {line_no}: expected 'value [timestamp]' after {name}")
         value = _value(tokens[0], line_no)
-        if want is not None and name not in want:
-            continue
-        labels = _parse_labels(label_text, line_no) if label_text else {}
+        labels = _cached_labels(label_text, line_no) if label_text else {}
         series = samples.get(name)
         if series is None:
             samples[name] = [(labels, value)]
         else:
             series.append((labels, value))
-    out.vllm_lines = vllm_lines
-    return out

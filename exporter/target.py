@@ -97,6 +97,8 @@ class Target:
         self._models_at: float | None = None
         self._cmdline: list[str] | None = None
         self._cmdline_at: float | None = None
+        self._cmdline_args: dict[str, object] | None = None
+        self._given_args: dict[str, object] | None = None
         self.errors: dict[str, int] = {}
         self.known_engines: set[tuple[str, str]] = set()
         self.last: TargetReport = TargetReport(settings.url, up=False, error="not scraped yet",
@@ -105,14 +107,17 @@ class Target:
     # -- configuration sources ------------------------------------------------------------------
     def _vllm_args(self, now: float) -> tuple[dict[str, object] | None, Source]:
         if self.settings.vllm_args is not None:
-            return parse_vllm_args(self.settings.vllm_args), Source.VLLM_ARGS
+            if self._given_args is None:
+                self._given_args = parse_vllm_args(self.settings.vllm_args)
+            return self._given_args, Source.VLLM_ARGS
         if not self.settings.discover_cmdline:
             return None, Source.CMDLINE
         if self._cmdline_at is None or now - self._cmdline_at >= self.settings.models_interval:
             self._cmdline_at = now
             port = urlsplit(self.settings.url).port or 80
             self._cmdline = find_vllm_cmdline(port)
-        return (parse_vllm_args(self._cmdline) if self._cmdline else None), Source.CMDLINE
+            self._cmdline_args = parse_vllm_args(self._cmdline) if self._cmdline else None
+        return self._cmdline_args, Source.CMDLINE
 
     # -- the synchronous core ------------------------------------------------------------------
     def observe(self, now: float, text: str, gauges_only: bool = False) -> TargetReport:

@@ -6,6 +6,7 @@ rise lately, since when has the engine made no progress, ...); `Tracker` keeps t
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -23,6 +24,8 @@ class Verdict(StrEnum):
     LEAK = "leak"
     TARGET_DOWN = "target_down"
 
+
+CEILING_WINDOW = 300.0  # seconds of running counts that stand in for an unknown max_num_seqs
 
 # Verdicts in which requests wait although the pool has room: the panel looks fine, the queue grows.
 FALSE_FULL_VERDICTS = frozenset({Verdict.SLOTS_FULL, Verdict.HEAD_OF_LINE, Verdict.DEFERRED, Verdict.STUCK})
@@ -127,7 +130,7 @@ class Tracker:
         self._last_progress_value: tuple[float | None, float | None] | None = None
         self._last_progress_at: float | None = None
         self._waiting_prev: bool | None = None
-        self._ceiling: list[tuple[float, int]] = []
+        self._ceiling: deque[tuple[float, int]] = deque()  # (time, running), running decreasing: a sliding max
         self._idle_since: float | None = None
         self._false_full_since: float | None = None
         self._last_time: float | None = None
@@ -162,9 +165,12 @@ class Tracker:
             self._last_progress_at = now
         no_progress = now - self._last_progress_at
 
-        self._ceiling = [(ts, r) for ts, r in self._ceiling if now - ts <= 300.0]
+        while self._ceiling and self._ceiling[-1][1] <= o.running:
+            self._ceiling.pop()
         self._ceiling.append((now, o.running))
-        ceiling = max(r for _, r in self._ceiling)
+        while now - self._ceiling[0][0] > CEILING_WINDOW:
+            self._ceiling.popleft()
+        ceiling = self._ceiling[0][1]
 
         idle_with_blocks = o.running == 0 and o.waiting == 0 and o.headroom.kv_used_blocks > 0
         if not idle_with_blocks:

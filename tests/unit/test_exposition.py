@@ -58,9 +58,22 @@ def test_malformed_input_is_rejected_with_a_reason(text: str, reason: str, fragm
     assert fragment in str(err.value)
 
 
-def test_malformed_lines_in_skipped_families_are_still_caught() -> None:
+def test_junk_in_families_we_do_not_read_does_not_stop_the_sidecar() -> None:
+    expo = exposition.parse("vllm:wanted 1\nunwanted oops\n", wanted={"vllm:wanted"})
+    assert expo.series("vllm:wanted") == [({}, 1.0)]
+    # The full parse (no filter) still rejects it.
     with pytest.raises(exposition.ExpositionError):
-        exposition.parse("vllm:wanted 1\nunwanted oops\n", wanted={"vllm:wanted"})
+        exposition.parse("vllm:wanted 1\nunwanted oops\n")
+
+
+def test_malformed_wanted_lines_are_caught_by_the_filtered_parse() -> None:
+    with pytest.raises(exposition.ExpositionError, match="expected a float"):
+        exposition.parse("vllm:wanted one\n", wanted={"vllm:wanted"})
+
+
+def test_a_longer_name_sharing_a_wanted_prefix_is_not_taken() -> None:
+    expo = exposition.parse("vllm:a_total 1\nvllm:a_total_extra 2\n", wanted={"vllm:a_total"})
+    assert expo.series("vllm:a_total") == [({}, 1.0)] and "vllm:a_total_extra" not in expo.samples
 
 
 def test_empty_body_parses_to_nothing() -> None:

@@ -1,0 +1,102 @@
+"""Tiny model shapes whose start-up capacity lines from the real vLLM prove `vllm-headroom estimate` exact.
+
+Each shape varies layers, KV heads, head_dim, dtype and block size (the CPU backend needs block sizes that
+are multiples of 32 and a head_dim it has kernels for). `record()` starts vLLM with each shape and keeps
+its start-up lines under tests/fixtures/vllm-0.32.0/capacity/<name>/; the unit suite checks them without vLLM.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from exporter import exposition, vllm
+
+from .vllm_server import VllmServer, parse_startup_capacity
+
+ROOT = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-0.32.0" / "capacity"
+FIT_RE = re.compile(r"max seq len \((\d+)\).*?estimated maximum model length is (\d+)", re.S)
+
+
+def llama(layers: int, heads: int, kv_heads: int, head_dim: int, dtype: str = "bfloat16") -> dict[str, Any]:
+    return {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": heads * head_dim,
+        "intermediate_size": 256, "num_hidden_layers": layers, "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads, "head_dim": head_dim, "vocab_size": 512,
+        "max_position_embeddings": 4096, "rms_norm_eps": 1e-5, "torch_dtype": dtype, "tie_word_embeddings": False,
+    }
+
+
+@dataclass(frozen=True)
+class Shape:
+    name: str
+    config: dict[str, Any]
+    block_size: int
+    max_model_len: int
+    dtype: str = "bfloat16"
+    override: int | None = None  # num_gpu_blocks_override; with a max_model_len that cannot fit: a failing start
+    kvcache_space_gib: int = 1
+    expect_failure: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+SHAPES = [
+    Shape("l2-kv1-hd64-bf16-bs32", llama(2, 2, 1, 64), 32, 512),
+    Shape("l4-kv2-hd64-bf16-bs64", llama(4, 4, 2, 64), 64, 2048),
+    Shape("l3-kv4-hd128-bf16-bs32", llama(3, 4, 4, 128), 32, 4096),
+    Shape("l2-kv2-hd64-fp32-bs64", llama(2, 2, 2, 64, "float32"), 64, 1024, dtype="float32"),
+    Shape("l6-kv1-hd128-bf16-bs64", llama(6, 2, 1, 128), 64, 3000),
+    Shape("too-long-l2-kv1-bs32", llama(2, 2, 1, 64), 32, 4096, override=64, expect_failure=True),
+]
+
+
+def start(shape: Shape) -> VllmServer:
+    return VllmServer(model_config=shape.config, dtype=shape.dtype, block_size=shape.block_size,
+                      max_model_len=shape.max_model_len, num_gpu_blocks_override=shape.override,
+                      kvcache_space_gib=shape.kvcache_space_gib, max_num_seqs=8)
+
+
+def observe(shape: Shape) -> dict[str, Any]:
+    """Start vLLM with the shape; return what its start-up log says about capacity (or why it refused)."""
+    server = start(shape)
+    try:
+        server.start()
+    except RuntimeError:
+        m = FIT_RE.search(server.log_text())  # the root cause is far above the traceback's tail
+        if not m:
+            raise
+        return {"failed": True, "max_model_len": int(m.group(1)), "estimated_max_model_len": int(m.group(2)),
+                "line": m.group(0)[:400]}
+    try:
+        cap = parse_startup_capacity(server.log_text())
+        # Without an override the log prints no block count; vLLM's own metric has it.
+        info = exposition.parse(httpx.get(server.url + "/metrics").text, {vllm.CACHE_CONFIG}).series(vllm.CACHE_CONFIG)
+        cap["num_gpu_blocks"] = int(info[0][0]["num_gpu_blocks"])
+        return {"failed": False, **cap}
+    finally:
+        server.stop()
+
+
+def record(names: list[str]) -> None:
+    for shape in SHAPES:
+        if names and shape.name not in names:
+            continue
+        seen = observe(shape)
+        out = ROOT / shape.name
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "config.json").write_text(json.dumps(shape.config, indent=2) + "\n")
+        meta = {"block_size": shape.block_size, "max_model_len": shape.max_model_len, "dtype": shape.dtype,
+                "num_gpu_blocks_override": shape.override, "VLLM_CPU_KVCACHE_SPACE": shape.kvcache_space_gib,
+                "observed": seen}
+        (out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+        print(shape.name, seen, flush=True)
+
+
+if __name__ == "__main__":
+    record(sys.argv[1:])

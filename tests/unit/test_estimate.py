@@ -126,3 +126,15 @@ def test_cli_refuses_unsupported_models_in_one_sentence(tmp_path: Path, capsys: 
     assert cli.main(["estimate", str(path), "--kv-cache-memory", "10GiB"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "not supported" in err
+
+
+def test_the_readmes_worked_examples(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["estimate", "docs/examples/llama-3.1-70b.json", "--tensor-parallel-size", "8", "--gpu-memory",
+                     "64GiB", "--params", "70.6B", "--max-model-len", "32768", "--max-num-seqs", "64", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["kv_bytes_per_token"], doc["num_blocks"], doc["verdict"]) == (40960, 66260, "too_many_sequences")
+    assert round(doc["max_concurrency"], 2) == 32.35
+    assert cli.main(["estimate", "docs/examples/deepseek-v2-lite.json", "--gpu-memory", "80GiB", "--params", "15.7B",
+                     "--max-model-len", "32768", "--max-num-seqs", "128", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["kv_bytes_per_token_per_layer"], doc["kv_bytes_per_token"], doc["num_blocks"]) == (1152, 31104, 91386)

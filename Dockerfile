@@ -1,0 +1,35 @@
+# vllm-headroom sidecar image.
+#   docker build -t vllm-headroom:0.1.0 .
+# Runs `vllm-headroom serve` as uid 65532 on port 9478; every setting is an env var VLLM_HEADROOM_* (see README),
+# e.g. VLLM_HEADROOM_TARGET=http://127.0.0.1:8000. Nothing at run time needs a shell or a writable filesystem.
+# BASE_IMAGE must be a Debian-based Python 3.11 image with `python` on PATH; CI builds a local stand-in
+# (deploy/build-base-image) because it reaches no registry.
+ARG BASE_IMAGE=python:3.11-slim-bookworm
+
+FROM ${BASE_IMAGE} AS build
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY exporter ./exporter
+# Only the runtime dependencies and the package go into the venv; pip and setuptools leave it afterwards.
+RUN python -m venv /opt/vllm-headroom \
+    && /opt/vllm-headroom/bin/pip install --no-cache-dir . \
+    && /opt/vllm-headroom/bin/pip uninstall --yes pip setuptools
+COPY deploy/docker/healthcheck.py /opt/vllm-headroom/healthcheck.py
+
+FROM ${BASE_IMAGE}
+LABEL org.opencontainers.image.title="vllm-headroom" \
+      org.opencontainers.image.description="Sidecar that tells why vLLM requests wait: KV admission headroom, worst-case blocks and a verdict as Prometheus metrics" \
+      org.opencontainers.image.licenses="Apache-2.0"
+COPY --from=build /opt/vllm-headroom /opt/vllm-headroom
+ENV PATH=/opt/vllm-headroom/bin:/usr/local/bin:/usr/bin:/bin \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    VLLM_HEADROOM_WEB_LISTEN_ADDRESS=0.0.0.0:9478
+# Numeric, so Kubernetes' runAsNonRoot can verify it without an /etc/passwd entry.
+USER 65532:65532
+WORKDIR /
+EXPOSE 9478
+HEALTHCHECK --interval=30s --timeout=5s --start-period=15s --retries=3 \
+    CMD ["/opt/vllm-headroom/bin/python", "/opt/vllm-headroom/healthcheck.py"]
+ENTRYPOINT ["/opt/vllm-headroom/bin/vllm-headroom", "serve"]

@@ -1,0 +1,108 @@
+{{- define "vllm-headroom.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "vllm-headroom.labels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{- define "vllm-headroom.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+
+{{/* The sidecar container, shared by the chart's own Deployment and the printed patch for an existing one. */}}
+{{- define "vllm-headroom.sidecar" -}}
+name: vllm-headroom
+image: {{ include "vllm-headroom.image" . | quote }}
+imagePullPolicy: {{ .Values.image.pullPolicy }}
+{{- if .Values.sidecar.native }}
+restartPolicy: Always
+{{- end }}
+env:
+  - name: VLLM_HEADROOM_TARGET
+    value: {{ printf "http://127.0.0.1:%v" .Values.vllm.port | quote }}
+  - name: VLLM_HEADROOM_WEB_LISTEN_ADDRESS
+    value: {{ printf "0.0.0.0:%v" .Values.sidecar.port | quote }}
+  - name: VLLM_HEADROOM_SCRAPE_INTERVAL
+    value: {{ .Values.sidecar.scrapeInterval | quote }}
+  - name: VLLM_HEADROOM_VERDICT_FULL_USAGE
+    value: {{ .Values.thresholds.fullUsage | quote }}
+  - name: VLLM_HEADROOM_VERDICT_FALSE_FULL_HOLD
+    value: {{ .Values.thresholds.falseFullHold | quote }}
+  - name: VLLM_HEADROOM_VERDICT_STUCK_AFTER
+    value: {{ .Values.thresholds.stuckAfter | quote }}
+  - name: VLLM_HEADROOM_VERDICT_LEAK_AFTER
+    value: {{ .Values.thresholds.leakAfter | quote }}
+  - name: VLLM_HEADROOM_VERDICT_PREEMPT_WINDOW
+    value: {{ .Values.thresholds.preemptWindow | quote }}
+  {{- with .Values.sidecar.extraEnv }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+ports:
+  - name: headroom
+    containerPort: {{ .Values.sidecar.port }}
+    protocol: TCP
+startupProbe:
+  httpGet: {path: /healthz, port: headroom}
+  periodSeconds: 1
+  failureThreshold: 30
+livenessProbe:
+  httpGet: {path: /healthz, port: headroom}
+  periodSeconds: 10
+  timeoutSeconds: 3
+  failureThreshold: 3
+readinessProbe:
+  httpGet: {path: /healthz, port: headroom}
+  periodSeconds: 10
+  timeoutSeconds: 3
+resources:
+  {{- toYaml .Values.sidecar.resources | nindent 2 }}
+securityContext:
+  {{- toYaml .Values.sidecar.securityContext | nindent 2 }}
+{{- end -}}
+
+{{/* Pod spec fields the sidecar needs, as a strategic-merge patch of a Deployment. */}}
+{{- define "vllm-headroom.patch" -}}
+spec:
+  template:
+    metadata:
+      labels:
+        vllm-headroom/sidecar: injected
+    spec:
+      shareProcessNamespace: true
+      {{ if .Values.sidecar.native }}initContainers{{ else }}containers{{ end }}:
+        - {{- include "vllm-headroom.sidecar" . | nindent 10 }}
+{{- end -}}
+
+{{- define "vllm-headroom.endpoints" -}}
+{{- $m := .monitor -}}
+- port: headroom
+  path: /metrics
+  interval: {{ $m.interval }}
+  scrapeTimeout: {{ $m.scrapeTimeout }}
+  relabelings:
+    - targetLabel: job
+      replacement: vllm-headroom
+{{- if $m.scrapeVllm }}
+- port: {{ .vllmPort }}
+  path: /metrics
+  interval: {{ $m.interval }}
+  scrapeTimeout: {{ $m.scrapeTimeout }}
+  relabelings:
+    - targetLabel: job
+      replacement: vllm
+{{- end }}
+{{- end -}}
+
+{{/* Labels of the vLLM pods; an empty value means the kustomize base's label (maps given by users are not merged). */}}
+{{- define "vllm-headroom.podLabels" -}}
+{{- toYaml (.Values.vllm.podLabels | default (dict "app.kubernetes.io/name" "vllm")) -}}
+{{- end -}}

@@ -1,0 +1,124 @@
+"""deploy/helm/vllm-headroom: lints and renders offline (Helm v4 SDK), and renders the same objects as kustomize."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import yaml
+
+from .conftest import K8S_VERSIONS, Doc, find, load_all, sidecar_of
+
+Helm = Callable[[dict[str, Any]], dict[str, Any]]
+Validate = Callable[..., list[dict[str, Any]]]
+WARNING = 2  # Helm's lint severities: 1 info, 2 warning, 3 error
+
+VARIANTS: dict[str, dict[str, Any]] = {
+    "defaults": {},
+    "servicemonitor": {"podMonitor": {"enabled": False}, "serviceMonitor": {"enabled": True}},
+    "own-deployment": {"vllm": {"deployment": {"create": True}}},
+    "own-deployment-legacy": {"vllm": {"deployment": {"create": True}}, "sidecar": {"native": False}},
+    "nothing-optional": {"podMonitor": {"enabled": False}, "prometheusRule": {"enabled": False},
+                         "dashboards": {"enabled": False}, "service": {"enabled": False}},
+    "custom": {"vllm": {"port": 8080, "portName": "api", "podLabels": {"app": "llm"}},
+               "podMonitor": {"interval": "30s", "scrapeVllm": False},
+               "thresholds": {"fullUsage": 0.9, "stuckAfter": "2m"},
+               "image": {"repository": "registry.example/vllm-headroom", "tag": "0.1.0-rc1"},
+               "sidecar": {"extraEnv": [{"name": "VLLM_HEADROOM_MAX_NUM_SEQS", "value": "64"}]}},
+}
+
+
+def objects(out: dict[str, Any]) -> list[Doc]:
+    return [d for name, text in sorted(out["manifests"].items()) if not name.endswith("NOTES.txt")
+            for d in load_all(text)]
+
+
+def notes(out: dict[str, Any]) -> str:
+    return str(next(text for name, text in out["manifests"].items() if name.endswith("NOTES.txt")))
+
+
+@pytest.fixture(scope="module")
+def rendered(helm: Helm) -> dict[str, dict[str, Any]]:
+    return {name: helm(values) for name, values in VARIANTS.items()}
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_lints_renders_and_validates(variant: str, rendered: dict[str, dict[str, Any]], validate: Validate) -> None:
+    out = rendered[variant]
+    assert out["schema_error"] is None
+    assert not out["lint"]["errors"], out["lint"]
+    assert not [m for m in out["lint"]["messages"] if m["severity"] >= WARNING], out["lint"]["messages"]
+    docs = objects(out)
+    results = validate(docs, K8S_VERSIONS)
+    assert not [r for r in results if r["error"]], [r for r in results if r["error"]]
+
+
+def test_default_objects(rendered: dict[str, dict[str, Any]]) -> None:
+    docs = objects(rendered["defaults"])
+    assert sorted(d["kind"] for d in docs) == ["ConfigMap", "PodMonitor", "PrometheusRule", "Service"]
+    names = {d["metadata"]["name"] for d in docs}
+    assert names == {"vllm-headroom", "vllm-headroom-dashboards"}
+    service = find(docs, "Service")
+    assert {p["name"]: p["port"] for p in service["spec"]["ports"]} == {"headroom": 9478, "http": 8000}
+
+
+def test_toggles_gate_on_values(rendered: dict[str, dict[str, Any]]) -> None:
+    assert [d["kind"] for d in objects(rendered["nothing-optional"])] == []
+    kinds = {d["kind"] for d in objects(rendered["servicemonitor"])}
+    assert "ServiceMonitor" in kinds and "PodMonitor" not in kinds
+
+
+def test_custom_values_reach_the_objects(rendered: dict[str, dict[str, Any]]) -> None:
+    docs = objects(rendered["custom"])
+    monitor = find(docs, "PodMonitor")
+    assert monitor["spec"]["selector"]["matchLabels"] == {"app": "llm"}
+    assert [(e["port"], e["interval"]) for e in monitor["spec"]["podMetricsEndpoints"]] == [("headroom", "30s")]
+    patch = _patch_from_notes(notes(rendered["custom"]))
+    sidecar = patch["spec"]["template"]["spec"]["initContainers"][0]
+    env = {e["name"]: e["value"] for e in sidecar["env"]}
+    assert env["VLLM_HEADROOM_TARGET"] == "http://127.0.0.1:8080"
+    assert env["VLLM_HEADROOM_VERDICT_FULL_USAGE"] == "0.9" and env["VLLM_HEADROOM_VERDICT_STUCK_AFTER"] == "2m"
+    assert env["VLLM_HEADROOM_MAX_NUM_SEQS"] == "64"
+    assert sidecar["image"] == "registry.example/vllm-headroom:0.1.0-rc1"
+
+
+def _patch_from_notes(text: str) -> Doc:
+    m = re.search(r"kubectl patch deployment (\S+) -n (\S+) --type strategic -p '(.+)'", text)
+    assert m, text
+    patch: Doc = json.loads(m.group(3))
+    return patch
+
+
+def test_same_sidecar_as_kustomize(rendered: dict[str, dict[str, Any]], kustomize: Callable[[str], list[Doc]]) -> None:
+    """Chart and kustomize base run the identical container (the chart adds the verdict thresholds as env)."""
+    base, _ = sidecar_of(find(kustomize("base"), "Deployment"))
+    chart, where = sidecar_of(find(objects(rendered["own-deployment"]), "Deployment"))
+    assert where == "initContainers"
+    strip = {"env"}
+    assert {k: v for k, v in chart.items() if k not in strip} == {k: v for k, v in base.items() if k not in strip}
+    chart_env = {e["name"]: e["value"] for e in chart["env"]}
+    assert {e["name"]: e["value"] for e in base["env"]}.items() <= chart_env.items()
+    # The printed patch for an existing Deployment holds that same container.
+    patch = _patch_from_notes(notes(rendered["defaults"]))
+    assert patch["spec"]["template"]["spec"]["shareProcessNamespace"] is True
+    assert patch["spec"]["template"]["spec"]["initContainers"] == [chart]
+    legacy, where = sidecar_of(find(objects(rendered["own-deployment-legacy"]), "Deployment"))
+    assert where == "containers" and legacy == {k: v for k, v in chart.items() if k != "restartPolicy"}
+
+
+def test_values_schema_rejects_bad_values(helm: Helm) -> None:
+    bad: dict[str, Any]
+    for bad in ({"podMonitor": {"enabled": "yes"}}, {"vllm": {"port": 0}}, {"thresholds": {"fullUsage": 2}},
+                {"sidecar": {"scrapeInterval": "5 seconds"}}, {"podMonitr": {}}):
+        assert helm(bad)["schema_error"], bad
+
+
+def test_values_file_documents_every_key() -> None:
+    from .conftest import CHART
+
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    assert set(values) == set(schema["properties"]) - {"global"}

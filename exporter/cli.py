@@ -189,6 +189,10 @@ def build_parser() -> Parser:
     add(g, "--block-size", positive_int, 16, help="KV block size in tokens")
     add(g, "--max-model-len", positive_int, help="context length (default: the config's max_position_embeddings)")
     add(g, "--max-num-seqs", positive_int, 256, help="max_num_seqs to check against the pool")
+    add(g, "--max-num-batched-tokens", positive_int, 8192,
+        help="vLLM's token budget per step; sliding-window layers keep this many in-flight tokens")
+    add(g, "--async-scheduling", action=argparse.BooleanOptionalAction, default=True,
+        help="two batches in flight (vLLM's default where the platform supports it)")
     add(g, "--num-gpu-blocks-override", positive_int, help="like vLLM's: the number of blocks, no memory math")
     g = est.add_argument_group("memory per device")
     add(g, "--gpu-memory", byte_size, help="memory of one device, e.g. 80GiB")
@@ -354,6 +358,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
             shape=shape, dtype=args.dtype, kv_cache_dtype=args.kv_cache_dtype,
             tensor_parallel_size=args.tensor_parallel_size, block_size=args.block_size,
             max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs, gpu_memory=args.gpu_memory,
+            max_num_batched_tokens=args.max_num_batched_tokens, async_scheduling=args.async_scheduling,
             gpu_memory_utilization=args.gpu_memory_utilization,
             weights_bytes=args.weights_bytes or indexed or (
                 args.params * est.dtype_bytes(shape.dtype if args.dtype == "auto" else args.dtype)

@@ -1,9 +1,12 @@
 """Capacity planning: KV bytes from a model's config.json, the memory budget, and vLLM's own block math.
 
-Matches vLLM 0.30-0.33 for uniform layouts: bytes per block = Σ layers page size; num_blocks =
-pool // bytes per block; max concurrency = num_blocks / cdiv(max_model_len, block_size) (null block
-included, as vLLM logs it); the largest max_model_len that fits reserves the null block first.
-Hybrid layouts (interleaved sliding-window/global layers, attention + Mamba) are refused, not guessed.
+Follows vLLM 0.30-0.33 (`vllm/v1/core/kv_cache_utils.py`): layers of one attention kind form KV-cache
+groups of equal size (the smaller kind's layer count, or the larger when they are within 1.5x); one pool
+block holds one page for every layer of a group; num_blocks = pool // bytes per block; max concurrency =
+num_blocks / Σ groups' blocks per max_model_len request (null block included, as vLLM logs it); a
+sliding-window group holds cdiv(min(window − 1 + in-flight tokens, max_model_len), bs) + 1 blocks per
+request; the largest max_model_len that fits reserves the null block first. Attention + Mamba hybrids
+are refused, not guessed.
 """
 
 from __future__ import annotations
@@ -36,15 +39,22 @@ class ModelShape:
     head_dim: int
     dtype: str  # the config's torch_dtype
     mla_latent: int | None = None  # kv_lora_rank + qk_rope_head_dim (DeepSeek-V2/V3)
-    sliding_window: int | None = None  # every layer slides (Mistral-style)
+    sliding_window: int | None = None
+    sliding_layers: int = 0  # how many of num_layers slide; the rest are full attention
     max_position_embeddings: int | None = None
+
+    @property
+    def full_layers(self) -> int:
+        return self.num_layers - self.sliding_layers
 
     @property
     def family(self) -> str:
         if self.mla_latent is not None:
             return "mla"
-        if self.sliding_window is not None:
+        if self.sliding_layers == self.num_layers:
             return "sliding_window"
+        if self.sliding_layers:
+            return "interleaved_sliding_window"
         if self.num_kv_heads == 1:
             return "mqa"
         return "gqa" if self.num_kv_heads else "mha"
@@ -82,10 +92,6 @@ def shape_from_config(cfg: dict[str, Any]) -> ModelShape:
             "mamba" in model_type or "jamba" in model_type:
         raise Unsupported(f"{model_type}: hybrid attention + Mamba layouts are not supported yet; "
                           "read the capacity from the server's start-up log or vllm:cache_config_info")
-    layer_types = cfg.get("layer_types")
-    if (isinstance(layer_types, list) and len(set(layer_types)) > 1) or cfg.get("sliding_window_pattern"):
-        raise Unsupported(f"{model_type}: interleaved sliding-window/global layers are not supported yet; "
-                          "use kv_cache_max_concurrency from vllm:cache_config_info (vLLM >= 0.24)")
     dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
     max_pos = cfg.get("max_position_embeddings")
     if cfg.get("kv_lora_rank"):
@@ -93,13 +99,34 @@ def shape_from_config(cfg: dict[str, Any]) -> ModelShape:
         return ModelShape(model_type, layers, 1, latent, dtype, mla_latent=latent, max_position_embeddings=max_pos)
     kv_heads = int(cfg.get("num_key_value_heads") or heads)
     head_dim = int(cfg.get("head_dim") or cfg["hidden_size"] // heads)
-    window = cfg.get("sliding_window") if cfg.get("use_sliding_window", True) else None
-    if window is not None and (not isinstance(window, int) or (isinstance(max_pos, int) and window >= max_pos)):
-        window = None  # a window as long as the context slides nothing
-    if window is not None:
-        raise Unsupported(f"{model_type}: sliding-window attention (window {window}) is not supported yet; "
-                          "its per-request cap depends on max_num_batched_tokens and async scheduling")
-    return ModelShape(model_type, layers, kv_heads, head_dim, dtype, max_position_embeddings=max_pos)
+    window, sliding = _sliding_layers(cfg, model_type, layers, max_pos)
+    return ModelShape(model_type, layers, kv_heads, head_dim, dtype, sliding_window=window, sliding_layers=sliding,
+                      max_position_embeddings=max_pos)
+
+
+def _sliding_layers(cfg: dict[str, Any], model_type: str, layers: int, max_pos: Any) -> tuple[int | None, int]:
+    """The window and how many layers use it, from layer_types, a Gemma-style pattern, Qwen2's
+    max_window_layers or a plain sliding_window (every layer, Mistral-style)."""
+    window = cfg.get("sliding_window") if cfg.get("use_sliding_window", True) is not False else None
+    layer_types = cfg.get("layer_types")
+    if isinstance(layer_types, list) and layer_types:
+        kinds = {str(k) for k in layer_types}
+        unknown = kinds - {"sliding_attention", "full_attention"}
+        if unknown:
+            raise Unsupported(f"{model_type}: layer types {sorted(unknown)} are not supported yet; "
+                              "use kv_cache_max_concurrency from vllm:cache_config_info (vLLM >= 0.24)")
+        sliding = sum(1 for k in layer_types[:layers] if k == "sliding_attention")
+        if sliding and not isinstance(window, int):
+            raise Unsupported(f"{model_type}: sliding layers without a sliding_window size")
+        return (window if sliding else None), sliding
+    if not isinstance(window, int) or (isinstance(max_pos, int) and window >= max_pos):
+        return None, 0  # no window, or one as long as the context: full attention
+    pattern = cfg.get("sliding_window_pattern")
+    if isinstance(pattern, int) and pattern > 1:
+        return window, sum(1 for i in range(layers) if (i + 1) % pattern != 0)  # every pattern-th layer is global
+    if cfg.get("use_sliding_window") and isinstance(cfg.get("max_window_layers"), int):
+        return window, max(0, layers - int(cfg["max_window_layers"]))  # Qwen2: the first layers stay full
+    return window, layers
 
 
 def dtype_bytes(name: str) -> int:
@@ -122,19 +149,65 @@ def served_kv_bytes_per_token(shape: ModelShape, cache_dtype: str | None, tp: in
     return kv_bytes_per_token_per_layer(shape, dtype_bytes(kv), tp) * shape.num_layers
 
 
+@dataclass(frozen=True)
+class Layout:
+    """vLLM's KV-cache groups for a model with one page size: how many groups of each kind, of what size."""
+
+    group_size: int
+    full_groups: int
+    sliding_groups: int
+
+    def bytes_per_block(self, page: int) -> int:
+        """One pool block = one page for every layer of a group."""
+        return self.group_size * page
+
+
+def layout(shape: ModelShape) -> Layout:
+    """Group layers like vLLM: equal-size groups per kind, the size the smaller kind's count (or the larger's)."""
+    counts = [c for c in (shape.full_layers, shape.sliding_layers) if c]
+    size = min(counts)
+    if max(counts) < 1.5 * size:
+        size = max(counts)
+    return Layout(size, ceil_div(shape.full_layers, size), ceil_div(shape.sliding_layers, size))
+
+
+def sliding_blocks(window: int, in_flight: int, max_model_len: int, block_size: int) -> int:
+    """Blocks a sliding-window layer holds per request: cdiv(min(window − 1 + in-flight, L), bs) + 1."""
+    return ceil_div(min(window - 1 + in_flight, max_model_len), block_size) + 1
+
+
+def blocks_per_request(shape: ModelShape, lay: Layout, max_model_len: int, block_size: int, in_flight: int) -> int:
+    """Pool blocks one max_model_len request takes: Σ over groups."""
+    full = ceil_div(max_model_len, block_size)
+    slide = sliding_blocks(shape.sliding_window, in_flight, max_model_len, block_size) if shape.sliding_window else 0
+    return lay.full_groups * full + lay.sliding_groups * slide
+
+
+def needed_bytes(shape: ModelShape, page: int, max_model_len: int, block_size: int, in_flight: int) -> int:
+    """vLLM's start-up check: Σ over layers of each layer's worst case at max_model_len."""
+    full = shape.full_layers * ceil_div(max_model_len, block_size)
+    slide = (shape.sliding_layers * sliding_blocks(shape.sliding_window, in_flight, max_model_len, block_size)
+             if shape.sliding_window else 0)
+    return (full + slide) * page
+
+
+def fit_length(shape: ModelShape, page: int, block_size: int, in_flight: int, budget: int, cap: int) -> int:
+    """vLLM's 'estimated maximum model length': binary search of the longest that fits in `budget`."""
+    if needed_bytes(shape, page, 1, block_size, in_flight) > budget:
+        return 0
+    lo, hi, best = 1, cap, 1
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        if needed_bytes(shape, page, mid, block_size, in_flight) <= budget:
+            best, lo = mid, mid + 1
+        else:
+            hi = mid - 1
+    return best
+
+
 def kv_pool_bytes(gpu_memory: int, utilization: float, weights_per_device: int, activation: int) -> int:
     """KV pool per device = ceil(memory × gpu_memory_utilization) − weights − activation reserve."""
     return math.ceil(gpu_memory * utilization) - weights_per_device - activation
-
-
-def max_concurrency(num_blocks: int, max_model_len: int, block_size: int) -> float:
-    """vLLM's 'Maximum concurrency': num_blocks / cdiv(max_model_len, block_size), null block included."""
-    return num_blocks / ceil_div(max_model_len, block_size)
-
-
-def max_model_len_fit(num_blocks: int, block_size: int, cap: int) -> int:
-    """vLLM's 'estimated maximum model length': the null block reserved, capped at the requested length."""
-    return max(0, min(cap, (num_blocks - 1) * block_size))
 
 
 @dataclass(frozen=True)
@@ -146,6 +219,8 @@ class Inputs:
     block_size: int = 16
     max_model_len: int | None = None
     max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192  # sliding-window layers keep this many in-flight tokens per batch
+    async_scheduling: bool = True  # two batches in flight (vLLM's default where supported)
     gpu_memory: int | None = None  # bytes per device
     gpu_memory_utilization: float = 0.92
     weights_bytes: int | None = None  # whole model
@@ -160,6 +235,11 @@ class Inputs:
     @property
     def kv_dtype(self) -> str:
         return self.model_dtype if self.kv_cache_dtype == "auto" else self.kv_cache_dtype
+
+    @property
+    def in_flight_tokens(self) -> int:
+        """vLLM's max_in_flight_tokens: max_num_batched_tokens per concurrent batch."""
+        return self.max_num_batched_tokens * (2 if self.async_scheduling else 1)
 
     @property
     def context(self) -> int:
@@ -211,18 +291,23 @@ def estimate(x: Inputs) -> Estimate:
         weights = ceil_div(x.weights_bytes, tp)
         activation = x.activation_bytes
         pool = kv_pool_bytes(x.gpu_memory, x.gpu_memory_utilization, weights, activation)
+    lay = layout(x.shape)
+    page = per_layer * x.block_size
+    per_block = lay.bytes_per_block(page)
     blocks = max(0, pool // per_block)
     if x.num_gpu_blocks_override is not None:
         blocks = x.num_gpu_blocks_override
+        pool = blocks * per_block  # what vLLM's fit check then plans against
     length = x.context
-    per_request = ceil_div(length, x.block_size)
-    conc = max_concurrency(blocks, length, x.block_size) if blocks else 0.0
-    fit = max_model_len_fit(blocks, x.block_size, length) if blocks else 0
+    per_request = blocks_per_request(x.shape, lay, length, x.block_size, x.in_flight_tokens)
+    conc = blocks / per_request if blocks else 0.0
+    # The fit check reserves the null block's bytes first.
+    fit = fit_length(x.shape, page, x.block_size, x.in_flight_tokens, pool - per_block, length) if blocks else 0
     if blocks < 2:
         verdict = "budget_exhausted"
         why = (f"weights ({_gib(weights)}) and the activation reserve ({_gib(activation)}) leave "
                f"{_gib(max(pool, 0))} for the KV cache: not one block of {per_block} bytes")
-    elif blocks - 1 < per_request:
+    elif fit < length:
         verdict = "sequence_too_long"
         why = (f"one request of max_model_len {length} needs {per_request} blocks, the pool has {blocks - 1} "
                f"usable: vLLM refuses to start; the largest max_model_len that fits is {fit}")

@@ -42,9 +42,21 @@ class Shape:
     dtype: str = "bfloat16"
     override: int | None = None  # num_gpu_blocks_override; with a max_model_len that cannot fit: a failing start
     kvcache_space_gib: int = 1
+    # Stated, not left to defaults: sliding-window layers hold this many in-flight tokens per request.
+    max_num_batched_tokens: int = 2048
     expect_failure: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
+
+def with_layers(cfg: dict[str, Any], kinds: str, window: int) -> dict[str, Any]:
+    """`kinds` like "sfsf": s = sliding_attention, f = full_attention, one letter per layer."""
+    names = {"s": "sliding_attention", "f": "full_attention"}
+    return {**cfg, "num_hidden_layers": len(kinds), "sliding_window": window,
+            "layer_types": [names[k] for k in kinds]}
+
+
+MISTRAL = {**llama(2, 2, 1, 64), "architectures": ["MistralForCausalLM"], "model_type": "mistral",
+           "sliding_window": 128}
 
 SHAPES = [
     Shape("l2-kv1-hd64-bf16-bs32", llama(2, 2, 1, 64), 32, 512),
@@ -53,13 +65,21 @@ SHAPES = [
     Shape("l2-kv2-hd64-fp32-bs64", llama(2, 2, 2, 64, "float32"), 64, 1024, dtype="float32"),
     Shape("l6-kv1-hd128-bf16-bs64", llama(6, 2, 1, 128), 64, 3000),
     Shape("too-long-l2-kv1-bs32", llama(2, 2, 1, 64), 32, 4096, override=64, expect_failure=True),
+    Shape("swa-mistral-l2-w128-bs32", MISTRAL, 32, 4096),
+    Shape("interleaved-sfsf-w128-bs32", with_layers(llama(4, 2, 1, 64), "sfsf", 128), 32, 4096),
+    Shape("interleaved-sssf-x2-w256-bs64", with_layers(llama(8, 2, 2, 64), "sssfsssf", 256), 64, 4096,
+          max_num_batched_tokens=1024),
+    Shape("interleaved-7-padded-w128-bs32", with_layers(llama(7, 2, 1, 64), "ssfssfs", 128), 32, 3000),
+    Shape("too-long-interleaved-sfsf", with_layers(llama(4, 2, 1, 64), "sfsf", 128), 32, 4096, override=100,
+          expect_failure=True),
 ]
 
 
 def start(shape: Shape) -> VllmServer:
     return VllmServer(model_config=shape.config, dtype=shape.dtype, block_size=shape.block_size,
                       max_model_len=shape.max_model_len, num_gpu_blocks_override=shape.override,
-                      kvcache_space_gib=shape.kvcache_space_gib, max_num_seqs=8)
+                      kvcache_space_gib=shape.kvcache_space_gib, max_num_seqs=8,
+                      max_num_batched_tokens=shape.max_num_batched_tokens, extra_args=["--no-async-scheduling"])
 
 
 def observe(shape: Shape) -> dict[str, Any]:
@@ -93,6 +113,7 @@ def record(names: list[str]) -> None:
         (out / "config.json").write_text(json.dumps(shape.config, indent=2) + "\n")
         meta = {"block_size": shape.block_size, "max_model_len": shape.max_model_len, "dtype": shape.dtype,
                 "num_gpu_blocks_override": shape.override, "VLLM_CPU_KVCACHE_SPACE": shape.kvcache_space_gib,
+                "max_num_batched_tokens": shape.max_num_batched_tokens, "async_scheduling": False,
                 "observed": seen}
         (out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
         print(shape.name, seen, flush=True)

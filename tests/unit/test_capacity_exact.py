@@ -24,7 +24,8 @@ def ours(config: dict[str, Any], meta: dict[str, Any]) -> estimate.Estimate:
     return estimate.estimate(estimate.Inputs(
         shape, dtype=meta["dtype"], block_size=meta["block_size"], max_model_len=meta["max_model_len"],
         kv_cache_memory=meta["VLLM_CPU_KVCACHE_SPACE"] * GiB, num_gpu_blocks_override=meta["num_gpu_blocks_override"],
-        max_num_seqs=8))
+        max_num_seqs=8, max_num_batched_tokens=meta["max_num_batched_tokens"],
+        async_scheduling=meta["async_scheduling"]))
 
 
 def compare(config: dict[str, Any], meta: dict[str, Any], seen: dict[str, Any]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -52,15 +53,46 @@ def test_mqa_and_multimodal_text_config() -> None:
 
 @pytest.mark.parametrize(("cfg", "fragment"), [
     ({**LLAMA3_8B, "model_type": "jamba", "mamba_d_state": 16}, "Mamba layouts are not supported"),
-    ({**LLAMA3_8B, "model_type": "gemma3", "sliding_window": 1024,
-      "layer_types": ["sliding_attention", "full_attention"]}, "interleaved sliding-window/global"),
-    ({**LLAMA3_8B, "model_type": "mistral", "sliding_window": 4096, "max_position_embeddings": 32768},
-     "sliding-window attention (window 4096) is not supported"),
+    ({**LLAMA3_8B, "model_type": "llama4", "layer_types": ["chunked_attention", "full_attention"]},
+     "layer types ['chunked_attention'] are not supported yet"),
     ({"model_type": "weird"}, "names no num_hidden_layers"),
 ])
 def test_unsupported_layouts_say_so_instead_of_a_number(cfg: dict[str, object], fragment: str) -> None:
-    with pytest.raises(Unsupported, match=fragment.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(Unsupported, match=re.escape(fragment)):
         estimate.shape_from_config(cfg)
+
+
+def test_sliding_window_families_are_read_from_each_config_style() -> None:
+    mistral = estimate.shape_from_config({**LLAMA3_8B, "model_type": "mistral", "sliding_window": 4096,
+                                          "max_position_embeddings": 32768})
+    assert (mistral.family, mistral.sliding_layers, mistral.sliding_window) == ("sliding_window", 32, 4096)
+    gemma3 = estimate.shape_from_config({**LLAMA3_8B, "num_hidden_layers": 62, "sliding_window": 1024,
+                                         "sliding_window_pattern": 6, "max_position_embeddings": 131072})
+    assert (gemma3.family, gemma3.full_layers, gemma3.sliding_layers) == ("interleaved_sliding_window", 10, 52)
+    gpt_oss = estimate.shape_from_config({**LLAMA3_8B, "num_hidden_layers": 24, "sliding_window": 128,
+                                          "layer_types": ["sliding_attention", "full_attention"] * 12})
+    assert (gpt_oss.full_layers, gpt_oss.sliding_layers) == (12, 12)
+    qwen2 = estimate.shape_from_config({**LLAMA3_8B, "use_sliding_window": True, "sliding_window": 4096,
+                                        "max_window_layers": 28, "max_position_embeddings": 32768})
+    assert (qwen2.full_layers, qwen2.sliding_layers) == (28, 4)
+    off = estimate.shape_from_config({**LLAMA3_8B, "use_sliding_window": False, "sliding_window": 4096,
+                                      "max_position_embeddings": 32768})
+    assert off.family == "gqa"
+
+
+def test_vllms_grouping_of_hybrid_layers() -> None:
+    def lay(full: int, sliding: int) -> tuple[int, int, int]:
+        shape = estimate.ModelShape("m", full + sliding, 8, 128, "bfloat16", sliding_window=1024,
+                                    sliding_layers=sliding)
+        got = estimate.layout(shape)
+        return got.group_size, got.full_groups, got.sliding_groups
+
+    assert lay(10, 52) == (10, 1, 6)  # Gemma-3 style 5:1: groups of the smaller count, the last one padded
+    assert lay(13, 12) == (13, 1, 1)  # within 1.5x: groups of the larger count (vLLM's gpt-oss + eagle case)
+    assert lay(32, 0) == (32, 1, 0)  # uniform: one group of every layer
+    # Sliding-window layers hold cdiv(min(window - 1 + in-flight, L), bs) + 1 blocks per request.
+    assert estimate.sliding_blocks(128, 2048, 4096, 32) == 69
+    assert estimate.sliding_blocks(128, 2048, 2048, 32) == 65  # capped by max_model_len, still + 1
 
 
 def test_a_window_as_long_as_the_context_is_full_attention() -> None:

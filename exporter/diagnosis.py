@@ -39,9 +39,10 @@ def explain(e: EngineReport) -> str:
     v = e.verdict
     if v is Verdict.SLOTS_FULL:
         if e.slots_inferred:
-            return (f"{used}, but running has stayed at its highest value ({e.running}) while {e.waiting} requests "
-                    f"wait: that looks like a max_num_seqs of {e.running}. Requests wait for a slot, not for memory "
-                    f"({h.kv_free_blocks} blocks are free).")
+            return (f"{used}, {e.running} requests run and {e.waiting} wait although {h.kv_free_blocks} blocks are "
+                    "free, enough for the longest prompt vLLM has served or with running pinned at its maximum: "
+                    f"most likely all slots of a max_num_seqs of {e.running} are taken (max_num_seqs is not known; "
+                    "supply it to confirm). Requests wait for a slot, not for memory.")
         return (f"{used}, but all {e.max_num_seqs} slots{slots} are taken; {e.waiting} requests wait for a slot, "
                 f"not for memory ({h.kv_free_blocks} of {h.kv_capacity_blocks} blocks are free).")
     if v is Verdict.KV_FULL:

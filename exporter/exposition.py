@@ -39,10 +39,15 @@ class Exposition:
         return self.samples.get(name, [])
 
 
+_ESCAPE_RE = re.compile(r"\\(.)", re.S)
+_ESCAPES = {"n": "\n", "\\": "\\", '"': '"'}
+
+
 def _unescape(value: str) -> str:
+    """The text format's three escapes (\\\\, \\", \\n); any other backslash stays as written."""
     if "\\" not in value:
         return value
-    return value.replace("\\\\", "\x00").replace('\\"', '"').replace("\\n", "\n").replace("\x00", "\\")
+    return _ESCAPE_RE.sub(lambda m: _ESCAPES.get(m.group(1), m.group(0)), value)
 
 
 _label_cache: dict[str, Labels] = {}

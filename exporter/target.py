@@ -17,7 +17,7 @@ from . import derive, exposition, vllm
 from .config import Overrides, ServingConfig, Source, find_vllm_cmdline, parse_vllm_args, resolve
 from .derive import Headroom
 from .estimate import ModelShape, served_kv_bytes_per_token
-from .profile import Quantile, Window, profile_value
+from .profile import Quantile, Window, histogram_quantile, profile_value
 from .scrape import DEFAULT_MAX_BYTES, ModelsInfo, ScrapeError, fetch, parse_models, parse_version
 from .verdict import Judgement, Observation, Thresholds, Tracker, Verdict
 
@@ -149,6 +149,10 @@ class Target:
                 report.gaps.append(item)
             else:
                 report.engines.append(item)
+        # Forget engines that are gone (a restart under another name), so history cannot grow without bound.
+        live = {(e.model_name, e.engine) for e in snap.engines}
+        self.trackers = {k: v for k, v in self.trackers.items() if k in live}
+        self.windows = {k: v for k, v in self.windows.items() if k[:2] in live}
         return report
 
     def _quantile(self, now: float, e: vllm.EngineSample, name: str, max_model_len: int | None) -> Quantile | None:
@@ -159,6 +163,12 @@ class Target:
         window = self.windows.get(key) or self.windows.setdefault(key, Window(self.settings.window))
         window.observe(now, hist)
         return window.quantile(self.settings.quantile, max_model_len)
+
+    @staticmethod
+    def _largest_prompt_blocks(e: vllm.EngineSample, max_model_len: int | None, block_size: int) -> int | None:
+        hist = e.histograms.get(vllm.PROMPT_HIST)
+        largest = None if hist is None else histogram_quantile(hist, 1.0, max_model_len, "lifetime")
+        return None if largest is None else derive.blocks_for_tokens(largest.tokens, block_size)
 
     def _engine(self, now: float, e: vllm.EngineSample, cfg: ServingConfig, snap: vllm.VllmSnapshot,
                 gauges_only: bool) -> EngineReport | EngineGap:
@@ -179,12 +189,10 @@ class Target:
         running = int(e.running or 0)
         waiting = int(e.waiting or 0)
         max_num_seqs = cfg.int("max_num_seqs")
-        # V1 (engine label, >= 0.8) keeps a null block; V0 has none.
-        has_null = snap.has_engine_label or (self.version is not None and not self.version.startswith("0.6"))
         headroom = derive.derive(derive.Inputs(
             num_gpu_blocks=n_blocks,
             block_size=block_size,
-            has_null_block=has_null,
+            has_null_block=snap.has_engine_label,  # V1 (>= 0.8, engine label) keeps a null block; V0 has none
             usage_counts_null_block=bool(snap.usage_counts_null_block),
             usage=e.usage,
             running=running,
@@ -198,7 +206,7 @@ class Target:
         ))
         deferred = e.waiting_by_reason.get("deferred") if e.waiting_by_reason else None
         obs = Observation(running, waiting, None if deferred is None else int(deferred), e.usage,
-                          max_num_seqs, e.awake, headroom)
+                          max_num_seqs, e.awake, headroom, self._largest_prompt_blocks(e, max_model_len, block_size))
         key = (e.model_name, e.engine)
         tracker = self.trackers.get(key) or self.trackers.setdefault(key, Tracker(self.settings.thresholds))
         progress = (e.steps_total, e.generation_tokens_total)

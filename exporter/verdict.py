@@ -51,6 +51,7 @@ class Observation:
     max_num_seqs: int | None
     awake: bool | None
     headroom: Headroom
+    largest_prompt_blocks: int | None = None  # blocks of the longest prompt vLLM has finished (bucket bound)
 
 
 @dataclass(frozen=True)
@@ -96,14 +97,13 @@ def classify(o: Observation, h: History, t: Thresholds) -> Judgement:
     head_fits = hr.kv_free_blocks >= hr.prompt_blocks
     if not head_fits or o.usage >= t.full_usage:
         return Judgement(Verdict.KV_FULL)
-    if (
-        o.max_num_seqs is None
-        and h.running_ceiling is not None
-        and o.running > 0
-        and o.running >= h.running_ceiling
-        and h.waiting_on_previous
-    ):
-        return Judgement(Verdict.SLOTS_FULL, slots_inferred=True)
+    if o.max_num_seqs is None and o.running > 0:
+        # max_num_seqs unknown: a running count pinned at its recent maximum, or free blocks that would hold
+        # even the longest prompt vLLM has seen, point at the slot cap rather than at a large queue head.
+        plateau = h.running_ceiling is not None and o.running >= h.running_ceiling and h.waiting_on_previous
+        roomy = o.largest_prompt_blocks is not None and o.largest_prompt_blocks <= hr.kv_free_blocks
+        if plateau or roomy:
+            return Judgement(Verdict.SLOTS_FULL, slots_inferred=True)
     if h.previous is not None and not h.head_of_line_before:
         # Slots and blocks free up between steps: a request seen waiting beside free room once is most
         # likely admitted at the next step. Keep the previous verdict until a second look confirms.

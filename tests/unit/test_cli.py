@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from exporter import __version__, cli
@@ -66,3 +68,19 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
 @pytest.mark.parametrize(("text", "seconds"), [("5s", 5.0), ("300ms", 0.3), ("1m", 60.0), ("2", 2.0), ("1h", 3600)])
 def test_durations(text: str, seconds: float) -> None:
     assert cli.duration(text) == pytest.approx(seconds)
+
+
+def test_diagnose_the_recorded_false_full_exposition_as_is(capsys: pytest.CaptureFixture[str]) -> None:
+    # The acceptance command: a saved real exposition, nothing else supplied.
+    assert cli.main(["diagnose", "tests/fixtures/vllm-0.32.0/false-full/snapshot.prom"]) == 0
+    out = capsys.readouterr().out
+    assert "verdict: slots_full    false_full: yes" in out
+    assert "Requests wait for a slot, not for memory" in out
+    assert "judged from one observation" in out
+
+
+def test_diagnose_keeps_head_of_line_apart_from_slots(capsys: pytest.CaptureFixture[str]) -> None:
+    # No prompt has finished yet on that server, so nothing shows the free blocks would hold the queue head.
+    assert cli.main(["diagnose", "tests/fixtures/vllm-0.32.0/head-of-line/snapshot.prom", "--json"]) == 0
+    engine = json.loads(capsys.readouterr().out)["targets"][0]["engines"][0]
+    assert (engine["verdict"], engine["false_full"]) == ("head_of_line", True)

@@ -9,6 +9,7 @@ used/free blocks change every 0.5 s in the recording and the two scrapers sample
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import subprocess
@@ -76,13 +77,14 @@ def _wait(what: str, check: Callable[[], bool], stack: Stack, deadline: float = 
     pytest.fail(f"timed out after {deadline:.0f} s waiting for {what}\n{logs}")
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+@contextlib.contextmanager
+def run_stack(tmp: Path, vllm_url: str, sidecar_args: list[str], replay: list[str] | None = None,
+              false_full_for: str = "3s") -> Iterator[Stack]:
+    """Prometheus scraping vLLM (real, or a replay started here) and our sidecar, with the shipped rules."""
     prometheus = require("prometheus")
-    tmp = tmp_path_factory.mktemp("prom")
-    vllm_port, sidecar_port, prom_port = _port(), _port(), _port()
-    argv = " ".join(json.loads((RECORDING / "meta.json").read_text())["server_argv"])
-    cfg = replace(DEFAULT, for_={"VLLMKVFalseFull": "3s"})  # the incident loops every ~27 s
+    vllm_port = int(vllm_url.rsplit(":", 1)[1])
+    sidecar_port, prom_port = _port(), _port()
+    cfg = replace(DEFAULT, for_={"VLLMKVFalseFull": false_full_for})
     (tmp / "rules.yaml").write_text(to_yaml(rule_groups(cfg)))
     (tmp / "prometheus.yml").write_text(yaml.safe_dump({
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s", "scrape_timeout": "1s"},
@@ -92,15 +94,14 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             {"job_name": "vllm-headroom", "static_configs": [{"targets": [f"127.0.0.1:{sidecar_port}"]}]},
         ],
     }))
-    commands = {
-        "replay": [sys.executable, "-m", "exporter", "replay", str(RECORDING), "--speed", "1", "--loop",
-                   "--web.listen-address", f"127.0.0.1:{vllm_port}"],
-        "sidecar": [sys.executable, "-m", "exporter", "serve", "--target", f"http://127.0.0.1:{vllm_port}",
-                    "--web.listen-address", f"127.0.0.1:{sidecar_port}", "--scrape.interval", "1s",
-                    "--vllm-args", argv, "--verdict.false-full-hold", "2s", "--no-vllm-cmdline-discovery"],
-        "prometheus": [prometheus, f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tmp / 'data'}",
-                       f"--web.listen-address=127.0.0.1:{prom_port}"],
-    }
+    commands: dict[str, list[str]] = {}
+    if replay is not None:
+        commands["replay"] = [*replay, "--web.listen-address", f"127.0.0.1:{vllm_port}"]
+    commands["sidecar"] = [sys.executable, "-m", "exporter", "serve", "--target", vllm_url,
+                           "--web.listen-address", f"127.0.0.1:{sidecar_port}", "--scrape.interval", "1s",
+                           *sidecar_args]
+    commands["prometheus"] = [prometheus, f"--config.file={tmp / 'prometheus.yml'}",
+                              f"--storage.tsdb.path={tmp / 'data'}", f"--web.listen-address=127.0.0.1:{prom_port}"]
     procs: list[subprocess.Popen[bytes]] = []
     try:
         for name, cmd in commands.items():
@@ -108,8 +109,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             procs.append(subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT))
         s = Stack(f"http://127.0.0.1:{prom_port}", f"http://127.0.0.1:{sidecar_port}", tmp)
         _wait("both targets up", lambda: s.value('sum(up{job=~"vllm|vllm-headroom"})') == 2, s)
-        _wait("the recording rules", lambda: bool(s.query("instance_engine:vllm_worst_case_blocks_per_request:ceil")),
-              s)
         yield s
     finally:
         for p in procs:
@@ -122,18 +121,34 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
                 p.wait()
 
 
-def test_every_dashboard_query_returns_a_series(stack: Stack) -> None:
-    pending = {(uid, title, substitute(expr)) for uid, title, expr in dashboard_queries()}
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    tmp = tmp_path_factory.mktemp("prom")
+    url = f"http://127.0.0.1:{_port()}"
+    argv = " ".join(json.loads((RECORDING / "meta.json").read_text())["server_argv"])
+    replay = [sys.executable, "-m", "exporter", "replay", str(RECORDING), "--speed", "1", "--loop"]
+    sidecar = ["--vllm-args", argv, "--verdict.false-full-hold", "2s", "--no-vllm-cmdline-discovery"]
+    with run_stack(tmp, url, sidecar, replay) as s:  # the incident loops every ~27 s
+        _wait("the recording rules", lambda: bool(s.query("instance_engine:vllm_worst_case_blocks_per_request:ceil")),
+              s)
+        yield s
 
-    def all_answered() -> bool:
+
+def all_dashboard_queries_answered(stack: Stack, deadline: float = DEADLINE) -> set[tuple[str, str, str]]:
+    """Poll until every dashboard query returns a series; the ones that never did."""
+    pending = {(uid, title, substitute(expr)) for uid, title, expr in dashboard_queries()}
+    end = time.monotonic() + deadline
+    while time.monotonic() < end and pending:
         for item in sorted(pending):
             if stack.query(item[2]):
                 pending.discard(item)
-        return not pending
+        if pending:
+            time.sleep(1)
+    return pending
 
-    end = time.monotonic() + DEADLINE
-    while time.monotonic() < end and not all_answered():
-        time.sleep(1)
+
+def test_every_dashboard_query_returns_a_series(stack: Stack) -> None:
+    pending = all_dashboard_queries_answered(stack)
     assert not pending, "queries with no series:\n" + "\n".join(f"{u} / {t}: {e}" for u, t, e in sorted(pending))
 
 

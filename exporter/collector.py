@@ -43,6 +43,8 @@ _ENGINE_GAUGES: list[tuple[str, str, Callable[[EngineReport], float | None]]] = 
      lambda e: 1.0 if e.false_full else 0.0),
     ("preemptions_per_second", "Preemptions per second between the last two scrapes.",
      lambda e: e.preemptions_per_second),
+    ("seconds_without_progress", "Seconds since vLLM's step/generation counters last moved while it had work.",
+     lambda e: e.seconds_without_progress),
     ("requests_running", "Requests running in the engine (vllm:num_requests_running).", lambda e: e.running),
     ("requests_waiting", "Requests waiting in the engine (vllm:num_requests_waiting).", lambda e: e.waiting),
     ("max_num_seqs", "Configured max_num_seqs (absent when unknown).", lambda e: e.max_num_seqs),

@@ -153,6 +153,7 @@ def engine_json(e: EngineReport) -> dict[str, Any]:
         "max_num_seqs": e.max_num_seqs,
         "preemptions_per_second": e.preemptions_per_second,
         "preemptions_total": e.preemptions_total,
+        "seconds_without_progress": round(e.seconds_without_progress, 3),
         "request_profile_tokens": {
             "prompt": None if e.prompt is None else e.prompt.__dict__,
             "max_tokens": None if e.max_tokens is None else e.max_tokens.__dict__,

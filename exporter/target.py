@@ -61,6 +61,7 @@ class EngineReport:
     max_num_seqs: int | None
     gauges_only: bool
     kv_bytes_per_token: int | None = None  # per device, with --model-config
+    seconds_without_progress: float = 0.0  # since the engine's step and generation counters last moved
 
 
 @dataclass(frozen=True)
@@ -242,6 +243,7 @@ class Target:
             preemptions_total=e.preemptions_total,
             max_num_seqs=max_num_seqs,
             gauges_only=gauges_only,
+            seconds_without_progress=tracker.seconds_without_progress,
         )
 
     # -- the HTTP side ----------------------------------------------------------------------------

@@ -137,6 +137,7 @@ class Tracker:
         self._previous: Verdict | None = None
         self._hol_before = False
         self.preemptions_per_second: float | None = None
+        self.seconds_without_progress = 0.0
 
     def update(
         self,
@@ -164,6 +165,7 @@ class Tracker:
             self._last_progress_value = progress
             self._last_progress_at = now
         no_progress = now - self._last_progress_at
+        self.seconds_without_progress = no_progress
 
         while self._ceiling and self._ceiling[-1][1] <= o.running:
             self._ceiling.pop()

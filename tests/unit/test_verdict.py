@@ -92,7 +92,7 @@ def test_tracker_sees_stuck_and_preemptions_over_time() -> None:
     j, _ = tracker.update(0.0, obs(SLOTS), 0.0, (1.0, 1.0))
     assert j.verdict is Verdict.SLOTS_FULL
     j, _ = tracker.update(61.0, obs(SLOTS), 0.0, (1.0, 1.0))  # no step for 61 s while 92 wait
-    assert j.verdict is Verdict.STUCK
+    assert j.verdict is Verdict.STUCK and tracker.seconds_without_progress == 61.0
     j, _ = tracker.update(62.0, obs(KV), 3.0, (2.0, 2.0))
     assert j.verdict is Verdict.PREEMPTING and tracker.preemptions_per_second == 3.0
     j, _ = tracker.update(200.0, obs(KV), 3.0, (3.0, 3.0))  # the last preemption is older than the window

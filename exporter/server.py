@@ -34,11 +34,20 @@ class Sidecar:
         ProcessCollector(registry=self.registry)
         self._logged: dict[str, str | None] = {}
         self.looping = False
+        self._rendered: bytes | None = None
+
+    def exposition(self) -> bytes:
+        """Our /metrics body as rendered after the last tick (before the first one: rendered now)."""
+        if self._rendered is None:
+            self._rendered = generate_latest(self.registry)
+        return self._rendered
 
     async def tick(self, client: httpx.AsyncClient, now: float | None = None) -> None:
         """Scrape every target once; `now` lets a replay run on its recording's clock."""
         now = time.monotonic() if now is None else now
         reports = await asyncio.gather(*(t.scrape(client, now) for t in self.targets))
+        # Render once per tick, off the event loop: reads never wait on a render of thousands of series.
+        self._rendered = await asyncio.to_thread(generate_latest, self.registry)
         for r in reports:
             # Log state changes only: a sidecar next to a dead pod should not flood its log.
             if self._logged.get(r.url, "") != r.error:
@@ -91,8 +100,8 @@ def make_app(sidecar: Sidecar, start_loop: bool = True) -> FastAPI:
     app = FastAPI(title="vllm-headroom", lifespan=lifespan, docs_url=None, redoc_url=None)
 
     @app.get("/metrics")
-    def metrics() -> Response:
-        return Response(generate_latest(sidecar.registry), media_type=CONTENT_TYPE_LATEST)
+    async def metrics() -> Response:
+        return Response(sidecar.exposition(), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/api/v1/diagnosis")
     def diagnosis_json() -> JSONResponse:

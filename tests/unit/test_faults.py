@@ -130,3 +130,23 @@ def test_api_key_goes_to_the_target_only_as_a_bearer_token() -> None:
     assert models.calls.last.request.headers["authorization"] == "Bearer s3cret"
     assert "authorization" not in metrics.calls.last.request.headers  # /metrics is not protected by vLLM
     assert "s3cret" not in _metrics_text(target)
+
+
+def test_metrics_body_is_rendered_once_per_tick() -> None:
+    target = Target(Settings(URL, vllm_args=fixtures.vllm_argv("false-full"), discover_cmdline=False))
+    sidecar = Sidecar([target], interval=1.0)
+
+    async def tick() -> None:
+        async with httpx.AsyncClient() as client:
+            await sidecar.tick(client, now=1.0)
+
+    with respx.mock(assert_all_called=False) as router:
+        _models_ok(router)
+        route = router.get(URL + "/metrics").mock(return_value=httpx.Response(200, text=fixtures.snapshot("idle")))
+        asyncio.run(tick())
+        first = sidecar.exposition()
+        assert b'verdict="ok"} 1.0' in first
+        assert sidecar.exposition() is first  # reads between ticks reuse the render
+        route.mock(return_value=httpx.Response(200, text=fixtures.snapshot("false-full")))
+        asyncio.run(tick())
+    assert b'verdict="slots_full"} 1.0' in sidecar.exposition()

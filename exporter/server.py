@@ -35,6 +35,7 @@ class Sidecar:
         self._logged: dict[str, str | None] = {}
         self.looping = False
         self._rendered: bytes | None = None
+        self._clients: dict[str, httpx.AsyncClient] = {}
 
     def exposition(self) -> bytes:
         """Our /metrics body as rendered after the last tick (before the first one: rendered now)."""
@@ -45,7 +46,8 @@ class Sidecar:
     async def tick(self, client: httpx.AsyncClient, now: float | None = None) -> None:
         """Scrape every target once; `now` lets a replay run on its recording's clock."""
         now = time.monotonic() if now is None else now
-        reports = await asyncio.gather(*(t.scrape(client, now) for t in self.targets))
+        reports = await asyncio.gather(*(t.scrape(self._clients.get(t.settings.url, client), now)
+                                         for t in self.targets))
         # Render once per tick, off the event loop: reads never wait on a render of thousands of series.
         self._rendered = await asyncio.to_thread(generate_latest, self.registry)
         for r in reports:
@@ -60,8 +62,14 @@ class Sidecar:
 
     async def run(self) -> None:
         self.looping = True
-        limits = httpx.Limits(max_connections=max(10, 2 * len(self.targets)))
-        async with httpx.AsyncClient(limits=limits, follow_redirects=False) as client:
+        # One small client per target: with one shared pool httpcore re-scans every connection on each
+        # request event, which made a tick of 1,000 targets cost ~80 s of CPU instead of ~1.5 s (bench/).
+        ssl = httpx.create_ssl_context()
+        async with contextlib.AsyncExitStack() as stack:
+            for t in self.targets:
+                self._clients[t.settings.url] = await stack.enter_async_context(
+                    httpx.AsyncClient(limits=httpx.Limits(max_connections=2), verify=ssl))
+            client = next(iter(self._clients.values()))
             while True:
                 started = time.monotonic()
                 try:

@@ -25,3 +25,9 @@ demo-data:
 # Only the end-to-end tests against a real vLLM (two server start-ups, ~3 min).
 e2e: vllm-venv
 	$(PYTHON) -m pytest -m e2e tests/e2e
+
+# Benchmarks of issue #7, not part of CI (~30 min; `make bench BENCH_QUICK=1` ~12 min): bench/RESULTS.md.
+.PHONY: bench
+bench:
+	bench/install
+	BENCH_QUICK=$(BENCH_QUICK) PYTHON=$(PYTHON) bench/run

@@ -1,0 +1,198 @@
+"""Write bench/RESULTS.md from bench/results/*.json: machine, dates, load, and every figure next to its goal."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from .common import REPO, RESULTS, machine
+
+OUT = REPO / "bench" / "RESULTS.md"
+NOTES = REPO / "bench" / "NOTES.md"
+
+
+def _load(name: str) -> dict[str, Any] | None:
+    path = RESULTS / f"{name}.json"
+    if not path.exists():
+        return None
+    doc: dict[str, Any] = json.loads(path.read_text())
+    return doc
+
+
+def _f(value: Any, digits: int = 2) -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def _ok(flag: bool | None) -> str:
+    return "n/a" if flag is None else ("**met**" if flag else "**missed**")
+
+
+def _when(doc: dict[str, Any]) -> str:
+    quick = " (quick mode)" if doc.get("quick") else ""
+    return f"finished {doc['date']}{quick}"
+
+
+def _load_note(doc: dict[str, Any]) -> str:
+    return f"load avg (1/5/15 min) {doc.get('load_before', '?')} before, {doc.get('load_after', '?')} after"
+
+
+def goals(b: dict[str, dict[str, Any] | None]) -> list[str]:
+    rows = ["| goal | measured | result |", "|---|---|---|"]
+    if (b1 := b["b1_parse"]) is not None:
+        one = b1["shapes"]["1x"]
+        worst_ratio = min(s["ratio_observe"] for s in b1["scenarios"].values())
+        rows.append(f"| parse + derive ≥ 20× faster than prometheus_client (53 KB) | {one['ratio_observe']:.1f}× "
+                    f"(false-full timeline); {worst_ratio:.1f}× worst of the 5 recorded snapshots | "
+                    f"{_ok(one['ratio_observe'] >= 20 and worst_ratio >= 20)} |")
+        worst_ms = max(s["ours_observe_ms"] for s in b1["scenarios"].values())
+        rows.append(f"| ≤ 2 ms CPU per 53 KB scrape (parse + derive) | {one['ours_observe_ms']:.3f} ms "
+                    f"(worst snapshot {worst_ms:.3f} ms) | {_ok(max(one['ours_observe_ms'], worst_ms) <= 2)} |")
+    if (b2 := b["b2_sidecar"]) is not None:
+        b2.setdefault("rss_growth_second_half_mb", float("nan"))
+        flat = abs(b2["rss_growth_second_half_mb"]) <= 1.0
+        rows.append(f"| sidecar RSS ≤ 60 MB, flat over 10 min | max {b2['rss_mb_max']:.1f} MB; "
+                    f"{b2['rss_mb_first']:.1f} → {b2['rss_mb_last']:.1f} MB over {b2['duration_s']:.0f} s, "
+                    f"{b2['rss_growth_second_half_mb']:+.2f} MB in the second half | "
+                    f"{_ok(b2['rss_mb_max'] <= 60 and flat and b2['duration_s'] >= 590)} |")
+    if (b3 := b["b3_fleet"]) is not None:
+        big = [r for r in b3["rows"] if r["targets"] == 1000]
+        if big:
+            r = big[0]
+            med = r["interval_median_s"]
+            met = med is not None and med <= 15.0 * 1.05 and r["sidecar_cpu_share"] <= 1.0 and r["targets_up"] == 1000
+            rows.append(f"| 1000 targets at a 15 s interval on one core | achieved interval median {_f(med)} s "
+                        f"(max {_f(r['interval_max_s'])} s), {100 * r['sidecar_cpu_share']:.0f} % of a core, "
+                        f"{r['targets_up']} up in our /metrics | {_ok(met)} |")
+    if (b5 := b["b5_detect"]) is not None:
+        for run in b5["runs"]:
+            mx = run["max_in_intervals"]
+            rows.append(f"| state change in our metrics within 2 intervals (interval {run['interval_s']:g} s) | "
+                        f"max {_f(run['max_s'])} s = {_f(mx)} intervals, median {_f(run['median_s'])} s, "
+                        f"{run['missed']} of {run['changes']} missed | "
+                        f"{_ok(mx is not None and mx <= 2 and run['missed'] == 0)} |")
+    if (b4 := b["b4_load"]) is not None:
+        for r in b4["rows"]:
+            if r["targets"] == 1:
+                h = r["hey_200rps"]
+                label = "as shipped" if r.get("server", "serve") == "serve" else "prototype: rendered once per tick"
+                clean = h.get("errors", 0) == 0 and h["non_200"] == 0
+                rows.append(f"| `/metrics` p99 ≤ 10 ms at 200 rps ({label}) | p99 {h['p99_ms']:.1f} ms, "
+                            f"p50 {h['p50_ms']:.1f} ms at {h['rps']:.0f} rps, {h.get('errors', '?')} errors | "
+                            f"{_ok(h['p99_ms'] <= 10 and clean)} |")
+    return rows
+
+
+def details(b: dict[str, dict[str, Any] | None]) -> list[str]:
+    out: list[str] = []
+    if (b1 := b["b1_parse"]) is not None:
+        out += ["", "## 1. Parse + derive per scrape vs prometheus_client", "",
+                f"{_when(b1)}; {_load_note(b1)}. CPU time per scrape, median of interleaved rounds; "
+                "`observe` = our whole per-scrape path (parse + read + derive + verdict), `parse cold` = "
+                "first scrape of a target (empty label cache).", "",
+                "| shape | bytes | ours: observe | ours: parse | ours: parse cold | prometheus_client | "
+                "ratio (observe) | ratio (parse) | ours MB/s | theirs MB/s |",
+                "|---|---|---|---|---|---|---|---|---|---|"]
+        for name, r in [*b1["shapes"].items(), *((f"snapshot {k}", v) for k, v in b1["scenarios"].items())]:
+            out.append(f"| {name} | {r['bytes'] / 1e3:.0f} KB | {r['ours_observe_ms']:.3f} ms | "
+                       f"{r['ours_parse_ms']:.3f} ms | {r['ours_parse_cold_ms']:.3f} ms | "
+                       f"{r['prometheus_client_ms']:.2f} ms | {r['ratio_observe']:.1f}× | {r['ratio_parse']:.1f}× | "
+                       f"{r['ours_observe_mb_s']:.0f} | {r['prometheus_client_mb_s']:.1f} |")
+    if (b2 := b["b2_sidecar"]) is not None:
+        series = ", ".join(f"{t}s {r:.1f}" for t, r in b2["rss_series"][:: max(1, len(b2["rss_series"]) // 12)])
+        out += ["", "## 2. Running sidecar, 1 s interval, demo replay", "",
+                f"{_when(b2)}; {_load_note(b2)}.", "",
+                f"- CPU per scrape (HTTP fetch + parse + derive + verdict, plus our /metrics read every 15 s): "
+                f"**{b2['cpu_ms_per_scrape']:.2f} ms** ({100 * b2['cpu_share_of_one_core']:.2f} % of a core) over "
+                f"{b2['scrapes']} scrapes",
+                f"- RSS: first {b2['rss_mb_first']:.1f} MB, max {b2['rss_mb_max']:.1f} MB, last "
+                f"{b2['rss_mb_last']:.1f} MB; slope {b2['rss_slope_mb_per_10min']:+.2f} MB per 10 min; second half "
+                f"{b2['rss_growth_second_half_mb']:+.2f} MB",
+                f"- RSS over time (MB): {series}",
+                f"- final verdict series: {', '.join(b2['final_verdicts'])}"]
+    if (b3 := b["b3_fleet"]) is not None:
+        out += ["", "## 3. Fleet mode (`vllm-headroom serve --targets-file`), 15 s interval", "",
+                f"{_when(b3)}. One fastreplay process, one loopback port per target (distinct origins).", "",
+                "| targets | achieved interval median / p95 / max | sidecar CPU (share of a core) | CPU per tick | "
+                "CPU per target scrape | RSS | our /metrics size, slowest read | up | load before → after |",
+                "|---|---|---|---|---|---|---|---|---|"]
+        for r in b3["rows"]:
+            out.append(f"| {r['targets']} | {_f(r['interval_median_s'])} / {_f(r['interval_p95_s'])} / "
+                       f"{_f(r['interval_max_s'])} s | {100 * r['sidecar_cpu_share']:.1f} % | "
+                       f"{r['sidecar_cpu_s_per_tick']:.2f} s | {r['sidecar_cpu_ms_per_target_scrape']:.2f} ms | "
+                       f"{r['sidecar_rss_mb']:.0f} MB | {r['our_metrics_bytes'] / 1e6:.2f} MB, "
+                       f"{_f(r['our_metrics_latency_ms_max'], 0)} ms | {r['targets_up']} | "
+                       f"{r['load_before']} → {r['load_after']} |")
+    if (fv := b["fleet_variants"]) is not None:
+        out += ["", "Tick cost, current loop vs bounded concurrency vs one client per target "
+                f"(bench/fleet_variants.py, in-process, "
+                f"{fv['targets']} targets, {_when(fv)}; {_load_note(fv)}):", "",
+                "| variant | CPU per tick | CPU per target | wall per tick |", "|---|---|---|---|"]
+        for name, v in fv["variants"].items():
+            out.append(f"| {name} | {v['cpu_s_per_tick']:.2f} s | {v['cpu_ms_per_target']:.2f} ms | "
+                       f"{v['wall_s_per_tick']:.2f} s |")
+    if (b4 := b["b4_load"]) is not None:
+        out += ["", "## 4. Our /metrics under load (hey 200 rps: 10 workers × 20 qps; wrk: 1 thread, 10 conns)", "",
+                f"{_when(b4)}. The sidecar scrapes at 1 s meanwhile; hey/wrk run on the same 2 cores.", "",
+                "| targets | server | body | hey rps | p50 | p90 | p99 | hey 200 / non-200 / errors | wrk max rps | "
+                "wrk p99 | wrk non-2xx + socket errors | load before → after |",
+                "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in b4["rows"]:
+            h, w = r["hey_200rps"], r["wrk_unbounded"]
+            server = r.get("server", "serve")
+            out.append(f"| {r['targets']} | {server} | {r['metrics_bytes'] / 1e3:.0f} KB | {h['rps']:.0f} | "
+                       f"{h['p50_ms']:.1f} ms | {h['p90_ms']:.1f} ms | {h['p99_ms']:.1f} ms | "
+                       f"{h.get('ok_200', '?')} / {h['non_200']} / {h.get('errors', '?')} | "
+                       f"{w['rps']:.0f} | {w['p99_ms']:.1f} ms | {w.get('non_2xx', 0) + w.get('socket_errors', 0)} | "
+                       f"{r['load_before']} → {r['load_after']} |")
+    if (b5 := b["b5_detect"]) is not None:
+        out += ["", "## 5. Detection latency (replay switch → verdict in our /metrics, polled every 20 ms)", "",
+                f"{_when(b5)}.", "",
+                "| interval | changes | missed | median | max | max in intervals | max per verdict | load |",
+                "|---|---|---|---|---|---|---|---|"]
+        for run in b5["runs"]:
+            per = ", ".join(f"{k} {v:.2f} s" for k, v in run["max_by_verdict_s"].items())
+            out.append(f"| {run['interval_s']:g} s | {run['changes']} | {run['missed']} | {_f(run['median_s'])} s | "
+                       f"{_f(run['max_s'])} s | {_f(run['max_in_intervals'])} | {per} | "
+                       f"{run['load_before']} → {run['load_after']} |")
+    if (b6 := b["b6_vllm_cost"]) is not None:
+        out += ["", "## 6. The cost we put on vLLM (real vLLM 0.32.0 CPU server)", "",
+                f"{_when(b6)}; {_load_note(b6)}. vLLM start-up took {b6['startup_s']:.0f} s.", "",
+                f"- vLLM's /metrics: {b6['exposition_bytes'] / 1e3:.0f} KB, **{b6['render_cpu_ms']:.2f} ms CPU per "
+                f"render** in the API server process (idle CPU subtracted, {b6['scrapes']} scrapes); wall per scrape "
+                f"p50 {b6['scrape_wall_ms_p50']:.2f} ms, p99 {b6['scrape_wall_ms_p99']:.2f} ms",
+                f"- idle API server CPU: {100 * b6['api_server_idle_cpu_share']:.2f} % of a core", "",
+                f"| our interval | renders vs Prometheus alone (every {b6['prometheus_interval_s']:g} s) | "
+                "vLLM CPU for /metrics, sidecar + Prometheus | with pass-through | saved by pass-through |",
+                "|---|---|---|---|---|"]
+        for k, v in b6["per_interval"].items():
+            out.append(f"| {k} | {v['renders_per_s_vs_prometheus_alone']:.0f}× | {v['vllm_cpu_ms_per_s']:.2f} ms/s "
+                       f"({v['vllm_cpu_ms_per_s'] / 10:.3f} % of a core) | {v['vllm_cpu_ms_per_s_passthrough']:.2f} "
+                       f"ms/s | {v['passthrough_saving_ms_per_s']:.2f} ms/s ({100 * v['passthrough_saving_share']:.0f} "
+                       f"%) |")
+    return out
+
+
+def main() -> None:
+    names = ["b1_parse", "b2_sidecar", "b3_fleet", "b4_load", "b5_detect", "b6_vllm_cost", "fleet_variants"]
+    b = {n: _load(n) for n in names}
+    m = machine()
+    lines = ["# vllm-headroom benchmarks (issue #7)", "",
+             f"Written {time.strftime('%Y-%m-%d %H:%M %Z')} by bench/report.py, the last step of `make bench` "
+             "(from bench/results/*.json). "
+             f"Machine: {m['cpu']}, {m['cores']} cores, {m['mem_gib']} GiB, Python {m['python']}, "
+             f"Linux {m['kernel']}. The machine was shared with other test runs: each section gives the load "
+             "averages around its run; ratios are measured side by side within one run.", "",
+             "## Goals", "", *goals(b), *details(b)]
+    if NOTES.exists():
+        lines += ["", NOTES.read_text().rstrip()]
+    OUT.write_text("\n".join(lines) + "\n")
+    print(f"wrote {OUT.relative_to(REPO)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from exporter.target import EngineReport, Settings, Target
-from exporter.verdict import History, Observation, Thresholds, Tracker, Verdict, classify
+from exporter.verdict import History, Observation, Thresholds, Tracker, Verdict, classify, false_full_condition
 from tests import fixtures
 
 T = Thresholds()
@@ -105,3 +105,11 @@ def test_idle_engine_is_never_stuck() -> None:
     tracker.update(500.0, obs(IDLE), 0.0, (1.0, 1.0))  # idle for minutes: no steps, nothing to do
     j, _ = tracker.update(501.0, obs(SLOTS), 0.0, (1.0, 1.0))
     assert j.verdict is Verdict.SLOTS_FULL
+
+
+def test_false_full_needs_low_usage_and_a_non_kv_verdict() -> None:
+    assert false_full_condition(obs(SLOTS), Verdict.SLOTS_FULL, T)  # 41 % used, every slot taken
+    assert not false_full_condition(obs(SLOTS, usage=0.85), Verdict.SLOTS_FULL, T)  # the pool is busy too
+    assert not false_full_condition(obs(KV), Verdict.KV_FULL, T)
+    assert not false_full_condition(obs(SLOTS, usage=0.3), Verdict.KV_FULL, T)  # true capacity, not false-full
+    assert not false_full_condition(obs(SLOTS, waiting=0), Verdict.SLOTS_FULL, T)

@@ -136,3 +136,13 @@ def test_head_of_line_is_named_while_slots_and_blocks_are_free() -> None:
         assert ours.verdict is Verdict.HEAD_OF_LINE
         assert ours.headroom.slot_headroom_requests and ours.headroom.slot_headroom_requests > 0
     assert any(o.false_full for _t, _e, o in state)
+
+
+def test_profile_follows_the_window_not_the_servers_lifetime() -> None:
+    # The kv-full recording ran on the server that had just served 2,000+ short false-full requests:
+    # lifetime p99 prompt is 20 tokens, the requests finishing in the window have 352-token prompts.
+    frames = replay("kv-full")
+    first = frames[0][2]
+    assert first.prompt is not None and (first.prompt.tokens, first.prompt.basis) == (20, "lifetime")
+    loaded = [o for _t, e, o in frames if e.waiting > 0 and o.prompt is not None and o.prompt.basis == "window"]
+    assert loaded and all(o.prompt is not None and o.prompt.tokens == 500 for o in loaded)  # 352 -> bucket 500

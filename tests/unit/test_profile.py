@@ -36,8 +36,9 @@ def test_a_counter_reset_restarts_the_window_instead_of_going_negative() -> None
     w = profile.Window(60.0)
     w.observe(0.0, AFTER)
     w.observe(10.0, BEFORE)  # vLLM restarted: every bucket went down
-    q = w.quantile(0.99, 512)
-    assert q == profile.Quantile(20, "lifetime", int(BEFORE.count))
+    assert w.quantile(0.99, 512) == profile.Quantile(20, "lifetime", int(BEFORE.count))
+    w.observe(20.0, DURING)  # the window starts again from the restart
+    assert w.quantile(0.99, 512) == profile.Quantile(500, "window", int(DURING.count - BEFORE.count))
 
 
 def test_inf_bucket_means_max_model_len() -> None:

@@ -6,7 +6,6 @@ Every flag `--a.b-c` can be set as `VLLM_HEADROOM_A_B_C`; a flag on the command 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import logging
 import os
@@ -18,11 +17,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, NoReturn
 
-import httpx
-
 from . import __version__, diagnosis
 from .config import Overrides, split_args
-from .scrape import DEFAULT_MAX_BYTES, ScrapeError, fetch, parse_models, parse_version
+from .scrape import DEFAULT_MAX_BYTES, ScrapeError
 from .target import Settings, Target, TargetReport, one_shot
 from .verdict import Thresholds
 
@@ -306,23 +303,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _diagnose_url(target: Target) -> TargetReport:
-    base = target.settings.url
-    headers = {"Authorization": f"Bearer {target.settings.api_key}"} if target.settings.api_key else None
-    async with httpx.AsyncClient() as client:
-        text = await fetch(client, base + "/metrics", target.settings.timeout)
-        try:
-            target.models = parse_models(await fetch(client, base + "/v1/models", target.settings.timeout,
-                                                     headers=headers))
-        except ScrapeError:
-            target.models = None
-        try:
-            target.version = parse_version(await fetch(client, base + "/version", target.settings.timeout))
-        except ScrapeError:
-            target.version = None
-    return target.observe(time.monotonic(), text, gauges_only=True)
-
-
 def cmd_diagnose(args: argparse.Namespace) -> int:
     source: str = args.source
     is_url = source.startswith(("http://", "https://"))
@@ -332,7 +312,7 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     target = one_shot(replace(settings, discover_cmdline=local and not args.vllm_args))
     try:
         if is_url:
-            report = asyncio.run(_diagnose_url(target))
+            report = target.observe(time.monotonic(), target.fetch_once(), gauges_only=True)
         else:
             try:
                 text = Path(source).read_text(encoding="utf-8", errors="replace")

@@ -8,7 +8,6 @@ bounded, not measured: P(prompt + gen > a + b) ≤ P(prompt > a) + P(gen > b). W
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import math
 import time
@@ -16,11 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from . import derive, exposition, vllm
 from .profile import bucket_quantile
-from .scrape import ModelsInfo, ScrapeError, fetch, parse_models
+from .scrape import ScrapeError
 from .target import Settings, Target, one_shot
 
 SHARE_LOW, SHARE_HIGH = 0.70, 0.80  # max_num_seqs as a share of the worst-case concurrency the pool allows
@@ -114,19 +111,6 @@ def recommend(report_engine: Any, expo: exposition.Exposition, min_requests: int
     return out
 
 
-def _fetch(url: str, timeout: float) -> tuple[str, int | None]:
-    async def run() -> tuple[str, int | None]:
-        async with httpx.AsyncClient() as client:
-            text = await fetch(client, url.rstrip("/") + "/metrics", timeout)
-            try:
-                models = parse_models(await fetch(client, url.rstrip("/") + "/v1/models", timeout))
-            except ScrapeError:
-                return text, None
-            return text, models.max_model_len
-
-    return asyncio.run(run())
-
-
 def cmd_recommend(args: argparse.Namespace) -> int:
     from .cli import UsageError, settings_for
 
@@ -135,11 +119,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     settings: Settings = settings_for(source, args, None)
     target: Target = one_shot(settings)
     try:
-        if is_url:
-            text, max_len = _fetch(source, 5.0)
-            target.models = ModelsInfo((), max_len)
-        else:
-            text = Path(source).read_text(encoding="utf-8", errors="replace")
+        text = target.fetch_once() if is_url else Path(source).read_text(encoding="utf-8", errors="replace")
         report = target.observe(time.monotonic(), text, gauges_only=True)
         expo = exposition.parse(text, vllm.WANTED)
         if not report.engines:

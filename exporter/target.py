@@ -6,6 +6,7 @@ diagnosis of a saved exposition and by the tests; `Target.scrape()` adds the HTT
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from dataclasses import dataclass, field, replace
@@ -264,16 +265,29 @@ class Target:
         with contextlib.suppress(ScrapeError):  # /version is optional: older or proxied servers lack it
             self.version = parse_version(await fetch(client, base + "/version", self.settings.timeout, 65536))
 
+    async def fetch_metrics(self, client: httpx.AsyncClient, now: float) -> str:
+        """GET /metrics (raises ScrapeError), refreshing /v1/models and /version when they are due."""
+        body = await fetch(client, self.settings.url.rstrip("/") + "/metrics", self.settings.timeout,
+                           self.settings.max_bytes)
+        await self._refresh_models(client, now)
+        return body
+
+    def fetch_once(self) -> str:
+        """One synchronous fetch for the one-shot commands (diagnose, recommend)."""
+
+        async def run() -> str:
+            async with httpx.AsyncClient() as client:
+                return await self.fetch_metrics(client, time.monotonic())
+
+        return asyncio.run(run())
+
     async def scrape(self, client: httpx.AsyncClient, now: float | None = None) -> TargetReport:
         """One scrape of the target; never raises, failures become a down report."""
         now = time.monotonic() if now is None else now
         started = time.perf_counter()
-        base = self.settings.url.rstrip("/")
         try:
-            text = await fetch(client, base + "/metrics", self.settings.timeout, self.settings.max_bytes)
-            await self._refresh_models(client, now)
-            report = self.observe(now, text)
-        except ScrapeError as exc:  # /v1/models is needed only for max_model_len; /metrics still counts
+            report = self.observe(now, await self.fetch_metrics(client, now))
+        except ScrapeError as exc:
             self.errors[exc.reason] = self.errors.get(exc.reason, 0) + 1
             report = TargetReport(self.settings.url, up=False, error_reason=exc.reason, error=str(exc),
                                   version=self.version, observed_at=now)

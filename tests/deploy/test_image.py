@@ -6,7 +6,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -15,6 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.net import free_port
 
 from .conftest import DEPLOY, ROOT, Tools
 
@@ -29,13 +30,6 @@ def test_hadolint_clean(tools: Tools) -> None:
 def test_dockerignore_keeps_the_context_small() -> None:
     lines = (ROOT / ".dockerignore").read_text().splitlines()
     assert lines[lines.index("*")] == "*" and "!exporter/" in lines and "!pyproject.toml" in lines
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _get(url: str) -> tuple[int, str]:
@@ -123,7 +117,7 @@ def test_image_config(docker: Docker, image: str) -> None:
 
 @pytest.mark.docker
 def test_image_serves_the_demo_replay_and_stops_on_sigterm(docker: Docker, image: str) -> None:
-    vllm_port, our_port = _free_port(), _free_port()
+    vllm_port, our_port = free_port(), free_port()
     # The replayed vLLM runs from the same image; both use the host's loopback.
     docker("run", "-d", "--name", "replay", "--network", "host", "--read-only", "--entrypoint", "vllm-headroom", image,
            "replay", "--web.listen-address", f"127.0.0.1:{vllm_port}", "--speed", "4")

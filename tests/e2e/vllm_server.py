@@ -14,7 +14,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -24,6 +23,8 @@ from types import TracebackType
 from typing import Any
 
 import httpx
+
+from tests.net import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL_DIR = Path(__file__).resolve().parent / "tiny-llama"
@@ -45,13 +46,6 @@ def vllm_python() -> str:
     """Path of the venv python that has vLLM; builds the venv on first use (minutes), then <1 s."""
     out = subprocess.run([str(REPO / "scripts" / "vllm-venv")], check=True, capture_output=True, text=True)
     return out.stdout.strip().splitlines()[-1]
-
-
-def _free_port() -> int:
-    # Bind port 0 on loopback and release it; the tiny race window is acceptable for tests.
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def parse_startup_capacity(log: str) -> dict[str, Any]:
@@ -139,7 +133,7 @@ class VllmServer:
             (model / "config.json").write_text(json.dumps(self.model_config, indent=2))
         self.model_path = str(model)
         self._log_path = tmp / "server.log"
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.argv = [
             vllm_python(), "-m", "vllm.entrypoints.openai.api_server",

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -29,16 +28,11 @@ from grafana.config import DEFAULT
 from grafana.generate import to_yaml
 from grafana.rules import rule_groups
 from tests.monitoring.promql import dashboard_queries, require, substitute
+from tests.net import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDING = ROOT / "tests" / "fixtures" / "vllm-0.32.0" / "false-full"
 DEADLINE = 45.0
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -83,7 +77,7 @@ def run_stack(tmp: Path, vllm_url: str, sidecar_args: list[str], replay: list[st
     """Prometheus scraping vLLM (real, or a replay started here) and our sidecar, with the shipped rules."""
     prometheus = require("prometheus")
     vllm_port = int(vllm_url.rsplit(":", 1)[1])
-    sidecar_port, prom_port = _port(), _port()
+    sidecar_port, prom_port = free_port(), free_port()
     cfg = replace(DEFAULT, for_={"VLLMKVFalseFull": false_full_for})
     (tmp / "rules.yaml").write_text(to_yaml(rule_groups(cfg)))
     (tmp / "prometheus.yml").write_text(yaml.safe_dump({
@@ -124,7 +118,7 @@ def run_stack(tmp: Path, vllm_url: str, sidecar_args: list[str], replay: list[st
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     tmp = tmp_path_factory.mktemp("prom")
-    url = f"http://127.0.0.1:{_port()}"
+    url = f"http://127.0.0.1:{free_port()}"
     argv = " ".join(json.loads((RECORDING / "meta.json").read_text())["server_argv"])
     replay = [sys.executable, "-m", "exporter", "replay", str(RECORDING), "--speed", "1", "--loop"]
     sidecar = ["--vllm-args", argv, "--verdict.false-full-hold", "2s", "--no-vllm-cmdline-discovery"]

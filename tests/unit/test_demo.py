@@ -11,7 +11,7 @@ import time
 
 import httpx
 
-from tests.e2e.sidecar import free_port
+from tests.net import free_port
 
 
 def test_demo_once_prints_a_slots_full_false_full_verdict() -> None:

@@ -16,8 +16,9 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter import exposition, replay, vllm
-from exporter.target import Settings, Target
+from exporter.pipeline import exposition, vllm
+from exporter.pipeline.target import Settings, Target
+from exporter.replay import recording as replay
 
 from .common import FIXTURES, VLLM_ARGS, loadavg, quick, save
 from .shapes import SHAPES, build

@@ -27,7 +27,7 @@ import statistics
 import time
 from pathlib import Path
 
-from exporter import replay
+from exporter.replay import recording as replay
 
 FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "vllm-0.32.0"
 SCENARIOS = ("idle", "false-full", "kv-full", "preemption", "head-of-line")

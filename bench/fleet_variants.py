@@ -22,8 +22,8 @@ from pathlib import Path
 import httpx
 from prometheus_client import generate_latest
 
-from exporter.server import Sidecar
-from exporter.target import Settings, Target
+from exporter.expose.server import Sidecar
+from exporter.pipeline.target import Settings, Target
 
 from .common import VLLM_ARGS, free_port, loadavg, save, spawn, wait_http
 

@@ -16,8 +16,8 @@ import time
 import httpx
 from prometheus_client import generate_latest
 
-from exporter.server import Sidecar
-from exporter.target import Settings, Target
+from exporter.expose.server import Sidecar
+from exporter.pipeline.target import Settings, Target
 
 from .common import VLLM_ARGS, free_port, spawn, wait_http
 

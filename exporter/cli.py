@@ -17,11 +17,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, NoReturn
 
-from . import __version__, diagnosis
-from .config import Overrides, split_args
-from .scrape import DEFAULT_MAX_BYTES, ScrapeError
-from .target import Settings, Target, TargetReport, one_shot
-from .verdict import Thresholds
+from . import __version__
+from .expose import diagnosis
+from .pipeline.config import Overrides, split_args
+from .pipeline.scrape import DEFAULT_MAX_BYTES, ScrapeError
+from .pipeline.target import Settings, Target, TargetReport, one_shot
+from .pipeline.verdict import Thresholds
 
 ENV_PREFIX = "VLLM_HEADROOM_"
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
@@ -239,10 +240,10 @@ def settings_for(url: str, args: argparse.Namespace, api_key: str | None) -> Set
     )
     shape = None
     if getattr(args, "model_config", None):
-        from . import estimate
+        from .planning import estimate
 
         try:
-            shape = estimate.shape_from_config(estimate.load_config(Path(args.model_config))[0])
+            shape = estimate.load_model(Path(args.model_config))[0]
         except ValueError as exc:
             raise UsageError(f"--model-config: {exc}") from None
     return Settings(
@@ -284,7 +285,7 @@ def target_urls(args: argparse.Namespace) -> list[str]:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from .server import Sidecar, parse_listen_address, serve
+    from .expose.server import Sidecar, parse_listen_address, serve
 
     logging.basicConfig(level=getattr(logging, args.__dict__["log.level"].upper()),
                         format="%(asctime)s %(levelname)s %(message)s")
@@ -329,20 +330,17 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
 
 
 def cmd_estimate(args: argparse.Namespace) -> int:
-    from . import estimate as est
+    from .planning import estimate as est
 
     try:
-        cfg, indexed = est.load_config(Path(args.model))
-        shape = est.shape_from_config(cfg)
+        shape, indexed = est.load_model(Path(args.model))
         inputs = est.Inputs(
             shape=shape, dtype=args.dtype, kv_cache_dtype=args.kv_cache_dtype,
             tensor_parallel_size=args.tensor_parallel_size, block_size=args.block_size,
             max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs, gpu_memory=args.gpu_memory,
             max_num_batched_tokens=args.max_num_batched_tokens, async_scheduling=args.async_scheduling,
             gpu_memory_utilization=args.gpu_memory_utilization,
-            weights_bytes=args.weights_bytes or indexed or (
-                args.params * est.dtype_bytes(shape.dtype if args.dtype == "auto" else args.dtype)
-                if args.params else None),
+            weights_bytes=args.weights_bytes or indexed, params=args.params,
             activation_bytes=args.activation_memory, kv_cache_memory=args.kv_cache_memory,
             num_gpu_blocks_override=args.num_gpu_blocks_override,
         )
@@ -353,11 +351,44 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_recommend(args: argparse.Namespace) -> int:
+    from .planning.recommend import recommend
+
+    source: str = args.source
+    is_url = source.startswith(("http://", "https://"))
+    settings: Settings = settings_for(source, args, None)
+    target: Target = one_shot(settings)
+    try:
+        text = target.fetch_once() if is_url else Path(source).read_text(encoding="utf-8", errors="replace")
+        report = target.observe(time.monotonic(), text, gauges_only=True)
+        if not report.engines:
+            raise ValueError("no engine with a known capacity in the exposition")
+        advice = [recommend(e, args.min_requests) for e in report.engines]
+    except (OSError, ValueError, ScrapeError) as exc:
+        raise UsageError(str(exc)) from None
+    if args.json:
+        print(json.dumps(advice, indent=2))
+        return 0
+    for a in advice:
+        print(f"model={a['model_name']} engine={a['engine']}: {a['requests_observed']} finished requests")
+        print(f"  basis: {a['basis']}")
+        for item in a["max_model_len"]:
+            if "refused" in item:
+                print(f"  max_model_len at p{100 * item['quantile']:g}: not recommended ({item['refused']})")
+            else:
+                print(f"  max_model_len at p{100 * item['quantile']:g}: {item['max_model_len']} "
+                      f"(at most {100 * item['exceed_share_at_most']:.2f} % of requests longer; "
+                      f"max concurrency {item['max_concurrency']}, {item['max_concurrency_change']:+d})")
+        m = a["max_num_seqs"]
+        print(f"  max_num_seqs: {m['range'][0]}-{m['range'][1]} ({m['why']})")
+    return 0
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from . import replay
-    from .server import parse_listen_address
+    from .expose.server import parse_listen_address
+    from .replay import recording as replay
 
     try:
         rec = replay.load(Path(args.recording)) if args.recording else replay.embedded_incident()
@@ -382,13 +413,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "estimate":
             return cmd_estimate(args)
         if args.command == "recommend":
-            from .recommend import cmd_recommend
-
             return cmd_recommend(args)
         if args.command == "replay":
             return cmd_replay(args)
         if args.command == "demo":
-            from .demo import cmd_demo
+            from .replay.demo import cmd_demo
 
             return cmd_demo(args)
         parser.print_help()

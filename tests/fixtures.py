@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from exporter import replay
+from exporter.replay import recording as replay
 
 ROOT = Path(__file__).parent / "fixtures" / "vllm-0.32.0"
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from exporter import exposition, vllm
+from exporter.pipeline import exposition, vllm
 
 from .vllm_server import VllmServer, parse_startup_capacity
 

@@ -11,8 +11,8 @@ import yaml
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.server import Sidecar
-from exporter.target import Settings, one_shot
+from exporter.expose.server import Sidecar
+from exporter.pipeline.target import Settings, one_shot
 from grafana import generate
 from grafana.config import DEFAULT
 from grafana.dashboards import dashboards

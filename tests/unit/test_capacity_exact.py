@@ -12,15 +12,16 @@ from typing import Any
 
 import pytest
 
-from exporter import estimate
-from exporter.estimate import GiB
+from exporter.model.shape import shape_from_config
+from exporter.planning import estimate
+from exporter.planning.estimate import GiB
 
 ROOT = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-0.32.0" / "capacity"
 SHAPES = sorted(p.name for p in ROOT.iterdir() if p.is_dir())
 
 
 def ours(config: dict[str, Any], meta: dict[str, Any]) -> estimate.Estimate:
-    shape = estimate.shape_from_config(config)
+    shape = shape_from_config(config)
     return estimate.estimate(estimate.Inputs(
         shape, dtype=meta["dtype"], block_size=meta["block_size"], max_model_len=meta["max_model_len"],
         kv_cache_memory=meta["VLLM_CPU_KVCACHE_SPACE"] * GiB, num_gpu_blocks_override=meta["num_gpu_blocks_override"],

@@ -7,10 +7,10 @@ import subprocess
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter import diagnosis
-from exporter.scrape import ScrapeError
-from exporter.server import Sidecar
-from exporter.target import Settings, Target, TargetReport, one_shot
+from exporter.expose import diagnosis
+from exporter.expose.server import Sidecar
+from exporter.pipeline.scrape import ScrapeError
+from exporter.pipeline.target import Settings, Target, TargetReport, one_shot
 from tests import fixtures
 
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exporter import derive
+from exporter.pipeline import derive
 
 
 def test_worked_example_prompt_512_max_4096_leaves_room_for_two() -> None:

@@ -8,8 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from exporter import cli, estimate
-from exporter.estimate import GiB, Inputs, Unsupported
+from exporter import cli
+from exporter.model import kv_layout
+from exporter.model.shape import ModelShape, Unsupported, shape_from_config
+from exporter.planning import estimate
+from exporter.planning.estimate import GiB, Inputs
 
 # Configs written from the models' published config.json values.
 LLAMA3_8B = {"model_type": "llama", "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
@@ -24,8 +27,8 @@ FALCON_MQA = {"model_type": "falcon", "num_hidden_layers": 32, "num_attention_he
 
 
 def per_token(cfg: dict[str, object], tp: int = 1, kv: str = "auto") -> int:
-    shape = estimate.shape_from_config(cfg)
-    return estimate.served_kv_bytes_per_token(shape, kv, tp)
+    shape = shape_from_config(cfg)
+    return kv_layout.served_kv_bytes_per_token(shape, kv, tp)
 
 
 def test_llama3_8b_is_128_kib_per_token_in_bf16() -> None:
@@ -42,7 +45,7 @@ def test_gqa_heads_split_across_tensor_parallel_ranks_but_never_below_one() -> N
 def test_deepseek_v3_mla_is_one_latent_per_token_and_layer_on_every_rank() -> None:
     assert per_token(DEEPSEEK_V3) == 61 * (512 + 64) * 2
     assert per_token(DEEPSEEK_V3, tp=8) == 61 * (512 + 64) * 2
-    assert estimate.shape_from_config(DEEPSEEK_V3).family == "mla"
+    assert shape_from_config(DEEPSEEK_V3).family == "mla"
 
 
 def test_mqa_and_multimodal_text_config() -> None:
@@ -59,52 +62,52 @@ def test_mqa_and_multimodal_text_config() -> None:
 ])
 def test_unsupported_layouts_say_so_instead_of_a_number(cfg: dict[str, object], fragment: str) -> None:
     with pytest.raises(Unsupported, match=re.escape(fragment)):
-        estimate.shape_from_config(cfg)
+        shape_from_config(cfg)
 
 
 def test_sliding_window_families_are_read_from_each_config_style() -> None:
-    mistral = estimate.shape_from_config({**LLAMA3_8B, "model_type": "mistral", "sliding_window": 4096,
+    mistral = shape_from_config({**LLAMA3_8B, "model_type": "mistral", "sliding_window": 4096,
                                           "max_position_embeddings": 32768})
     assert (mistral.family, mistral.sliding_layers, mistral.sliding_window) == ("sliding_window", 32, 4096)
-    gemma3 = estimate.shape_from_config({**LLAMA3_8B, "num_hidden_layers": 62, "sliding_window": 1024,
+    gemma3 = shape_from_config({**LLAMA3_8B, "num_hidden_layers": 62, "sliding_window": 1024,
                                          "sliding_window_pattern": 6, "max_position_embeddings": 131072})
     assert (gemma3.family, gemma3.full_layers, gemma3.sliding_layers) == ("interleaved_sliding_window", 10, 52)
-    gpt_oss = estimate.shape_from_config({**LLAMA3_8B, "num_hidden_layers": 24, "sliding_window": 128,
+    gpt_oss = shape_from_config({**LLAMA3_8B, "num_hidden_layers": 24, "sliding_window": 128,
                                           "layer_types": ["sliding_attention", "full_attention"] * 12})
     assert (gpt_oss.full_layers, gpt_oss.sliding_layers) == (12, 12)
-    qwen2 = estimate.shape_from_config({**LLAMA3_8B, "use_sliding_window": True, "sliding_window": 4096,
+    qwen2 = shape_from_config({**LLAMA3_8B, "use_sliding_window": True, "sliding_window": 4096,
                                         "max_window_layers": 28, "max_position_embeddings": 32768})
     assert (qwen2.full_layers, qwen2.sliding_layers) == (28, 4)
-    off = estimate.shape_from_config({**LLAMA3_8B, "use_sliding_window": False, "sliding_window": 4096,
+    off = shape_from_config({**LLAMA3_8B, "use_sliding_window": False, "sliding_window": 4096,
                                       "max_position_embeddings": 32768})
     assert off.family == "gqa"
 
 
 def test_vllms_grouping_of_hybrid_layers() -> None:
     def lay(full: int, sliding: int) -> tuple[int, int, int]:
-        shape = estimate.ModelShape("m", full + sliding, 8, 128, "bfloat16", sliding_window=1024,
+        shape = ModelShape("m", full + sliding, 8, 128, "bfloat16", sliding_window=1024,
                                     sliding_layers=sliding)
-        got = estimate.layout(shape)
+        got = kv_layout.layout(shape)
         return got.group_size, got.full_groups, got.sliding_groups
 
     assert lay(10, 52) == (10, 1, 6)  # Gemma-3 style 5:1: groups of the smaller count, the last one padded
     assert lay(13, 12) == (13, 1, 1)  # within 1.5x: groups of the larger count (vLLM's gpt-oss + eagle case)
     assert lay(32, 0) == (32, 1, 0)  # uniform: one group of every layer
     # Sliding-window layers hold cdiv(min(window - 1 + in-flight, L), bs) + 1 blocks per request.
-    assert estimate.sliding_blocks(128, 2048, 4096, 32) == 69
-    assert estimate.sliding_blocks(128, 2048, 2048, 32) == 65  # capped by max_model_len, still + 1
+    assert kv_layout.sliding_blocks(128, 2048, 4096, 32) == 69
+    assert kv_layout.sliding_blocks(128, 2048, 2048, 32) == 65  # capped by max_model_len, still + 1
 
 
 def test_a_window_as_long_as_the_context_is_full_attention() -> None:
     cfg = {**LLAMA3_8B, "sliding_window": 8192}
-    assert estimate.shape_from_config(cfg).family == "gqa"
+    assert shape_from_config(cfg).family == "gqa"
 
 
 def test_the_observed_cpu_pool_matches_vllms_log() -> None:
     # vLLM 0.32.0 CPU, tiny model: "Overriding num_gpu_blocks=65536" from 1 GiB at block size 32, 1,280 tokens,
     # 2.50x for 512 tokens with the override of 40 blocks (reference §8.1).
     tiny = json.loads((Path(__file__).parents[1] / "e2e" / "tiny-llama" / "config.json").read_text())
-    shape = estimate.shape_from_config(tiny)
+    shape = shape_from_config(tiny)
     e = estimate.estimate(Inputs(shape, block_size=32, max_model_len=512, kv_cache_memory=GiB))
     assert e.num_blocks == 65536 and e.bytes_per_block == 16 * 1024
     e = estimate.estimate(Inputs(shape, block_size=32, max_model_len=512, kv_cache_memory=GiB,
@@ -117,7 +120,7 @@ def test_the_observed_cpu_pool_matches_vllms_log() -> None:
 
 
 def test_verdicts_from_the_budget() -> None:
-    shape = estimate.shape_from_config(LLAMA3_70B)
+    shape = shape_from_config(LLAMA3_70B)
     base = Inputs(shape, tensor_parallel_size=8, max_model_len=32768, max_num_seqs=64, gpu_memory=64 * GiB,
                   weights_bytes=141 * GiB)
     assert estimate.estimate(base).verdict == "too_many_sequences"
@@ -129,7 +132,7 @@ def test_verdicts_from_the_budget() -> None:
 
 
 def test_what_if_changes_move_the_numbers_the_right_way() -> None:
-    shape = estimate.shape_from_config(LLAMA3_8B)
+    shape = shape_from_config(LLAMA3_8B)
     x = Inputs(shape, gpu_memory=24 * GiB, weights_bytes=16 * 10**9, max_model_len=8192)
     base = estimate.estimate(x)
     rows = {name: e for name, e, _cost in estimate.what_if(x)}

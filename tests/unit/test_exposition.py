@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from exporter import exposition
+from exporter.pipeline import exposition
 
 
 def test_labels_with_escapes_commas_and_braces() -> None:

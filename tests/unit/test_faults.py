@@ -11,9 +11,9 @@ import httpx
 import pytest
 import respx
 
-from exporter.collector import HeadroomCollector
-from exporter.server import Sidecar
-from exporter.target import Settings, Target
+from exporter.expose.collector import HeadroomCollector
+from exporter.expose.server import Sidecar
+from exporter.pipeline.target import Settings, Target
 from tests import fixtures
 
 URL = "http://vllm.test:8000"

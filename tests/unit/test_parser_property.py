@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter import exposition, vllm
+from exporter.pipeline import exposition, vllm
 
 GAUGES = [vllm.RUNNING, vllm.WAITING, vllm.WAITING_BY_REASON, vllm.SWAPPED, vllm.KV_USAGE, vllm.GPU_USAGE,
           vllm.CACHE_CONFIG, vllm.SLEEP_STATE]

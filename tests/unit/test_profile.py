@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from exporter import exposition, profile, vllm
+from exporter.pipeline import exposition, profile, vllm
 from tests import fixtures
 
 

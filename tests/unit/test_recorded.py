@@ -11,8 +11,8 @@ from dataclasses import dataclass
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.target import EngineReport, Settings, Target
-from exporter.verdict import Thresholds, Verdict
+from exporter.pipeline.target import EngineReport, Settings, Target
+from exporter.pipeline.verdict import Thresholds, Verdict
 from tests import fixtures
 
 BLOCKS = 40  # --num-gpu-blocks-override 40

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from exporter.target import EngineReport, Settings, Target
-from exporter.verdict import History, Observation, Thresholds, Tracker, Verdict, classify, false_full_condition
+from exporter.pipeline.target import EngineReport, Settings, Target
+from exporter.pipeline.verdict import History, Observation, Thresholds, Tracker, Verdict, classify, false_full_condition
 from tests import fixtures
 
 T = Thresholds()

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import re
 
-from exporter.config import Overrides, Source, Value
-from exporter.target import Settings, Target
-from exporter.verdict import Verdict
+from exporter.pipeline.config import Overrides, Source, Value
+from exporter.pipeline.target import Settings, Target
+from exporter.pipeline.verdict import Verdict
 from tests import fixtures
 
 REAL = fixtures.snapshot("false-full")  # running 8, waiting 92, usage 16/39 on vLLM 0.32.0

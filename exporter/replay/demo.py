@@ -17,11 +17,12 @@ from typing import TextIO
 import httpx
 import uvicorn
 
-from . import diagnosis, replay
-from .config import split_args
-from .server import Sidecar, make_app, parse_listen_address
-from .target import Settings, Target
-from .verdict import Thresholds
+from ..expose import diagnosis
+from ..expose.server import Sidecar, make_app, parse_listen_address
+from ..pipeline.config import split_args
+from ..pipeline.target import Settings, Target
+from ..pipeline.verdict import Thresholds
+from . import recording as replay
 
 # The recorded incident is short; a 10 s hold lets the false-full flag rise within it.
 DEMO_FALSE_FULL_HOLD = 10.0

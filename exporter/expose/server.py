@@ -15,9 +15,9 @@ from fastapi import FastAPI, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, ProcessCollector, generate_latest
 
+from ..pipeline.target import Target
 from . import diagnosis
 from .collector import HeadroomCollector
-from .target import Target
 
 log = logging.getLogger("vllm_headroom")
 

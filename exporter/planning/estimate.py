@@ -11,176 +11,28 @@ are refused, not guessed.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from .derive import ceil_div
+from ..model.kv_layout import (
+    blocks_per_request,
+    ceil_div,
+    dtype_bytes,
+    kv_bytes_per_token_per_layer,
+    layout,
+    sliding_blocks,
+)
+from ..model.shape import ModelShape, load_config, shape_from_config
 
 GiB = 1024**3
-DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2}
-KV_DTYPE_BYTES = {"fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
 DEFAULT_ACTIVATION_BYTES = 2 * GiB  # activations + non-torch memory + CUDA graphs of a mid-size model
 
-
-class Unsupported(ValueError):
-    """The model's KV layout is one this version cannot compute exactly."""
-
-
-@dataclass(frozen=True)
-class ModelShape:
-    """What decides the KV cache size of a model, read from its config."""
-
-    model_type: str
-    num_layers: int
-    num_kv_heads: int
-    head_dim: int
-    dtype: str  # the config's torch_dtype
-    mla_latent: int | None = None  # kv_lora_rank + qk_rope_head_dim (DeepSeek-V2/V3)
-    sliding_window: int | None = None
-    sliding_layers: int = 0  # how many of num_layers slide; the rest are full attention
-    max_position_embeddings: int | None = None
-
-    @property
-    def full_layers(self) -> int:
-        return self.num_layers - self.sliding_layers
-
-    @property
-    def family(self) -> str:
-        if self.mla_latent is not None:
-            return "mla"
-        if self.sliding_layers == self.num_layers:
-            return "sliding_window"
-        if self.sliding_layers:
-            return "interleaved_sliding_window"
-        if self.num_kv_heads == 1:
-            return "mqa"
-        return "gqa" if self.num_kv_heads else "mha"
-
-
-def load_config(path: Path) -> tuple[dict[str, Any], int | None]:
-    """config.json (a file or a model folder) and, for a folder, the weights' bytes from its safetensors index."""
-    folder = path if path.is_dir() else path.parent
-    file = path / "config.json" if path.is_dir() else path
-    try:
-        cfg: dict[str, Any] = json.loads(file.read_text())
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"cannot read a model config from {file}: {exc}") from None
-    weights = None
-    index = folder / "model.safetensors.index.json"
-    if path.is_dir() and index.exists():
-        try:
-            weights = int(json.loads(index.read_text())["metadata"]["total_size"])
-        except (ValueError, KeyError, TypeError):
-            weights = None
-    return cfg, weights
-
-
-def shape_from_config(cfg: dict[str, Any]) -> ModelShape:
-    """Read the KV-relevant shape; multimodal configs keep the language model under text_config."""
-    if isinstance(cfg.get("text_config"), dict):
-        outer_dtype = cfg.get("torch_dtype")
-        cfg = {"torch_dtype": outer_dtype, **cfg["text_config"]}
-    model_type = str(cfg.get("model_type", "unknown"))
-    layers = cfg.get("num_hidden_layers") or cfg.get("n_layer") or cfg.get("num_layers")
-    heads = cfg.get("num_attention_heads") or cfg.get("n_head")
-    if not isinstance(layers, int) or not isinstance(heads, int):
-        raise Unsupported(f"config of model_type {model_type!r} names no num_hidden_layers/num_attention_heads")
-    if any(k in cfg for k in ("mamba_d_state", "ssm_state_size", "mamba_expand", "layers_block_type")) or \
-            "mamba" in model_type or "jamba" in model_type:
-        raise Unsupported(f"{model_type}: hybrid attention + Mamba layouts are not supported yet; "
-                          "read the capacity from the server's start-up log or vllm:cache_config_info")
-    dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
-    max_pos = cfg.get("max_position_embeddings")
-    if cfg.get("kv_lora_rank"):
-        latent = int(cfg["kv_lora_rank"]) + int(cfg.get("qk_rope_head_dim", 0))
-        return ModelShape(model_type, layers, 1, latent, dtype, mla_latent=latent, max_position_embeddings=max_pos)
-    kv_heads = int(cfg.get("num_key_value_heads") or heads)
-    head_dim = int(cfg.get("head_dim") or cfg["hidden_size"] // heads)
-    window, sliding = _sliding_layers(cfg, model_type, layers, max_pos)
-    return ModelShape(model_type, layers, kv_heads, head_dim, dtype, sliding_window=window, sliding_layers=sliding,
-                      max_position_embeddings=max_pos)
-
-
-def _sliding_layers(cfg: dict[str, Any], model_type: str, layers: int, max_pos: Any) -> tuple[int | None, int]:
-    """The window and how many layers use it, from layer_types, a Gemma-style pattern, Qwen2's
-    max_window_layers or a plain sliding_window (every layer, Mistral-style)."""
-    window = cfg.get("sliding_window") if cfg.get("use_sliding_window", True) is not False else None
-    layer_types = cfg.get("layer_types")
-    if isinstance(layer_types, list) and layer_types:
-        kinds = {str(k) for k in layer_types}
-        unknown = kinds - {"sliding_attention", "full_attention"}
-        if unknown:
-            raise Unsupported(f"{model_type}: layer types {sorted(unknown)} are not supported yet; "
-                              "use kv_cache_max_concurrency from vllm:cache_config_info (vLLM >= 0.24)")
-        sliding = sum(1 for k in layer_types[:layers] if k == "sliding_attention")
-        if sliding and not isinstance(window, int):
-            raise Unsupported(f"{model_type}: sliding layers without a sliding_window size")
-        return (window if sliding else None), sliding
-    if not isinstance(window, int) or (isinstance(max_pos, int) and window >= max_pos):
-        return None, 0  # no window, or one as long as the context: full attention
-    pattern = cfg.get("sliding_window_pattern")
-    if isinstance(pattern, int) and pattern > 1:
-        return window, sum(1 for i in range(layers) if (i + 1) % pattern != 0)  # every pattern-th layer is global
-    if cfg.get("use_sliding_window") and isinstance(cfg.get("max_window_layers"), int):
-        return window, max(0, layers - int(cfg["max_window_layers"]))  # Qwen2: the first layers stay full
-    return window, layers
-
-
-def dtype_bytes(name: str) -> int:
-    try:
-        return KV_DTYPE_BYTES.get(name) or DTYPE_BYTES[name]
-    except KeyError:
-        raise ValueError(f"unknown dtype {name!r}") from None
-
-
-def kv_bytes_per_token_per_layer(shape: ModelShape, kv_bytes: int, tp: int) -> int:
-    """Full attention: 2 (K, V) × max(1, kv_heads // TP) × head_dim × bytes; MLA: one latent × bytes, on every rank."""
-    if shape.mla_latent is not None:
-        return shape.mla_latent * kv_bytes
-    return 2 * max(1, shape.num_kv_heads // tp) * shape.head_dim * kv_bytes
-
-
-def served_kv_bytes_per_token(shape: ModelShape, cache_dtype: str | None, tp: int) -> int:
-    """KV bytes per token per device of a running server: its cache_dtype ('auto' = the model's) and TP."""
-    kv = shape.dtype if cache_dtype in (None, "", "auto") else str(cache_dtype)
-    return kv_bytes_per_token_per_layer(shape, dtype_bytes(kv), tp) * shape.num_layers
-
-
-@dataclass(frozen=True)
-class Layout:
-    """vLLM's KV-cache groups for a model with one page size: how many groups of each kind, of what size."""
-
-    group_size: int
-    full_groups: int
-    sliding_groups: int
-
-    def bytes_per_block(self, page: int) -> int:
-        """One pool block = one page for every layer of a group."""
-        return self.group_size * page
-
-
-def layout(shape: ModelShape) -> Layout:
-    """Group layers like vLLM: equal-size groups per kind, the size the smaller kind's count (or the larger's)."""
-    counts = [c for c in (shape.full_layers, shape.sliding_layers) if c]
-    size = min(counts)
-    if max(counts) < 1.5 * size:
-        size = max(counts)
-    return Layout(size, ceil_div(shape.full_layers, size), ceil_div(shape.sliding_layers, size))
-
-
-def sliding_blocks(window: int, in_flight: int, max_model_len: int, block_size: int) -> int:
-    """Blocks a sliding-window layer holds per request: cdiv(min(window − 1 + in-flight, L), bs) + 1."""
-    return ceil_div(min(window - 1 + in_flight, max_model_len), block_size) + 1
-
-
-def blocks_per_request(shape: ModelShape, lay: Layout, max_model_len: int, block_size: int, in_flight: int) -> int:
-    """Pool blocks one max_model_len request takes: Σ over groups."""
-    full = ceil_div(max_model_len, block_size)
-    slide = sliding_blocks(shape.sliding_window, in_flight, max_model_len, block_size) if shape.sliding_window else 0
-    return lay.full_groups * full + lay.sliding_groups * slide
+def load_model(path: Path) -> tuple[ModelShape, int | None]:
+    """The shape of a config.json (or model folder) and, for a folder, its weights' bytes; raises ValueError."""
+    cfg, weights = load_config(path)
+    return shape_from_config(cfg), weights
 
 
 def needed_bytes(shape: ModelShape, page: int, max_model_len: int, block_size: int, in_flight: int) -> int:
@@ -224,6 +76,7 @@ class Inputs:
     gpu_memory: int | None = None  # bytes per device
     gpu_memory_utilization: float = 0.92
     weights_bytes: int | None = None  # whole model
+    params: int | None = None  # parameter count, when the weights' size is not known
     activation_bytes: int = DEFAULT_ACTIVATION_BYTES
     kv_cache_memory: int | None = None  # bytes per device, skips the budget math
     num_gpu_blocks_override: int | None = None
@@ -285,10 +138,13 @@ def estimate(x: Inputs) -> Estimate:
     else:
         if x.gpu_memory is None:
             raise ValueError("give --gpu-memory (with weights) or --kv-cache-memory")
-        if x.weights_bytes is None:
+        weights_total = x.weights_bytes
+        if weights_total is None and x.params is not None:
+            weights_total = x.params * dtype_bytes(x.model_dtype)
+        if weights_total is None:
             raise ValueError("the weights' size is unknown: pass a model folder with a safetensors index, "
                              "--params or --weights-bytes")
-        weights = ceil_div(x.weights_bytes, tp)
+        weights = ceil_div(weights_total, tp)
         activation = x.activation_bytes
         pool = kv_pool_bytes(x.gpu_memory, x.gpu_memory_utilization, weights, activation)
     lay = layout(x.shape)

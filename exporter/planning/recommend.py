@@ -7,18 +7,13 @@ bounded, not measured: P(prompt + gen > a + b) ≤ P(prompt > a) + P(gen > b). W
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
-import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from . import derive, exposition, vllm
-from .profile import bucket_quantile
-from .scrape import ScrapeError
-from .target import Settings, Target, one_shot
+from ..pipeline import derive, vllm
+from ..pipeline.profile import bucket_quantile
+from ..pipeline.target import EngineReport
 
 SHARE_LOW, SHARE_HIGH = 0.70, 0.80  # max_num_seqs as a share of the worst-case concurrency the pool allows
 
@@ -57,13 +52,10 @@ def length_advice(prompt: vllm.Histogram, gen: vllm.Histogram, q: float, block_s
     return LengthAdvice(q, tokens, 1.0 - q, share_above(prompt, tokens))
 
 
-def recommend(report_engine: Any, expo: exposition.Exposition, min_requests: int) -> dict[str, Any]:
-    """Advice for one engine from its report and the exposition's histograms."""
-    e = report_engine
-    snap = vllm.read(expo)
-    sample = next(s for s in snap.engines if (s.model_name, s.engine) == (e.model_name, e.engine))
-    prompt = sample.histograms.get(vllm.PROMPT_HIST)
-    gen = sample.histograms.get(vllm.GENERATION_HIST)
+def recommend(e: EngineReport, min_requests: int) -> dict[str, Any]:
+    """Advice for one engine from its report and the lifetime length histograms it carries."""
+    prompt = e.histograms.get(vllm.PROMPT_HIST)
+    gen = e.histograms.get(vllm.GENERATION_HIST)
     if prompt is None or gen is None:
         raise ValueError("the exposition has no vllm:request_prompt_tokens / request_generation_tokens histograms")
     n = int(prompt.count)
@@ -109,37 +101,3 @@ def recommend(report_engine: Any, expo: exposition.Exposition, min_requests: int
         "concurrency_change": None if e.max_num_seqs is None else high - e.max_num_seqs,
     }
     return out
-
-
-def cmd_recommend(args: argparse.Namespace) -> int:
-    from .cli import UsageError, settings_for
-
-    source: str = args.source
-    is_url = source.startswith(("http://", "https://"))
-    settings: Settings = settings_for(source, args, None)
-    target: Target = one_shot(settings)
-    try:
-        text = target.fetch_once() if is_url else Path(source).read_text(encoding="utf-8", errors="replace")
-        report = target.observe(time.monotonic(), text, gauges_only=True)
-        expo = exposition.parse(text, vllm.WANTED)
-        if not report.engines:
-            raise ValueError("no engine with a known capacity in the exposition")
-        advice = [recommend(e, expo, args.min_requests) for e in report.engines]
-    except (OSError, ValueError, ScrapeError) as exc:
-        raise UsageError(str(exc)) from None
-    if args.json:
-        print(json.dumps(advice, indent=2))
-        return 0
-    for a in advice:
-        print(f"model={a['model_name']} engine={a['engine']}: {a['requests_observed']} finished requests")
-        print(f"  basis: {a['basis']}")
-        for item in a["max_model_len"]:
-            if "refused" in item:
-                print(f"  max_model_len at p{100 * item['quantile']:g}: not recommended ({item['refused']})")
-            else:
-                print(f"  max_model_len at p{100 * item['quantile']:g}: {item['max_model_len']} "
-                      f"(at most {100 * item['exceed_share_at_most']:.2f} % of requests longer; "
-                      f"max concurrency {item['max_concurrency']}, {item['max_concurrency_change']:+d})")
-        m = a["max_num_seqs"]
-        print(f"  max_num_seqs: {m['range'][0]}-{m['range'][1]} ({m['why']})")
-    return 0

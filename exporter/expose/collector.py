@@ -10,9 +10,9 @@ from collections.abc import Callable, Iterable, Sequence
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from ..pipeline.target import EngineReport, Target
+from ..pipeline.verdict import Verdict
 from .diagnosis import absolute_bytes
-from .target import EngineReport, Target
-from .verdict import Verdict
 
 P = "vllm_headroom_"
 SCRAPE_ERROR_REASONS = ("connect", "timeout", "http_status", "truncated", "malformed", "too_large",

@@ -14,10 +14,11 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from ..model.kv_layout import served_kv_bytes_per_token
+from ..model.shape import ModelShape
 from . import derive, exposition, vllm
 from .config import Overrides, ServingConfig, Source, find_vllm_cmdline, parse_vllm_args, resolve
 from .derive import Headroom
-from .estimate import ModelShape, served_kv_bytes_per_token
 from .profile import Quantile, Window, histogram_quantile, profile_value
 from .scrape import DEFAULT_MAX_BYTES, ModelsInfo, ScrapeError, fetch, parse_models, parse_version
 from .verdict import Judgement, Observation, Thresholds, Tracker, Verdict
@@ -63,6 +64,7 @@ class EngineReport:
     gauges_only: bool
     kv_bytes_per_token: int | None = None  # per device, with --model-config
     seconds_without_progress: float = 0.0  # since the engine's step and generation counters last moved
+    histograms: dict[str, vllm.Histogram] = field(default_factory=dict)  # lifetime, as exported at this scrape
 
 
 @dataclass(frozen=True)
@@ -245,6 +247,7 @@ class Target:
             max_num_seqs=max_num_seqs,
             gauges_only=gauges_only,
             seconds_without_progress=tracker.seconds_without_progress,
+            histograms=dict(e.histograms),
         )
 
     # -- the HTTP side ----------------------------------------------------------------------------

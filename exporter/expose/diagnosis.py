@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import __version__
-from .target import EngineGap, EngineReport, TargetReport
-from .verdict import Verdict
+from .. import __version__
+from ..pipeline.target import EngineGap, EngineReport, TargetReport
+from ..pipeline.verdict import Verdict
 
 SCHEMA_VERSION = 1
 

@@ -1,0 +1,1 @@
+"""What exposes the pipeline's reports: the JSON/text diagnosis, the Prometheus collector, the HTTP server."""

@@ -1,0 +1,1 @@
+"""A model's shape (from config.json) and vLLM's KV layout for it; used by the sidecar and the planner."""

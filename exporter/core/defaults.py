@@ -1,0 +1,63 @@
+"""Every default and threshold of vllm-headroom, written once.
+
+The sidecar (`pipeline.target.Settings`, `pipeline.verdict.Thresholds`), the CLI's flags and help, the
+monitoring generator (`grafana/config.py`: rules, alerts, dashboards), the Helm chart's `values.yaml` and
+its schema, and the kustomize manifests all take their values from here; `tests/unit/test_defaults.py`
+fails when a copy drifts. Durations are seconds, sizes bytes. `as_text()` gives each in the one grammar
+of `core.units` (`5s`, `16MiB`), as users write them.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# -- scraping (serve) ----------------------------------------------------------------------------------
+LISTEN_ADDRESS: Final = "0.0.0.0:9478"  # our /metrics, /api/v1/diagnosis, /healthz, /readyz
+PORT: Final = 9478
+TARGET: Final = "http://127.0.0.1:8000"  # vLLM's default host and port
+SCRAPE_INTERVAL: Final = 5.0  # s, how often vLLM's /metrics is read
+SCRAPE_TIMEOUT: Final = 3.0  # s, one fetch (serve and the one-shot commands alike); must be < interval
+SCRAPE_MAX_BYTES: Final = 16 * 1024 * 1024  # refuse larger expositions
+MODELS_INTERVAL: Final = 60.0  # s, how often /v1/models, /version and /proc are read
+CMDLINE_DISCOVERY: Final = True  # read vLLM's flags from /proc/<pid>/cmdline when visible
+
+# -- request profile -----------------------------------------------------------------------------------
+PROFILE_QUANTILE: Final = 0.99  # quantile of request lengths for worst-case math
+PROFILE_WINDOW: Final = 300.0  # s, window of the length quantiles
+
+# -- verdict thresholds --------------------------------------------------------------------------------
+FULL_USAGE: Final = 0.8  # usage at or above which waiting is judged KV-bound
+FALSE_FULL_HOLD: Final = 30.0  # s, false-full must hold this long before it is flagged
+STUCK_AFTER: Final = 60.0  # s without an engine step while requests wait: stuck
+LEAK_AFTER: Final = 120.0  # s of blocks in use with nothing running or waiting: leak
+PREEMPT_WINDOW: Final = 60.0  # s, preempting while a preemption happened this recently
+CEILING_WINDOW: Final = 300.0  # s of running counts that stand in for an unknown max_num_seqs
+
+# -- demo and replay -----------------------------------------------------------------------------------
+DEMO_LISTEN_ADDRESS: Final = "127.0.0.1:9478"
+DEMO_SPEED: Final = 4.0
+DEMO_FALSE_FULL_HOLD: Final = 10.0  # s: the recorded incident is short, so the flag rises within it
+REPLAY_LISTEN_ADDRESS: Final = "127.0.0.1:8000"
+
+# -- recommend -----------------------------------------------------------------------------------------
+RECOMMEND_MIN_REQUESTS: Final = 200  # refuse to recommend from fewer finished requests
+
+# -- estimate (vLLM's own defaults where it has one) ---------------------------------------------------
+ESTIMATE_BLOCK_SIZE: Final = 16
+ESTIMATE_MAX_NUM_SEQS: Final = 256
+ESTIMATE_MAX_NUM_BATCHED_TOKENS: Final = 8192
+ESTIMATE_GPU_MEMORY_UTILIZATION: Final = 0.92
+ESTIMATE_ACTIVATION_BYTES: Final = 2 * 1024**3  # activations, non-torch memory and CUDA graphs per device
+ESTIMATE_TENSOR_PARALLEL_SIZE: Final = 1
+
+# Durations and sizes by name, for generators that write them in the units grammar (Helm, rules, docs).
+DURATIONS: Final[dict[str, float]] = {
+    "scrape_interval": SCRAPE_INTERVAL,
+    "scrape_timeout": SCRAPE_TIMEOUT,
+    "models_interval": MODELS_INTERVAL,
+    "profile_window": PROFILE_WINDOW,
+    "false_full_hold": FALSE_FULL_HOLD,
+    "stuck_after": STUCK_AFTER,
+    "leak_after": LEAK_AFTER,
+    "preempt_window": PREEMPT_WINDOW,
+}

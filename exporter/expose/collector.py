@@ -12,11 +12,10 @@ from prometheus_client.registry import Collector
 
 from ..pipeline.target import EngineReport, Target
 from ..pipeline.verdict import Verdict
-from .diagnosis import absolute_bytes
 
 P = "vllm_headroom_"
 SCRAPE_ERROR_REASONS = ("connect", "timeout", "http_status", "truncated", "malformed", "too_large",
-                        "no_vllm_metrics", "invalid_value", "models")
+                        "no_vllm_metrics", "invalid_value", "models", "internal_error")
 
 # (name, help, value of an engine report or None when unknown)
 _ENGINE_GAUGES: list[tuple[str, str, Callable[[EngineReport], float | None]]] = [
@@ -49,12 +48,14 @@ _ENGINE_GAUGES: list[tuple[str, str, Callable[[EngineReport], float | None]]] = 
     ("requests_waiting", "Requests waiting in the engine (vllm:num_requests_waiting).", lambda e: e.waiting),
     ("max_num_seqs", "Configured max_num_seqs (absent when unknown).", lambda e: e.max_num_seqs),
     ("prompt_blocks", "Blocks the profile prompt needs at admission.", lambda e: e.headroom.prompt_blocks),
-    ("kv_bytes_per_token", "KV-cache bytes one token takes per device (with --model-config).",
-     lambda e: absolute_bytes(e).get("kv_bytes_per_token")),
+    ("kv_bytes_per_token", "KV-cache bytes one token takes per device, all layers (with --model-config).",
+     lambda e: None if e.kv_bytes is None else e.kv_bytes.kv_bytes_per_token),
+    ("kv_bytes_per_block", "Bytes of one KV-cache pool block per device, as vLLM groups layers "
+     "(with --model-config).", lambda e: None if e.kv_bytes is None else e.kv_bytes.kv_bytes_per_block),
     ("kv_free_bytes", "Bytes of free KV-cache blocks per device (with --model-config).",
-     lambda e: absolute_bytes(e).get("kv_free_bytes")),
+     lambda e: None if e.kv_bytes is None else e.kv_bytes.kv_free_bytes),
     ("worst_case_request_bytes", "Bytes one request holds at its worst case (with --model-config).",
-     lambda e: absolute_bytes(e).get("worst_case_request_bytes")),
+     lambda e: None if e.kv_bytes is None else e.kv_bytes.worst_case_request_bytes),
 ]
 
 
@@ -92,6 +93,11 @@ class HeadroomCollector(Collector):
                                     labels=[*el, "kind"])
         verdict = GaugeMetricFamily(P + "verdict", "Why requests wait: 1 for the current verdict.",
                                     labels=[*el, "verdict"])
+        undetermined = GaugeMetricFamily(
+            P + "capacity_undetermined",
+            "1 for an engine whose capacity cannot be derived: reason missing (values unknown) or config_error "
+            "(a config that makes no sense, e.g. num_gpu_blocks < 2); see /api/v1/diagnosis.",
+            labels=[*el, "reason"])
         info_rows: list[tuple[dict[str, str], float]] = []
 
         for t in self.targets:
@@ -107,6 +113,9 @@ class HeadroomCollector(Collector):
                     for v in Verdict:
                         verdict.add_metric([*tv(t), model, engine, str(v)], 1.0 if v is Verdict.TARGET_DOWN else 0.0)
                 continue
+            for g in r.gaps:
+                undetermined.add_metric([*tv(t), g.model_name, g.engine,
+                                         "config_error" if g.config_error else "missing"], 1.0)
             for e in r.engines:
                 labels = [*tv(t), e.model_name, e.engine]
                 for name, _help, get in _ENGINE_GAUGES:
@@ -139,6 +148,8 @@ class HeadroomCollector(Collector):
         yield concurrency
         yield profile
         yield verdict
+        if undetermined.samples:
+            yield undetermined
         if info_rows:
             names = sorted({k for row, _ in info_rows for k in row})
             info = GaugeMetricFamily(P + "config_info",

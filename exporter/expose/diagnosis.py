@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import __version__
+from ..pipeline.config import value
 from ..pipeline.target import EngineGap, EngineReport, TargetReport
 from ..pipeline.verdict import Verdict
 
@@ -76,7 +77,7 @@ def actions(e: EngineReport) -> list[str]:
     """Concrete changes an operator can make, most useful first."""
     h = e.headroom
     out: list[str] = []
-    cfg_len = e.config.int("max_model_len")
+    cfg_len = value(e.config.max_model_len)
     fits = h.max_concurrency_profile
     if e.verdict is Verdict.SLOTS_FULL:
         current = e.max_num_seqs or e.running
@@ -159,25 +160,13 @@ def engine_json(e: EngineReport) -> dict[str, Any]:
             "max_tokens": None if e.max_tokens is None else e.max_tokens.__dict__,
         },
         "config": e.config.as_json(),
-        **absolute_bytes(e),
+        **({} if e.kv_bytes is None else dict(e.kv_bytes.__dict__)),
     }
 
 
-def absolute_bytes(e: EngineReport) -> dict[str, int]:
-    """Bytes per token, free and per worst-case request (only with --model-config)."""
-    if e.kv_bytes_per_token is None:
-        return {}
-    per_block = e.kv_bytes_per_token * e.headroom.block_size_tokens
-    return {
-        "kv_bytes_per_token": e.kv_bytes_per_token,
-        "kv_free_bytes": e.headroom.kv_free_blocks * per_block,
-        "worst_case_request_bytes": e.headroom.worst_case_blocks_profile * per_block,
-    }
-
-
-def _gap_json(g: EngineGap) -> dict[str, str]:
-    return {"model_name": g.model_name, "engine": g.engine,
-            "missing": g.missing, "explanation": f"cannot derive capacity: {g.missing} unknown"}
+def _gap_json(g: EngineGap) -> dict[str, str | None]:
+    return {"model_name": g.model_name, "engine": g.engine, "missing": g.missing or None,
+            "config_error": g.config_error, "explanation": g.explanation}
 
 
 def target_json(r: TargetReport) -> dict[str, Any]:
@@ -233,6 +222,5 @@ def render_text(reports: list[TargetReport]) -> str:
             if e.gauges_only:
                 lines.append("  note: judged from one observation (gauges only): no rates or hold times.")
         for g in r.gaps:
-            lines.append(f"{r.url}  model={g.model_name} engine={g.engine}: cannot derive capacity, "
-                         f"{g.missing} unknown")
+            lines.append(f"{r.url}  model={g.model_name} engine={g.engine}: {g.explanation}")
     return "\n".join(lines)

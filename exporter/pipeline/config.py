@@ -9,12 +9,14 @@ hardware, so when nobody states them they stay unknown rather than assumed.
 from __future__ import annotations
 
 import os
+import re
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, fields
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
+from ..core.units import parse_tokens
 from .vllm import CacheInfo
 
 
@@ -26,9 +28,14 @@ class Source(StrEnum):
     V1_MODELS = "v1_models"
 
 
+T = TypeVar("T", int, float, str, bool)
+
+
 @dataclass(frozen=True)
-class Value:
-    value: int | float | str | bool
+class Known(Generic[T]):
+    """One config value and where it came from."""
+
+    value: T
     source: Source
 
 
@@ -55,17 +62,11 @@ class Overrides:
 
 
 def parse_token_count(text: str) -> int | None:
-    """vLLM's human-readable lengths: '4096', '32k', '1M' (k = 1000, K = 1024); 'auto'/-1 give None."""
-    text = text.strip()
-    if not text or text in ("auto", "-1"):
-        return None
-    mult = {"k": 1000, "K": 1024, "m": 1000**2, "M": 1024**2, "g": 1000**3, "G": 1024**3}.get(text[-1], 1)
-    number = text[:-1] if mult != 1 else text
+    """vLLM's human-readable lengths (`core.units.parse_tokens`); None for 'auto', -1 or anything unreadable."""
     try:
-        value = float(number) * mult
+        return parse_tokens(text)
     except ValueError:
         return None
-    return int(value) if value > 0 else None
 
 
 def parse_vllm_args(argv: list[str]) -> dict[str, Any]:
@@ -147,23 +148,59 @@ def split_args(text: str) -> list[str]:
 
 @dataclass(frozen=True)
 class ServingConfig:
-    """Resolved configuration of one engine; absent keys are unknown."""
+    """Resolved configuration of one engine: each field the value with its source, or None when unknown."""
 
-    values: dict[str, Value] = field(default_factory=dict)
-
-    def get(self, key: str) -> Value | None:
-        return self.values.get(key)
-
-    def int(self, key: str) -> int | None:
-        v = self.values.get(key)
-        return None if v is None else int(v.value)
-
-    def float(self, key: str) -> float | None:
-        v = self.values.get(key)
-        return None if v is None else float(v.value)
+    max_model_len: Known[int] | None = None
+    max_num_seqs: Known[int] | None = None
+    max_num_batched_tokens: Known[int] | None = None
+    block_size: Known[int] | None = None
+    num_gpu_blocks: Known[int] | None = None  # per engine
+    tensor_parallel_size: Known[int] | None = None
+    data_parallel_size: Known[int] | None = None
+    kv_cache_size_tokens: Known[int] | None = None
+    kv_cache_max_concurrency: Known[float] | None = None
+    enable_prefix_caching: Known[bool] | None = None
+    enable_chunked_prefill: Known[bool] | None = None
+    model: Known[str] | None = None
+    served_model_name: Known[str] | None = None
+    kv_cache_dtype: Known[str] | None = None  # vLLM's --kv-cache-dtype
+    cache_dtype: Known[str] | None = None  # the cache_dtype label of vllm:cache_config_info
+    gpu_memory_utilization: Known[float] | None = None
 
     def as_json(self) -> dict[str, dict[str, Any]]:
-        return {k: {"value": v.value, "source": str(v.source)} for k, v in sorted(self.values.items())}
+        """{key: {"value", "source"}} for the known fields, sorted by key."""
+        out: dict[str, dict[str, Any]] = {}
+        for f in sorted(fields(self), key=lambda f: f.name):
+            known = getattr(self, f.name)
+            if known is not None:
+                out[f.name] = {"value": known.value, "source": str(known.source)}
+        return out
+
+
+def value(known: Known[T] | None) -> T | None:
+    """The value of a config field, None when unknown."""
+    return None if known is None else known.value
+
+
+_KINDS: dict[str, type] = {"int": int, "float": float, "str": str, "bool": bool}
+# Each field's value type, read from its annotation (`Known[int] | None` → int).
+_TYPES: dict[str, type] = {
+    f.name: _KINDS[m.group(1)] for f in fields(ServingConfig) if (m := re.search(r"Known\[(\w+)\]", str(f.type)))
+}
+
+
+def _typed(key: str, raw: object) -> int | float | str | bool | None:
+    kind = _TYPES[key]
+    try:
+        if kind is bool:
+            return raw if isinstance(raw, bool) else str(raw).lower() in ("1", "true", "yes")
+        if kind is int:
+            return int(float(str(raw))) if not isinstance(raw, bool) else None
+        if kind is float:
+            return float(str(raw))
+    except ValueError:
+        return None
+    return str(raw)
 
 
 def resolve(
@@ -175,18 +212,21 @@ def resolve(
     models_max_model_len: int | None,
 ) -> ServingConfig:
     """Merge every source by precedence into one ServingConfig."""
-    values: dict[str, Value] = {}
+    values: dict[str, Known[Any]] = {}
 
-    def offer(key: str, value: int | float | str | bool | None, source: Source) -> None:
-        if value is not None and key not in values:
-            values[key] = Value(value, source)
+    def offer(key: str, raw: object, source: Source) -> None:
+        if raw is None or key in values or key not in _TYPES:
+            return
+        typed = _typed(key, raw)
+        if typed is not None:
+            values[key] = Known(typed, source)
 
-    for key, value in overrides.items().items():
-        offer(key, value, Source.FLAG)
-    for key, value in (vllm_args or {}).items():
+    for key, v in overrides.items().items():
+        offer(key, v, Source.FLAG)
+    for key, v in (vllm_args or {}).items():
         if key in ("port", "host", "num_gpu_blocks_override"):
             continue
-        offer(key, value, vllm_args_source)
+        offer(key, v, vllm_args_source)
     if cache is not None:
         offer("block_size", cache.block_size, Source.CACHE_CONFIG_INFO)
         total = cache.num_gpu_blocks
@@ -199,4 +239,4 @@ def resolve(
         offer("cache_dtype", cache.labels.get("cache_dtype"), Source.CACHE_CONFIG_INFO)
         offer("gpu_memory_utilization", cache.labels.get("gpu_memory_utilization"), Source.CACHE_CONFIG_INFO)
     offer("max_model_len", models_max_model_len, Source.V1_MODELS)
-    return ServingConfig(values)
+    return ServingConfig(**values)

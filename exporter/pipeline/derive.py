@@ -177,3 +177,19 @@ def derive(x: Inputs) -> Headroom:
         max_concurrency_max_model_len=None if w_max is None else max_concurrency(capacity, w_max),
         hybrid=hybrid,
     )
+
+
+@dataclass(frozen=True)
+class KvBytes:
+    """Absolute KV bytes per device of one engine at one scrape (needs the model's shape: --model-config)."""
+
+    kv_bytes_per_token: int  # all layers, one token
+    kv_bytes_per_block: int  # one pool block: a page for every layer of a KV-cache group (model.kv_layout)
+    kv_free_bytes: int
+    worst_case_request_bytes: int
+
+
+def kv_bytes(h: Headroom, bytes_per_token: int, bytes_per_block: int) -> KvBytes:
+    """Free and worst-case bytes = blocks × bytes per block, the block sized by vLLM's layer grouping."""
+    return KvBytes(bytes_per_token, bytes_per_block, h.kv_free_blocks * bytes_per_block,
+                   h.worst_case_blocks_profile * bytes_per_block)

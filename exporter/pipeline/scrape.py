@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 
-DEFAULT_MAX_BYTES = 16 * 1024 * 1024
+from ..core.defaults import SCRAPE_MAX_BYTES as DEFAULT_MAX_BYTES
 
 
 class ScrapeError(Exception):

@@ -8,20 +8,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit
 
 import httpx
 
-from ..model.kv_layout import served_kv_bytes_per_token
+from ..core import defaults
+from ..model.kv_layout import bytes_per_block, served_kv_bytes_per_token
 from ..model.shape import ModelShape
 from . import derive, exposition, vllm
-from .config import Overrides, ServingConfig, Source, find_vllm_cmdline, parse_vllm_args, resolve
+from .config import Overrides, ServingConfig, Source, find_vllm_cmdline, parse_vllm_args, resolve, value
 from .derive import Headroom
 from .profile import Quantile, Window, histogram_quantile, profile_value
-from .scrape import DEFAULT_MAX_BYTES, ModelsInfo, ScrapeError, fetch, parse_models, parse_version
+from .scrape import ModelsInfo, ScrapeError, fetch, parse_models, parse_version
 from .verdict import Judgement, Observation, Thresholds, Tracker, Verdict
+
+log = logging.getLogger("vllm_headroom")
 
 
 @dataclass(frozen=True)
@@ -31,14 +35,14 @@ class Settings:
     url: str
     overrides: Overrides = field(default_factory=Overrides)
     vllm_args: list[str] | None = None  # the vLLM command line as given with --vllm-args
-    discover_cmdline: bool = True
+    discover_cmdline: bool = defaults.CMDLINE_DISCOVERY
     api_key: str | None = None
-    quantile: float = 0.99
-    window: float = 300.0
+    quantile: float = defaults.PROFILE_QUANTILE
+    window: float = defaults.PROFILE_WINDOW  # s
     thresholds: Thresholds = field(default_factory=Thresholds)
-    timeout: float = 3.0
-    max_bytes: int = DEFAULT_MAX_BYTES
-    models_interval: float = 60.0
+    timeout: float = defaults.SCRAPE_TIMEOUT  # s
+    max_bytes: int = defaults.SCRAPE_MAX_BYTES
+    models_interval: float = defaults.MODELS_INTERVAL  # s
     model_shape: ModelShape | None = None  # from --model-config: adds absolute bytes
 
 
@@ -62,18 +66,43 @@ class EngineReport:
     preemptions_total: float | None
     max_num_seqs: int | None
     gauges_only: bool
-    kv_bytes_per_token: int | None = None  # per device, with --model-config
+    kv_bytes: derive.KvBytes | None = None  # absolute bytes per device, with --model-config
     seconds_without_progress: float = 0.0  # since the engine's step and generation counters last moved
     histograms: dict[str, vllm.Histogram] = field(default_factory=dict)  # lifetime, as exported at this scrape
 
 
 @dataclass(frozen=True)
 class EngineGap:
-    """An engine whose capacity cannot be derived, and why (e.g. num_gpu_blocks="None" on V1 0.8)."""
+    """An engine whose capacity cannot be derived, and why: values missing (e.g. num_gpu_blocks="None" on
+    V1 0.8) or a config that makes no sense (`config_error`, one sentence)."""
 
     model_name: str
     engine: str
     missing: str
+    config_error: str | None = None
+
+    @property
+    def explanation(self) -> str:
+        if self.config_error:
+            return f"cannot derive capacity: {self.config_error}"
+        return f"cannot derive capacity: {self.missing} unknown"
+
+
+def config_problem(cfg: ServingConfig) -> str | None:
+    """One sentence when the resolved config makes no sense for block arithmetic, else None."""
+    n = value(cfg.num_gpu_blocks)
+    bs = value(cfg.block_size)
+    if n is not None and n < 2:
+        src = cfg.num_gpu_blocks.source if cfg.num_gpu_blocks else ""
+        return (f"num_gpu_blocks={n} (from {src}) leaves no usable block: vLLM keeps one null block, "
+                "so at least 2 are needed")
+    if bs is not None and bs < 1:
+        return f"block_size={bs} is not a positive number of tokens"
+    for name in ("max_model_len", "max_num_seqs", "max_num_batched_tokens"):
+        v = value(getattr(cfg, name))
+        if v is not None and v < 1:
+            return f"{name}={v} is not a positive number"
+    return None
 
 
 @dataclass
@@ -176,14 +205,17 @@ class Target:
 
     def _engine(self, now: float, e: vllm.EngineSample, cfg: ServingConfig, snap: vllm.VllmSnapshot,
                 gauges_only: bool) -> EngineReport | EngineGap:
-        n_blocks = cfg.int("num_gpu_blocks")
-        block_size = cfg.int("block_size")
+        n_blocks = value(cfg.num_gpu_blocks)
+        block_size = value(cfg.block_size)
         missing = [k for k, v in (("num_gpu_blocks", n_blocks), ("block_size", block_size),
                                   ("usage", e.usage), ("running", e.running), ("waiting", e.waiting)) if v is None]
         if missing:
             return EngineGap(e.model_name, e.engine, ", ".join(missing))
         assert n_blocks is not None and block_size is not None and e.usage is not None
-        max_model_len = cfg.int("max_model_len")
+        problem = config_problem(cfg)
+        if problem is not None:
+            return EngineGap(e.model_name, e.engine, "", config_error=problem)
+        max_model_len = value(cfg.max_model_len)
         prompt = self._quantile(now, e, vllm.PROMPT_HIST, max_model_len)
         max_tokens = profile_value(
             self._quantile(now, e, vllm.MAX_TOKENS_HIST, max_model_len),
@@ -192,7 +224,7 @@ class Target:
         )
         running = int(e.running or 0)
         waiting = int(e.waiting or 0)
-        max_num_seqs = cfg.int("max_num_seqs")
+        max_num_seqs = value(cfg.max_num_seqs)
         headroom = derive.derive(derive.Inputs(
             num_gpu_blocks=n_blocks,
             block_size=block_size,
@@ -205,8 +237,8 @@ class Target:
             max_num_seqs=max_num_seqs,
             prompt_tokens=prompt.tokens if prompt else None,
             max_tokens=max_tokens.tokens if max_tokens else None,
-            kv_cache_max_concurrency=cfg.float("kv_cache_max_concurrency"),
-            kv_cache_size_tokens=cfg.int("kv_cache_size_tokens"),
+            kv_cache_max_concurrency=value(cfg.kv_cache_max_concurrency),
+            kv_cache_size_tokens=value(cfg.kv_cache_size_tokens),
         ))
         deferred = e.waiting_by_reason.get("deferred") if e.waiting_by_reason else None
         obs = Observation(running, waiting, None if deferred is None else int(deferred), e.usage,
@@ -220,10 +252,11 @@ class Target:
         shape = self.settings.model_shape
         if shape is None:
             return report
-        cache_dtype = cfg.get("cache_dtype")
-        per_token = served_kv_bytes_per_token(shape, None if cache_dtype is None else str(cache_dtype.value),
-                                              cfg.int("tensor_parallel_size") or 1)
-        return replace(report, kv_bytes_per_token=per_token)
+        cache_dtype = value(cfg.kv_cache_dtype) or value(cfg.cache_dtype)
+        tp = value(cfg.tensor_parallel_size) or 1
+        per_block = bytes_per_block(shape, cache_dtype, tp, block_size)
+        return replace(report, kv_bytes=derive.kv_bytes(headroom, served_kv_bytes_per_token(shape, cache_dtype, tp),
+                                                        per_block))
 
     @staticmethod
     def _report(e: vllm.EngineSample, cfg: ServingConfig, headroom: Headroom, judgement: Judgement,
@@ -294,6 +327,12 @@ class Target:
             self.errors[exc.reason] = self.errors.get(exc.reason, 0) + 1
             report = TargetReport(self.settings.url, up=False, error_reason=exc.reason, error=str(exc),
                                   version=self.version, observed_at=now)
+        except Exception as exc:  # a bug on one target's input must not stop the tick or other targets
+            log.exception("%s: internal error while judging the scrape", self.settings.url)
+            self.errors["internal_error"] = self.errors.get("internal_error", 0) + 1
+            report = TargetReport(self.settings.url, up=False, error_reason="internal_error",
+                                  error=f"{self.settings.url}: internal error: {exc!r}", version=self.version,
+                                  observed_at=now)
         report.scrape_duration_seconds = time.perf_counter() - started
         if report.up:
             self.known_engines = {(e.model_name, e.engine) for e in report.engines}

@@ -10,6 +10,7 @@ from collections import deque
 from dataclasses import dataclass
 from enum import StrEnum
 
+from ..core import defaults
 from .derive import Headroom
 
 
@@ -25,7 +26,7 @@ class Verdict(StrEnum):
     TARGET_DOWN = "target_down"
 
 
-CEILING_WINDOW = 300.0  # seconds of running counts that stand in for an unknown max_num_seqs
+CEILING_WINDOW = defaults.CEILING_WINDOW  # seconds of running counts that stand in for an unknown max_num_seqs
 
 # Verdicts in which requests wait although the pool has room: the panel looks fine, the queue grows.
 FALSE_FULL_VERDICTS = frozenset({Verdict.SLOTS_FULL, Verdict.HEAD_OF_LINE, Verdict.DEFERRED, Verdict.STUCK})
@@ -33,11 +34,13 @@ FALSE_FULL_VERDICTS = frozenset({Verdict.SLOTS_FULL, Verdict.HEAD_OF_LINE, Verdi
 
 @dataclass(frozen=True)
 class Thresholds:
-    full_usage: float = 0.8  # at or above: waiting is judged KV-bound; below: a candidate for false-full
-    false_full_hold: float = 30.0
-    stuck_after: float = 60.0
-    leak_after: float = 120.0
-    preempt_window: float = 60.0
+    """Verdict thresholds; defaults in `core.defaults`. Durations in seconds, usage a fraction."""
+
+    full_usage: float = defaults.FULL_USAGE  # at or above: waiting is judged KV-bound; below: false-full candidate
+    false_full_hold: float = defaults.FALSE_FULL_HOLD
+    stuck_after: float = defaults.STUCK_AFTER
+    leak_after: float = defaults.LEAK_AFTER
+    preempt_window: float = defaults.PREEMPT_WINDOW
 
 
 @dataclass(frozen=True)

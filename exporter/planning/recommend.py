@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..pipeline import derive, vllm
+from ..pipeline.config import value
 from ..pipeline.profile import bucket_quantile
 from ..pipeline.target import EngineReport
 
@@ -63,7 +64,7 @@ def recommend(e: EngineReport, min_requests: int) -> dict[str, Any]:
         raise ValueError(f"only {n} finished requests observed; at least {min_requests} are needed to recommend")
     h = e.headroom
     bs = h.block_size_tokens
-    current_len = e.config.int("max_model_len")
+    current_len = value(e.config.max_model_len)
     out: dict[str, Any] = {"model_name": e.model_name, "engine": e.engine, "requests_observed": n,
                            "basis": "lifetime histograms of vllm:request_prompt_tokens and "
                                     "vllm:request_generation_tokens (observed when requests finish); the quantile "
@@ -101,3 +102,21 @@ def recommend(e: EngineReport, min_requests: int) -> dict[str, Any]:
         "concurrency_change": None if e.max_num_seqs is None else high - e.max_num_seqs,
     }
     return out
+
+
+def render_text(advice: list[dict[str, Any]]) -> str:
+    """The human-readable form of `recommend`'s advice, one block per engine."""
+    lines: list[str] = []
+    for a in advice:
+        lines.append(f"model={a['model_name']} engine={a['engine']}: {a['requests_observed']} finished requests")
+        lines.append(f"  basis: {a['basis']}")
+        for item in a["max_model_len"]:
+            if "refused" in item:
+                lines.append(f"  max_model_len at p{100 * item['quantile']:g}: not recommended ({item['refused']})")
+            else:
+                lines.append(f"  max_model_len at p{100 * item['quantile']:g}: {item['max_model_len']} "
+                             f"(at most {100 * item['exceed_share_at_most']:.2f} % of requests longer; "
+                             f"max concurrency {item['max_concurrency']}, {item['max_concurrency_change']:+d})")
+        m = a["max_num_seqs"]
+        lines.append(f"  max_num_seqs: {m['range'][0]}-{m['range'][1]} ({m['why']})")
+    return "\n".join(lines)

@@ -6,7 +6,6 @@ recording's own clock, and the terminal shows what the usual panel says next to 
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import json
@@ -17,15 +16,16 @@ from typing import TextIO
 import httpx
 import uvicorn
 
+from ..core import defaults
 from ..expose import diagnosis
-from ..expose.server import Sidecar, make_app, parse_listen_address
+from ..expose.server import Sidecar, make_app
 from ..pipeline.config import split_args
 from ..pipeline.target import Settings, Target
 from ..pipeline.verdict import Thresholds
 from . import recording as replay
 
 # The recorded incident is short; a 10 s hold lets the false-full flag rise within it.
-DEMO_FALSE_FULL_HOLD = 10.0
+DEMO_FALSE_FULL_HOLD = defaults.DEMO_FALSE_FULL_HOLD
 HEADER = f"{'t':>6}  {'panel':>5}  {'effective':>9}  {'running':>7}  {'waiting':>7}  {'free':>4}  " \
          f"{'W':>3}  {'headroom':>8}  {'verdict':<12}  false_full"
 
@@ -56,7 +56,9 @@ async def _started(server: uvicorn.Server) -> None:
     raise RuntimeError("the replay server did not start")
 
 
-async def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+async def run(once: bool, as_json: bool, speed: float, host: str, listen_port: int,
+              out: TextIO = sys.stdout) -> int:
+    """Replay the embedded incident through a real sidecar; with `once` print the diagnosis and return."""
     rec = replay.embedded_incident()
     player = replay.Player(rec)
     port = _free_port()
@@ -91,20 +93,19 @@ async def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
             player.index = i
             await sidecar.tick(client, now=t)
             print(_row(t, target), file=out, flush=True)
-            if not args.once and i + 1 < len(steps):
-                await asyncio.sleep((steps[i + 1] - t) / max(args.speed, 0.01))
+            if not once and i + 1 < len(steps):
+                await asyncio.sleep((steps[i + 1] - t) / speed)
     print("", file=out)
     reports = [target.last]
-    if args.json:
+    if as_json:
         print(json.dumps(diagnosis.document(reports), indent=2), file=out)
     else:
         print("Final diagnosis:", file=out)
         print(diagnosis.render_text(reports), file=out)
-    if args.once:
+    if once:
         replay_server.should_exit = True
         await replay_task
         return 0
-    host, listen_port = parse_listen_address(getattr(args, "web.listen_address"))
     print(f"\nThe sidecar stays up on the last recorded state: http://{host}:{listen_port}/metrics and "
           f"http://{host}:{listen_port}/api/v1/diagnosis (Ctrl-C to stop).", file=out, flush=True)
     # Serve the final state as it is: scraping the frozen last frame on a wall clock would soon call the
@@ -121,8 +122,9 @@ async def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     return 0
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
+def main(once: bool, as_json: bool, speed: float, host: str, port: int) -> int:
+    """`vllm-headroom demo`: run the replay on the terminal; Ctrl-C ends it."""
     try:
-        return asyncio.run(run(args))
+        return asyncio.run(run(once, as_json, speed, host, port))
     except KeyboardInterrupt:
         return 0

@@ -107,3 +107,10 @@ def make_app(player: Player) -> FastAPI:
         return Response(status_code=200)
 
     return app
+
+
+def serve(player: Player, host: str, port: int) -> None:
+    """Serve `make_app(player)` until interrupted (`vllm-headroom replay`)."""
+    import uvicorn
+
+    uvicorn.run(make_app(player), host=host, port=port, log_level="warning", access_log=False)

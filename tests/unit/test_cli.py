@@ -7,6 +7,7 @@ import json
 import pytest
 
 from exporter import __version__, cli
+from exporter.cli import flags, serve, settings
 
 
 @pytest.mark.parametrize(
@@ -43,7 +44,7 @@ def test_env_vars_set_flags_and_flags_win(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setenv("VLLM_HEADROOM_SCRAPE_INTERVAL", "250ms")
     args = cli.build_parser().parse_args(["serve"])
     assert args.max_num_seqs == 16
-    assert cli.target_urls(args) == ["http://a:1", "http://b:2"]
+    assert serve.target_urls(args) == ["http://a:1", "http://b:2"]
     assert getattr(args, "scrape.interval") == 0.25
     args = cli.build_parser().parse_args(["serve", "--max-num-seqs", "4"])
     assert args.max_num_seqs == 4
@@ -53,9 +54,9 @@ def test_api_key_from_file_or_env(tmp_path: pytest.TempPathFactory, monkeypatch:
     key_file = tmp_path / "key"  # type: ignore[operator]
     key_file.write_text("from-file\n")
     args = cli.build_parser().parse_args(["serve", "--target-api-key-file", str(key_file)])
-    assert cli._api_key(args) == "from-file"
+    assert settings.api_key(args) == "from-file"
     monkeypatch.setenv("VLLM_HEADROOM_TARGET_API_KEY", "from-env")
-    assert cli._api_key(cli.build_parser().parse_args(["serve"])) == "from-env"
+    assert settings.api_key(cli.build_parser().parse_args(["serve"])) == "from-env"
 
 
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
@@ -67,7 +68,7 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
 
 @pytest.mark.parametrize(("text", "seconds"), [("5s", 5.0), ("300ms", 0.3), ("1m", 60.0), ("2", 2.0), ("1h", 3600)])
 def test_durations(text: str, seconds: float) -> None:
-    assert cli.duration(text) == pytest.approx(seconds)
+    assert flags.duration(text) == pytest.approx(seconds)
 
 
 def test_diagnose_the_recorded_false_full_exposition_as_is(capsys: pytest.CaptureFixture[str]) -> None:

@@ -45,22 +45,22 @@ def test_precedence_flag_over_cmdline_over_cache_config_over_models() -> None:
         data_parallel_engines=2,
         models_max_model_len=512,
     )
-    assert cfg.get("max_num_seqs") == config.Value(4, Source.FLAG)
-    assert cfg.get("max_model_len") == config.Value(1024, Source.CMDLINE)
-    assert cfg.get("block_size") == config.Value(64, Source.CMDLINE)
+    assert cfg.max_num_seqs == config.Known(4, Source.FLAG)
+    assert cfg.max_model_len == config.Known(1024, Source.CMDLINE)
+    assert cfg.block_size == config.Known(64, Source.CMDLINE)
     # num_gpu_blocks is summed over data-parallel engines from vLLM 0.9.
-    assert cfg.get("num_gpu_blocks") == config.Value(40, Source.CACHE_CONFIG_INFO)
-    assert cfg.get("max_num_batched_tokens") is None  # unknown stays unknown
+    assert cfg.num_gpu_blocks == config.Known(40, Source.CACHE_CONFIG_INFO)
+    assert cfg.max_num_batched_tokens is None  # unknown stays unknown
 
 
 def test_models_fill_max_model_len_when_nothing_else_does() -> None:
     cfg = config.resolve(Overrides(), None, Source.CMDLINE, None, 1, 512)
-    assert cfg.get("max_model_len") == config.Value(512, Source.V1_MODELS)
+    assert cfg.max_model_len == config.Known(512, Source.V1_MODELS)
 
 
 def test_num_gpu_blocks_none_stays_unknown() -> None:
     cfg = config.resolve(Overrides(), None, Source.CMDLINE, CacheInfo({"num_gpu_blocks": "None"}), 1, None)
-    assert cfg.get("num_gpu_blocks") is None
+    assert cfg.num_gpu_blocks is None
 
 
 def _fake_proc(root: Path, pid: int, argv: list[str]) -> None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from exporter.pipeline.config import value
 from exporter.pipeline.target import EngineReport, Settings, Target
 from exporter.pipeline.verdict import Thresholds, Verdict
 from tests import fixtures
@@ -60,7 +61,7 @@ def test_idle_capacity_matches_the_startup_log() -> None:
         assert h.block_size_tokens == 32
         # vLLM's own line: "KV cache size: 1,280 tokens" counts the null block; we do not.
         assert startup["kv_cache_size_tokens"] == (h.kv_capacity_blocks + 1) * h.block_size_tokens
-        assert ours.config.float("kv_cache_max_concurrency") == startup["max_concurrency"]
+        assert value(ours.config.kv_cache_max_concurrency) == startup["max_concurrency"]
         assert h.worst_case_blocks_max_model_len == 512 // 32
         assert h.max_concurrency_max_model_len == int(startup["max_concurrency"])  # floor(39 / 16) = 2
         assert h.kv_free_blocks == USABLE and ours.false_full is False

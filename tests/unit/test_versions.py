@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from exporter.pipeline.config import Overrides, Source, Value
+from exporter.pipeline.config import Known, Overrides, Source, value
 from exporter.pipeline.target import Settings, Target
 from exporter.pipeline.verdict import Verdict
 from tests import fixtures
@@ -76,7 +76,7 @@ def test_data_parallel_engines_split_the_summed_block_count() -> None:
     assert [e.engine for e in target.last.engines] == ["0", "1"]
     for e in target.last.engines:
         assert e.headroom.kv_capacity_blocks == 39
-        assert e.config.int("num_gpu_blocks") == 40
+        assert value(e.config.num_gpu_blocks) == 40
 
 
 def test_num_gpu_blocks_none_on_v1_0_8_is_a_gap_not_a_guess() -> None:
@@ -88,7 +88,7 @@ def test_num_gpu_blocks_none_on_v1_0_8_is_a_gap_not_a_guess() -> None:
     target = Target(Settings("t", overrides=Overrides(num_gpu_blocks=40, max_num_seqs=8), discover_cmdline=False))
     target.version = "0.8.5"
     e = target.observe(1.0, text).engines[0]
-    assert e.config.get("num_gpu_blocks") == Value(40, Source.FLAG)
+    assert e.config.num_gpu_blocks == Known(40, Source.FLAG)
     assert e.headroom.kv_capacity_blocks == 39
 
 

@@ -1,0 +1,74 @@
+"""`vllm-headroom diagnose` and `recommend`: one observation of a vLLM URL or a saved exposition."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from ..core import defaults
+from ..expose import diagnosis
+from ..pipeline import oneshot
+from ..pipeline.target import TargetReport
+from ..planning.recommend import recommend, render_text
+from .flags import UsageError, add, add_config_flags, add_target_access_flags, positive_int
+from .settings import settings_for
+
+
+def register(sub: Any) -> None:
+    d = sub.add_parser("diagnose", help="one-shot diagnosis of a vLLM URL or a saved /metrics exposition",
+                       description="Fetch (or read) one exposition and say why requests wait. One observation has "
+                       "no rates or hold times; the output says what it cannot show.",
+                       epilog="example:\n  curl -s http://vllm:8000/metrics > m.prom\n  vllm-headroom diagnose "
+                       "m.prom --vllm-args \"vllm serve M --max-num-seqs 8\"",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    d.add_argument("source", help="vLLM base URL (http://...) or a file holding a /metrics exposition")
+    d.add_argument("--json", action="store_true", help="print the JSON diagnosis")
+    add_target_access_flags(d)
+    add_config_flags(d)
+    d.set_defaults(run=run_diagnose)
+
+    r = sub.add_parser("recommend", help="recommend max_model_len and max_num_seqs from observed traffic",
+                       description="Recommend max_model_len and max_num_seqs from a server's length histograms "
+                       "(requests finished since it started).",
+                       epilog="example:\n  vllm-headroom recommend http://127.0.0.1:8000 --max-num-seqs 64",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    r.add_argument("source", help="vLLM base URL or a file holding a /metrics exposition with its histograms")
+    r.add_argument("--json", action="store_true", help="print JSON")
+    add(r, "--min-requests", positive_int, defaults.RECOMMEND_MIN_REQUESTS,
+        help="refuse to recommend from fewer finished requests")
+    add_target_access_flags(r)
+    add_config_flags(r)
+    r.set_defaults(run=run_recommend)
+
+
+def _observe(args: argparse.Namespace) -> TargetReport:
+    try:
+        return oneshot.observe(args.source, settings_for(args.source, args))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    except OSError as exc:
+        raise UsageError(f"cannot read {args.source}: {exc.strerror}") from None
+
+
+def run_diagnose(args: argparse.Namespace) -> int:
+    report = _observe(args)
+    if args.json:
+        print(json.dumps(diagnosis.document([report]), indent=2))
+    else:
+        print(diagnosis.render_text([report]))
+    return 0 if report.up else 1
+
+
+def run_recommend(args: argparse.Namespace) -> int:
+    report = _observe(args)
+    if not report.up:
+        raise UsageError(report.error or "the target is down")
+    try:
+        if not report.engines:
+            raise ValueError("no engine with a known capacity in the exposition")
+        advice = [recommend(e, args.min_requests) for e in report.engines]
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    print(json.dumps(advice, indent=2) if args.json else render_text(advice))
+    return 0

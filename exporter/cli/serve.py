@@ -1,0 +1,80 @@
+"""`vllm-headroom serve`: the sidecar next to one or more vLLM servers."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+from typing import Any
+
+from .. import __version__
+from ..core import defaults
+from ..expose.server import Sidecar, parse_listen_address, serve
+from ..pipeline.oneshot import check_url
+from ..pipeline.target import Target
+from .flags import UsageError, add, add_config_flags, add_target_access_flags, duration, opt, size
+from .settings import settings_for
+
+EXAMPLE = """example:
+  vllm-headroom serve --target http://127.0.0.1:8000 --max-num-seqs 256
+  curl -s localhost:9478/api/v1/diagnosis"""
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("serve", help="run the sidecar next to one or more vLLM servers",
+                       description="Scrape vLLM's /metrics every interval and serve our /metrics, "
+                       "/api/v1/diagnosis, /healthz and /readyz. One target's faults never stop the others.",
+                       epilog=EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter)
+    g = p.add_argument_group("targets")
+    add(g, "--target", action="append", help="vLLM base URL; repeat for several servers", metavar="URL")
+    add(g, "--targets-file", help="file with one vLLM base URL per line")
+    add_target_access_flags(g, timeout=False)
+    add(g, "--vllm-cmdline-discovery", action=argparse.BooleanOptionalAction, default=defaults.CMDLINE_DISCOVERY,
+        help="read vLLM's flags from /proc/<pid>/cmdline when the process is visible")
+    g = p.add_argument_group("scraping and serving")
+    add(g, "--web.listen-address", default=defaults.LISTEN_ADDRESS, help="address of our /metrics")
+    add(g, "--scrape.interval", duration, defaults.SCRAPE_INTERVAL, help="how often to scrape vLLM's /metrics")
+    add(g, "--scrape.timeout", duration, defaults.SCRAPE_TIMEOUT, help="timeout of one scrape, below the interval")
+    add(g, "--scrape.max-bytes", size, defaults.SCRAPE_MAX_BYTES, help="refuse expositions larger than this")
+    add(g, "--models.interval", duration, defaults.MODELS_INTERVAL,
+        help="how often to read /v1/models and /version")
+    add(g, "--log.level", default="info", choices=["debug", "info", "warning", "error"], help="log level")
+    add_config_flags(p)
+    p.set_defaults(run=run)
+
+
+def target_urls(args: argparse.Namespace) -> list[str]:
+    urls = list(args.target or [])
+    if args.targets_file:
+        try:
+            lines = Path(args.targets_file).read_text().splitlines()
+        except OSError as exc:
+            raise UsageError(f"cannot read --targets-file {args.targets_file}: {exc.strerror}") from None
+        urls += [ln.split("#", 1)[0].strip() for ln in lines if ln.split("#", 1)[0].strip()]
+    urls = urls or [defaults.TARGET]
+    try:
+        checked = [check_url(u) for u in urls]
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if len(set(checked)) != len(checked):
+        raise UsageError("the same target is given twice")
+    return checked
+
+
+def run(args: argparse.Namespace) -> int:
+    interval, timeout = opt(args, "scrape.interval"), opt(args, "scrape.timeout")
+    if timeout >= interval:
+        raise UsageError(f"--scrape.timeout ({timeout:g}s) must be shorter than --scrape.interval ({interval:g}s)")
+    try:
+        host, port = parse_listen_address(opt(args, "web.listen_address"))
+    except ValueError as exc:
+        raise UsageError(f"--web.listen-address: {exc}") from None
+    targets = [Target(settings_for(u, args)) for u in target_urls(args)]
+    logging.basicConfig(level=getattr(logging, opt(args, "log.level").upper()),
+                        format="%(asctime)s %(levelname)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request would drown our own
+    logging.getLogger("vllm_headroom").info(
+        "vllm-headroom %s watching %s, listening on %s:%d", __version__,
+        ", ".join(t.settings.url for t in targets), host, port)
+    serve(Sidecar(targets, interval), host, port)
+    return 0

@@ -84,6 +84,7 @@ def _multiple(text: str) -> float:
 
 
 duration = _arg_type(_positive_duration)
+hold = _arg_type(units.parse_duration)  # a hold time: 0s means "at once"
 size = _arg_type(units.parse_size)
 tokens = _arg_type(_tokens)
 positive_int = _arg_type(_positive_int)
@@ -106,7 +107,7 @@ def _shown(default: Any, conv: Callable[[str], Any] | None) -> str:
     """A default as a user writes it: 5s, 16MiB, 0.8."""
     if default in (None, [], ""):
         return ""
-    if conv is duration:
+    if conv in (duration, hold):
         return units.format_duration(float(default))
     if conv is size:
         return units.format_size(int(default))
@@ -153,13 +154,13 @@ def add_config_flags(p: argparse.ArgumentParser) -> None:
         "worst-case math")
     add(g, "--profile.window", duration, defaults.PROFILE_WINDOW, help="window of the length quantiles")
     add(g, "--verdict.full-usage", fraction, defaults.FULL_USAGE, help="usage at which waiting is judged KV-bound")
-    add(g, "--verdict.false-full-hold", duration, defaults.FALSE_FULL_HOLD,
+    add(g, "--verdict.false-full-hold", hold, defaults.FALSE_FULL_HOLD,
         help="how long false-full must hold before it is flagged")
-    add(g, "--verdict.stuck-after", duration, defaults.STUCK_AFTER,
+    add(g, "--verdict.stuck-after", hold, defaults.STUCK_AFTER,
         help="no engine step for this long while requests wait: stuck")
-    add(g, "--verdict.leak-after", duration, defaults.LEAK_AFTER,
+    add(g, "--verdict.leak-after", hold, defaults.LEAK_AFTER,
         help="blocks used with nothing running for this long: leak")
-    add(g, "--verdict.preempt-window", duration, defaults.PREEMPT_WINDOW,
+    add(g, "--verdict.preempt-window", hold, defaults.PREEMPT_WINDOW,
         help="preempting while a preemption happened this recently")
 
 

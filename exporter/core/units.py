@@ -97,18 +97,15 @@ def parse_params(text: str) -> int:
 
 
 def format_duration(seconds: float) -> str:
-    """Seconds in the duration grammar, shortest exact form: 5 → '5s', 90 → '1m30s', 0.5 → '500ms'."""
-    if seconds == 0:
-        return "0s"
+    """Seconds in the duration grammar, exact to the millisecond: 5 → '5s', 90 → '1m30s', 0.5 → '500ms'."""
     ms = round(seconds * 1000)
-    if ms % 1000:
-        return f"{ms}ms" if ms < 1000 else f"{seconds:g}s"
-    s = ms // 1000
+    if ms == 0:
+        return "0s"
     out = ""
-    for unit, size in (("h", 3600), ("m", 60), ("s", 1)):
-        if s >= size:
-            out += f"{s // size}{unit}"
-            s %= size
+    for unit, size in (("h", 3_600_000), ("m", 60_000), ("s", 1000), ("ms", 1)):
+        if ms >= size:
+            out += f"{ms // size}{unit}"
+            ms %= size
     return out
 
 

@@ -1,0 +1,83 @@
+"""The layout shows the flow: wings import only downwards, no import circles, the CLI holds no KV arithmetic."""
+
+from __future__ import annotations
+
+import ast
+import graphlib
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[2] / "exporter"
+# Lowest first: a module may import its own wing and any wing before it, never one after it.
+WINGS = ["core", "model", "pipeline", "planning", "expose", "replay", "cli"]
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(path: Path) -> set[str]:
+    """Package modules imported by `path`, resolved to absolute dotted names."""
+    here = module_name(path)
+    package = here if path.name == "__init__.py" else here.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                mod = ".".join([*base, node.module] if node.module else base)
+            else:
+                mod = node.module or ""
+            if mod.split(".")[0] != "exporter":
+                continue
+            for alias in node.names:
+                full = f"{mod}.{alias.name}"
+                found.add(full if (PACKAGE.parent / (full.replace(".", "/") + ".py")).exists()
+                          or (PACKAGE.parent / full.replace(".", "/")).is_dir() else mod)
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.split(".")[0] == "exporter"}
+    return found - {here}
+
+
+def graph() -> dict[str, set[str]]:
+    return {module_name(p): imports(p) for p in PACKAGE.rglob("*.py")}
+
+
+def wing(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in WINGS else None
+
+
+def test_no_import_circles() -> None:
+    g = {m: {d for d in deps if d != "exporter"} for m, deps in graph().items()}
+    graphlib.TopologicalSorter(g).prepare()  # raises CycleError naming the circle
+
+
+def test_wings_import_only_downwards() -> None:
+    upward = []
+    for module, deps in graph().items():
+        w = wing(module)
+        if w is None:
+            continue
+        for dep in deps:
+            d = wing(dep)
+            if d is not None and WINGS.index(d) > WINGS.index(w):
+                upward.append(f"{module} imports {dep}")
+    assert upward == []
+
+
+def test_every_module_lives_in_a_wing() -> None:
+    loose = [m for m in graph() if wing(m) is None and m not in ("exporter", "exporter.__main__")]
+    assert loose == []
+
+
+def test_cli_does_no_arithmetic() -> None:
+    """The CLI parses and prints; sums, products and divisions about KV belong to a wing."""
+    ops = (ast.Mult, ast.Div, ast.FloorDiv, ast.Sub, ast.Mod, ast.Pow)
+    found = []
+    for path in (PACKAGE / "cli").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.BinOp) and isinstance(node.op, ops):
+                found.append(f"{path.name}:{node.lineno}")
+    assert found == []

@@ -3,11 +3,19 @@ PYTHON ?= python3.11
 # e.g. make fixtures SCENARIOS="false-full kv-full"; empty = all scenarios
 SCENARIOS ?=
 
-.PHONY: test vllm-venv fixtures demo-data e2e
+.PHONY: test test-fast golden vllm-venv fixtures demo-data e2e
 
 # Everything: installs what is missing (scripts/bootstrap), then ruff, mypy --strict, unit and e2e tests.
 test:
 	scripts/test
+
+# Everyday work: lint, types, unit and monitoring tests; no real vLLM (under two minutes).
+test-fast:
+	scripts/test --fast
+
+# Rewrite the golden copies of our own /metrics per recorded scenario (review the diff before committing).
+golden:
+	$(PYTHON) -m tests.golden
 
 # Build (first time, ~3 min) or reuse the cached venv holding vLLM 0.32.0 CPU; prints its python.
 vllm-venv:
@@ -31,3 +39,11 @@ e2e: vllm-venv
 bench:
 	bench/install
 	BENCH_QUICK=$(BENCH_QUICK) PYTHON=$(PYTHON) bench/run
+
+# The vLLM version matrix (issue 13): record every scenario from older vLLM CPU releases into
+# tests/fixtures/vllm-X/ and write tests/fixtures/SUPPORT.md; resumes where it stopped (~5 min and one
+# venv install per release). `make matrix VERSIONS="0.10.2"` for one; KEEP=1 keeps the venvs.
+VERSIONS ?=
+.PHONY: matrix
+matrix:
+	scripts/matrix $(VERSIONS)

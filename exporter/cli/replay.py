@@ -9,7 +9,7 @@ from typing import Any
 from ..core import defaults
 from ..expose.server import parse_listen_address
 from ..replay import demo, recording
-from .flags import UsageError, add, multiple, opt
+from .flags import UsageError, add, hold, multiple, opt
 
 
 def register(sub: Any) -> None:
@@ -30,6 +30,7 @@ def register(sub: Any) -> None:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     r.add_argument("recording", nargs="?", help="recording folder (default: the embedded demo incident)")
     add(r, "--speed", multiple, 1.0, help="replay speed-up factor")
+    add(r, "--start-at", hold, 0.0, help="seconds into the recording to start from, e.g. 6s")
     r.add_argument("--loop", action=argparse.BooleanOptionalAction, default=True,
                    help="start over at the end (default on)")
     add(r, "--web.listen-address", default=defaults.REPLAY_LISTEN_ADDRESS, help="address to serve on")
@@ -54,5 +55,5 @@ def run_replay(args: argparse.Namespace) -> int:
         rec = recording.load(Path(args.recording)) if args.recording else recording.embedded_incident()
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    recording.serve(recording.Player(rec, speed=args.speed, loop=args.loop), host, port)
+    recording.serve(recording.Player(rec, speed=args.speed, loop=args.loop, start_at=args.start_at), host, port)
     return 0

@@ -54,18 +54,20 @@ def embedded_incident() -> Recording:
 class Player:
     """Which frame the replayed server shows; moved by the demo, or by the wall clock when `speed` is set."""
 
-    def __init__(self, recording: Recording, speed: float | None = None, loop: bool = False) -> None:
+    def __init__(self, recording: Recording, speed: float | None = None, loop: bool = False,
+                 start_at: float = 0.0) -> None:
         self.recording = recording
         self.index = 0
         self.speed = speed
         self.loop = loop
+        self.start_at = start_at  # seconds into the recording at which the wall clock starts
         self._started = time.monotonic()
 
     def tick(self) -> None:
         """With a speed, show the frame the recording had reached at this moment (wrapping when looping)."""
         if self.speed is None:
             return
-        t = (time.monotonic() - self._started) * self.speed
+        t = self.start_at + (time.monotonic() - self._started) * self.speed
         span = self.recording.duration
         if self.loop and span > 0:
             t %= span + float(self.recording.meta.get("interval", 0.5))

@@ -53,13 +53,33 @@ def slot_headroom(max_num_seqs: int, running: int) -> int:
     return max(0, max_num_seqs - running)
 
 
+FULL_PROMPT = "full_prompt"  # vLLM >= 0.19 (V1) and V0: the whole uncached prompt must fit
+FIRST_CHUNK = "first_chunk"  # V1 < 0.19: only the step's first prefill chunk must fit
+
+
+def admission_blocks(prompt: int, block_size: int, rule: str = FULL_PROMPT, token_budget: int | None = None) -> int:
+    """Free blocks the queue head must find to be admitted (uncached prompt P tokens, budget = token budget).
+
+    - FULL_PROMPT, vLLM ≥ 0.19: `scheduler_reserve_full_isl` (default True) refuses a new request unless
+      `can_fit_full_sequence`: ceil(P / bs) (vllm/v1/core/sched/scheduler.py:731-742,
+      vllm/config/scheduler.py:139 @0.19.1). V0 likewise allocates the whole prompt (`can_allocate`,
+      vllm/core/block_manager.py @0.8.5).
+    - FIRST_CHUNK, V1 < 0.19: the scheduler allocates only `num_new_tokens = min(P, token_budget)`
+      (vllm/v1/core/sched/scheduler.py:670 @0.18.0, :437 @0.11.0): ceil(min(P, budget) / bs). The budget
+      is max_num_batched_tokens less what running requests took this step; with it unknown, the whole
+      prompt (the conservative reading: never more admissions than the engine makes).
+    """
+    tokens = prompt if rule == FULL_PROMPT or token_budget is None else min(prompt, token_budget)
+    return max(1, blocks_for_tokens(tokens, block_size))
+
+
 def kv_admission_headroom(free: int, prompt_blocks: int) -> int:
-    """Requests whose whole prompts fit in free blocks now (vLLM ≥0.19 rule): floor(free / ceil(P / bs))."""
+    """Requests whose admission blocks (`admission_blocks`) fit in free blocks now: floor(free / blocks)."""
     return free // max(prompt_blocks, 1)
 
 
 def admission_headroom(slots: int | None, kv: int) -> int:
-    """vLLM's real rule: min(max_num_seqs − running, floor(free / ceil(P / bs))); KV alone when slots are unknown."""
+    """vLLM's real rule: min(max_num_seqs − running, floor(free / admission blocks)); KV alone if slots unknown."""
     return kv if slots is None else min(slots, kv)
 
 
@@ -96,6 +116,8 @@ class Inputs:
     max_tokens: int | None  # profile M
     kv_cache_max_concurrency: float | None = None  # vLLM ≥0.24, group-aware (hybrid/sliding window)
     kv_cache_size_tokens: int | None = None
+    admission_rule: str = FULL_PROMPT  # the release's rule (vllm.rules); see admission_blocks
+    max_num_batched_tokens: int | None = None  # the token budget, for FIRST_CHUNK
 
 
 @dataclass(frozen=True)
@@ -145,7 +167,7 @@ def derive(x: Inputs) -> Headroom:
         else:
             w_max = blocks_for_tokens(x.max_model_len, bs)
     prompt = x.prompt_tokens if x.prompt_tokens is not None else 1
-    prompt_blocks = max(1, blocks_for_tokens(prompt, bs))
+    prompt_blocks = admission_blocks(prompt, bs, x.admission_rule, x.max_num_batched_tokens)
     if x.max_tokens is not None:
         w = worst_case_blocks(prompt, x.max_tokens, x.max_model_len, bs)
         if w_max is not None:
@@ -153,7 +175,7 @@ def derive(x: Inputs) -> Headroom:
     elif w_max is not None:
         w = w_max
     else:
-        w = prompt_blocks
+        w = max(1, blocks_for_tokens(prompt, bs))
     slots = None if x.max_num_seqs is None else slot_headroom(x.max_num_seqs, x.running)
     kv = kv_admission_headroom(free, prompt_blocks)
     safe = safe_headroom(capacity, used, x.running, w)

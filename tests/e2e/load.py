@@ -275,11 +275,18 @@ def metric_value(text: str, name: str, **labels: str) -> float | None:
 
 
 def engine_state(text: str) -> dict[str, float | None]:
-    """The scheduler numbers the scenarios are about, from one exposition."""
+    """The scheduler numbers the scenarios are about, from one exposition.
+
+    `kv_cache_usage_perc` is the panel's usage as exported: vllm:kv_cache_usage_perc (V1 >= 0.9), else
+    vllm:gpu_cache_usage_perc (V0, V1 0.8), each with its own release's denominator.
+    """
+    usage = metric_value(text, "vllm:kv_cache_usage_perc")
+    if usage is None:
+        usage = metric_value(text, "vllm:gpu_cache_usage_perc")
     return {
         "running": metric_value(text, "vllm:num_requests_running"),
         "waiting": metric_value(text, "vllm:num_requests_waiting"),
-        "kv_cache_usage_perc": metric_value(text, "vllm:kv_cache_usage_perc"),
+        "kv_cache_usage_perc": usage,
         "num_preemptions_total": metric_value(text, "vllm:num_preemptions_total"),
     }
 

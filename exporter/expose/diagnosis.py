@@ -12,6 +12,7 @@ from .. import __version__
 from ..pipeline.config import value
 from ..pipeline.target import EngineGap, EngineReport, TargetReport
 from ..pipeline.verdict import Verdict
+from . import headline
 
 SCHEMA_VERSION = 1
 
@@ -138,7 +139,9 @@ def engine_json(e: EngineReport) -> dict[str, Any]:
         "kv_free_blocks": h.kv_free_blocks,
         "block_size_tokens": h.block_size_tokens,
         "panel_usage_ratio": h.panel_usage_ratio,
-        "effective_usage_ratio": round(h.effective_usage_ratio, 6),
+        "unreachable_pool_ratio": round(headline.unreachable_pool_ratio(h), 6),
+        "binding_limit": headline.binding_limit(h),
+        "effective_usage_ratio": round(h.effective_usage_ratio, 6),  # deprecated alias, removed in 0.2.0
         "worst_case_blocks_per_request": {
             "profile": h.worst_case_blocks_profile,
             "max_model_len": h.worst_case_blocks_max_model_len,
@@ -204,7 +207,8 @@ def render_text(reports: list[TargetReport]) -> str:
             lines.append(f"  {explain(e)}")
             slots = "unknown" if h.slot_headroom_requests is None else str(h.slot_headroom_requests)
             lines.append(
-                f"  panel usage {_pct(h.panel_usage_ratio)}, effective usage {_pct(h.effective_usage_ratio)}; "
+                f"  panel usage {_pct(h.panel_usage_ratio)}; a new worst-case request cannot get "
+                f"{_pct(headline.unreachable_pool_ratio(h))} of the pool ({headline.binding_limit(h)} bind); "
                 f"blocks {h.kv_used_blocks} used / {h.kv_free_blocks} free / {h.kv_capacity_blocks} usable "
                 f"(block size {h.block_size_tokens})")
             lines.append(

@@ -1,85 +1,71 @@
-"""Capacity planning: KV bytes from a model's config.json, the memory budget, and vLLM's own block math.
+"""Capacity planning: vLLM 0.32.0's KV pool, blocks, max concurrency and fit from a model's config.json.
 
-Follows vLLM 0.30-0.33 (`vllm/v1/core/kv_cache_utils.py`): layers of one attention kind form KV-cache
-groups of equal size (the smaller kind's layer count, or the larger when they are within 1.5x); one pool
-block holds one page for every layer of a group; num_blocks = pool // bytes per block; max concurrency =
-num_blocks / Σ groups' blocks per max_model_len request (null block included, as vLLM logs it); a
-sliding-window group holds cdiv(min(window − 1 + in-flight tokens, max_model_len), bs) + 1 blocks per
-request; the largest max_model_len that fits reserves the null block first. Attention + Mamba hybrids
-are refused, not guessed.
+The KV layout (pages, groups, hybrid block size, pipeline stages) is `model.kv_layout.plan`; this module
+adds the memory side (`planning.memory`) and vLLM's start-up arithmetic (`vllm/v1/core/kv_cache_utils.py`,
+0.32.0):
+
+- num_blocks = min over pipeline stages of pool // the stage's bytes per block
+  (`get_kv_cache_configs`), or `num_gpu_blocks_override`;
+- max concurrency = num_blocks / Σ groups' blocks per max_model_len request (null block included, as
+  vLLM logs it); "KV cache size" tokens = int(concurrency × max_model_len);
+- the start-up fit check reserves the null block: one request must fit in num_blocks − 1 blocks on every
+  stage, and the longest max_model_len that does is vLLM's "estimated maximum model length";
+- data parallel: every engine has its own pool of the same size.
+
+`estimate` needs memory (a device's memory and the weights, a pool, or a block count); without it,
+`requirements` answers the inverse question: bytes per token and per request, and the memory that
+max_num_seqs requests of max_model_len need. Errors: ValueError in one sentence.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..model.kv_layout import (
-    blocks_per_request,
-    ceil_div,
-    dtype_bytes,
-    kv_bytes_per_token_per_layer,
-    layout,
-    sliding_blocks,
-)
-from ..model.shape import ModelShape, load_config, shape_from_config
+from ..core import defaults
+from ..core.units import format_size
+from ..model.kv_layout import Plan, dtype_bytes, plan
+from ..model.shape import LINEAR, ModelShape, load_config, resolve_model, shape_from_config
+from . import memory
 
-GiB = 1024**3
-DEFAULT_ACTIVATION_BYTES = 2 * GiB  # activations + non-torch memory + CUDA graphs of a mid-size model
+GiB = memory.GiB
+DEFAULT_ACTIVATION_BYTES = defaults.ESTIMATE_ACTIVATION_BYTES
 
-def load_model(path: Path) -> tuple[ModelShape, int | None]:
-    """The shape of a config.json (or model folder) and, for a folder, its weights' bytes; raises ValueError."""
-    cfg, weights = load_config(path)
+
+def load_model(path: Path | str) -> tuple[ModelShape, int | None]:
+    """The shape of a config.json, a model folder or a Hugging Face id in the local cache, and the weights'
+    bytes when a safetensors index is beside it; raises ValueError."""
+    cfg, weights = load_config(resolve_model(str(path)))
     return shape_from_config(cfg), weights
-
-
-def needed_bytes(shape: ModelShape, page: int, max_model_len: int, block_size: int, in_flight: int) -> int:
-    """vLLM's start-up check: Σ over layers of each layer's worst case at max_model_len."""
-    full = shape.full_layers * ceil_div(max_model_len, block_size)
-    slide = (shape.sliding_layers * sliding_blocks(shape.sliding_window, in_flight, max_model_len, block_size)
-             if shape.sliding_window else 0)
-    return (full + slide) * page
-
-
-def fit_length(shape: ModelShape, page: int, block_size: int, in_flight: int, budget: int, cap: int) -> int:
-    """vLLM's 'estimated maximum model length': binary search of the longest that fits in `budget`."""
-    if needed_bytes(shape, page, 1, block_size, in_flight) > budget:
-        return 0
-    lo, hi, best = 1, cap, 1
-    while lo <= hi:
-        mid = (lo + hi) // 2
-        if needed_bytes(shape, page, mid, block_size, in_flight) <= budget:
-            best, lo = mid, mid + 1
-        else:
-            hi = mid - 1
-    return best
-
-
-def kv_pool_bytes(gpu_memory: int, utilization: float, weights_per_device: int, activation: int) -> int:
-    """KV pool per device = ceil(memory × gpu_memory_utilization) − weights − activation reserve."""
-    return math.ceil(gpu_memory * utilization) - weights_per_device - activation
 
 
 @dataclass(frozen=True)
 class Inputs:
+    """What vLLM is started with, and the memory side; sizes in bytes per device."""
+
     shape: ModelShape
     dtype: str = "auto"
     kv_cache_dtype: str = "auto"
     tensor_parallel_size: int = 1
-    block_size: int = 16
+    pipeline_parallel_size: int = 1
+    data_parallel_size: int = 1
+    block_size: int = defaults.ESTIMATE_BLOCK_SIZE
     max_model_len: int | None = None
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int = 8192  # sliding-window layers keep this many in-flight tokens per batch
-    async_scheduling: bool = True  # two batches in flight (vLLM's default where supported)
-    gpu_memory: int | None = None  # bytes per device
-    gpu_memory_utilization: float = 0.92
+    max_num_seqs: int = defaults.ESTIMATE_MAX_NUM_SEQS
+    max_num_batched_tokens: int = defaults.ESTIMATE_MAX_NUM_BATCHED_TOKENS
+    async_scheduling: bool = True  # two batches in flight without PP (vLLM's default where supported)
+    prefix_caching: bool = True  # vLLM's default; hybrids then keep 2 (+ checkpoints) state blocks per request
+    mamba_ssm_cache_dtype: str = "auto"  # vLLM's --mamba-ssm-cache-dtype (its CPU build forces float32 for GDN)
+    gpu_memory: int | None = None
+    gpu_memory_utilization: float = defaults.ESTIMATE_GPU_MEMORY_UTILIZATION
     weights_bytes: int | None = None  # whole model
     params: int | None = None  # parameter count, when the weights' size is not known
     activation_bytes: int = DEFAULT_ACTIVATION_BYTES
-    kv_cache_memory: int | None = None  # bytes per device, skips the budget math
+    kv_cache_memory: int | None = None  # pool per device, skips the budget math
+    stage_kv_memory: tuple[int, ...] | None = None  # pool per pipeline stage, as vLLM logs one per worker
     num_gpu_blocks_override: int | None = None
+    allow_long_max_model_len: bool = False  # VLLM_ALLOW_LONG_MAX_MODEL_LEN=1
 
     @property
     def model_dtype(self) -> str:
@@ -91,8 +77,11 @@ class Inputs:
 
     @property
     def in_flight_tokens(self) -> int:
-        """vLLM's max_in_flight_tokens: max_num_batched_tokens per concurrent batch."""
-        return self.max_num_batched_tokens * (2 if self.async_scheduling else 1)
+        """vLLM's max_in_flight_tokens: max_num_batched_tokens × concurrent batches (2 with async scheduling
+        and no PP, else the PP size; `VllmConfig.max_concurrent_batches`, 0.32.0)."""
+        pp = self.pipeline_parallel_size
+        batches = 2 if self.async_scheduling and pp == 1 else pp
+        return self.max_num_batched_tokens * batches
 
     @property
     def context(self) -> int:
@@ -102,162 +91,393 @@ class Inputs:
             return int(self.shape.max_position_embeddings)
         raise ValueError("max_model_len is unknown: pass --max-model-len")
 
+    @property
+    def has_memory(self) -> bool:
+        return any(v is not None for v in (self.gpu_memory, self.kv_cache_memory, self.stage_kv_memory,
+                                           self.num_gpu_blocks_override))
+
+    def layout(self) -> Plan:
+        return plan(self.shape, self.kv_dtype, self.tensor_parallel_size, self.block_size,
+                    self.pipeline_parallel_size, self.prefix_caching, self.model_dtype, self.mamba_ssm_cache_dtype)
+
+
+def check(x: Inputs) -> list[str]:
+    """vLLM's start-up checks and our sanity ranges; raises ValueError, returns vLLM's warnings."""
+    for flag, value in (("--gpu-memory", x.gpu_memory), ("--kv-cache-memory", x.kv_cache_memory),
+                        ("--weights-bytes", x.weights_bytes), ("--activation-memory", x.activation_bytes)):
+        memory.check_size(flag, value)
+    for value in x.stage_kv_memory or ():
+        memory.check_size("--kv-cache-memory", value)
+    memory.check_params(x.params)
+    memory.check_tensor_parallel(x.shape.num_attention_heads, x.tensor_parallel_size)
+    if x.pipeline_parallel_size > x.shape.num_layers:
+        raise ValueError(f"pipeline parallel size {x.pipeline_parallel_size} exceeds the model's "
+                         f"{x.shape.num_layers} layers")
+    if x.stage_kv_memory is not None and len(x.stage_kv_memory) not in (1, x.pipeline_parallel_size):
+        raise ValueError(f"{len(x.stage_kv_memory)} KV pools given for {x.pipeline_parallel_size} pipeline stages")
+    warning = memory.check_max_model_len(x.context, x.shape.max_position_embeddings, x.allow_long_max_model_len)
+    return [warning] if warning else []
+
 
 @dataclass(frozen=True)
 class Estimate:
+    """vLLM's start-up figures for one engine, every size per device (the first stage's, with PP)."""
+
     family: str
+    block_size: int
     kv_bytes_per_token_per_layer: int
-    kv_bytes_per_token: int  # per device, whole model
+    kv_bytes_per_token: int  # attention layers of the whole model, one device (one stage with PP: its share)
+    linear_state_bytes: int  # one linear layer's state per request, one device, unpadded
     bytes_per_block: int
+    stage_bytes_per_block: tuple[int, ...]
     weights_per_device: int | None
     activation_bytes: int | None
-    kv_pool_bytes: int
+    kv_pool_bytes: int  # first stage
+    stage_kv_pool_bytes: tuple[int, ...]
     num_blocks: int
+    blocks_per_request: int
     kv_tokens: int
     max_model_len: int
     max_concurrency: float
-    max_model_len_fit: int
+    max_model_len_fit: int  # the longest max_model_len one request fits in (vLLM's estimate when it refuses)
+    max_num_seqs_fit: int  # the most max_model_len requests the pool holds at once
     max_num_seqs: int
+    engines: int
     verdict: str
     explanation: str
+    warnings: tuple[str, ...] = field(default=())
 
 
 VERDICTS = ("budget_exhausted", "sequence_too_long", "too_many_sequences", "fits")
 
 
-def estimate(x: Inputs) -> Estimate:
-    """The five steps: budget, weights and activations, KV pool, one sequence (S side), many (N side)."""
-    tp = x.tensor_parallel_size
-    per_layer = kv_bytes_per_token_per_layer(x.shape, dtype_bytes(x.kv_dtype), tp)
-    per_token = per_layer * x.shape.num_layers
-    per_block = per_token * x.block_size
-    weights = None
+def _pools(x: Inputs, lay: Plan) -> tuple[tuple[int, ...], int | None, int | None]:
+    """KV pool per stage, weights per device and the activation reserve (None when not part of the math)."""
+    pp = x.pipeline_parallel_size
+    if x.stage_kv_memory is not None:
+        pools = x.stage_kv_memory * (pp if len(x.stage_kv_memory) == 1 else 1)
+        return pools, None, None
     if x.kv_cache_memory is not None:
-        pool = x.kv_cache_memory
-        activation = None
-    else:
-        if x.gpu_memory is None:
-            raise ValueError("give --gpu-memory (with weights) or --kv-cache-memory")
-        weights_total = x.weights_bytes
-        if weights_total is None and x.params is not None:
-            weights_total = x.params * dtype_bytes(x.model_dtype)
-        if weights_total is None:
-            raise ValueError("the weights' size is unknown: pass a model folder with a safetensors index, "
-                             "--params or --weights-bytes")
-        weights = ceil_div(weights_total, tp)
-        activation = x.activation_bytes
-        pool = kv_pool_bytes(x.gpu_memory, x.gpu_memory_utilization, weights, activation)
-    lay = layout(x.shape)
-    page = per_layer * x.block_size
-    per_block = lay.bytes_per_block(page)
-    blocks = max(0, pool // per_block)
+        return (x.kv_cache_memory,) * pp, None, None
+    if x.gpu_memory is None:
+        if x.num_gpu_blocks_override is not None:
+            return tuple(x.num_gpu_blocks_override * b for b in lay.stage_bytes_per_block), None, None
+        raise ValueError("give --gpu-memory (with weights), --kv-cache-memory or --num-gpu-blocks-override")
+    total = x.weights_bytes
+    if total is None and x.params is not None:
+        total = x.params * dtype_bytes(x.model_dtype)
+    if total is None:
+        raise ValueError("the weights' size is unknown: pass a model folder with a safetensors index, "
+                         "--params or --weights-bytes")
+    weights = memory.weights_per_device(total, x.tensor_parallel_size, pp)
+    pool = memory.kv_pool_bytes(x.gpu_memory, x.gpu_memory_utilization, weights, x.activation_bytes)
+    return (pool,) * pp, weights, x.activation_bytes
+
+
+def largest(ok: Any, lo: int, hi: int) -> int:
+    """The largest n in [lo, hi] with ok(n), for ok true up to some point and false after; lo − 1 if none."""
+    best = lo - 1
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        if ok(mid):
+            best, lo = mid, mid + 1
+        else:
+            hi = mid - 1
+    return best
+
+
+def estimate(x: Inputs) -> Estimate:
+    """vLLM's start-up figures for `x`; raises ValueError for inputs vLLM refuses or that lack memory."""
+    warnings = check(x)
+    lay = x.layout()
+    pools, weights, activation = _pools(x, lay)
+    stage_bpb = lay.stage_bytes_per_block
+    blocks = min(max(0, p) // b for p, b in zip(pools, stage_bpb, strict=True))
     if x.num_gpu_blocks_override is not None:
         blocks = x.num_gpu_blocks_override
-        pool = blocks * per_block  # what vLLM's fit check then plans against
     length = x.context
-    per_request = blocks_per_request(x.shape, lay, length, x.block_size, x.in_flight_tokens)
+    in_flight = x.in_flight_tokens
+    per_request = lay.blocks_per_request(length, in_flight)
     conc = blocks / per_request if blocks else 0.0
-    # The fit check reserves the null block's bytes first.
-    fit = fit_length(x.shape, page, x.block_size, x.in_flight_tokens, pool - per_block, length) if blocks else 0
+    usable = blocks - 1  # the null block
+    cap = max(length, x.shape.max_position_embeddings or 0)
+    fit = max(0, largest(lambda n: lay.blocks_per_request(n, in_flight) <= usable, 1, cap)) if usable > 0 else 0
+    seqs_fit = max(0, usable) // per_request
+    per_token = lay.attention_bytes_per_token
+    attention_layers = max(sum(1 for i in range(lo, hi) if x.shape.layer_kinds[i] != LINEAR
+                               and x.shape.layer_kinds[i] != "none") for lo, hi in lay.stages)
     if blocks < 2:
         verdict = "budget_exhausted"
         why = (f"weights ({_gib(weights)}) and the activation reserve ({_gib(activation)}) leave "
-               f"{_gib(max(pool, 0))} for the KV cache: not one block of {per_block} bytes")
+               f"{_gib(max(min(pools), 0))} for the KV cache: not two blocks of {format_size(min(stage_bpb))}")
     elif fit < length:
         verdict = "sequence_too_long"
-        why = (f"one request of max_model_len {length} needs {per_request} blocks, the pool has {blocks - 1} "
-               f"usable: vLLM refuses to start; the largest max_model_len that fits is {fit}")
-    elif x.max_num_seqs * per_request > blocks - 1:
+        why = (f"one request of max_model_len {length:,} needs {per_request} blocks, the pool has {usable} usable: "
+               f"vLLM refuses to start; the largest max_model_len that fits is {fit:,}")
+    elif x.max_num_seqs > seqs_fit:
         verdict = "too_many_sequences"
-        why = (f"{x.max_num_seqs} sequences at max_model_len need {x.max_num_seqs * per_request} blocks, the pool "
-               f"has {blocks - 1}: it starts, but only {conc:.2f} full-length requests fit at once; more long "
-               "requests will be preempted")
+        why = (f"max_num_seqs {x.max_num_seqs} requests of max_model_len {length:,} need "
+               f"{x.max_num_seqs * per_request:,} blocks, the pool has {usable:,} usable: vLLM starts, but only "
+               f"{seqs_fit} such requests fit at once; more long requests are preempted")
     else:
         verdict = "fits"
-        why = f"{x.max_num_seqs} sequences of max_model_len {length} fit in {blocks - 1} usable blocks"
+        why = f"max_num_seqs {x.max_num_seqs} requests of max_model_len {length:,} fit in {usable:,} usable blocks"
     return Estimate(
-        family=x.shape.family,
-        kv_bytes_per_token_per_layer=per_layer,
-        kv_bytes_per_token=per_token,
-        bytes_per_block=per_block,
-        weights_per_device=weights,
-        activation_bytes=activation,
-        kv_pool_bytes=pool,
-        num_blocks=blocks,
-        kv_tokens=int(conc * length),
-        max_model_len=length,
-        max_concurrency=conc,
-        max_model_len_fit=fit,
-        max_num_seqs=x.max_num_seqs,
-        verdict=verdict,
-        explanation=why,
-    )
+        family=x.shape.family, block_size=lay.block_size, kv_bytes_per_token_per_layer=per_token,
+        kv_bytes_per_token=per_token * attention_layers, linear_state_bytes=lay.state_bytes,
+        bytes_per_block=stage_bpb[0], stage_bytes_per_block=stage_bpb, weights_per_device=weights,
+        activation_bytes=activation, kv_pool_bytes=pools[0], stage_kv_pool_bytes=pools, num_blocks=blocks,
+        blocks_per_request=per_request, kv_tokens=int(conc * length), max_model_len=length, max_concurrency=conc,
+        max_model_len_fit=fit, max_num_seqs_fit=seqs_fit, max_num_seqs=x.max_num_seqs,
+        engines=x.data_parallel_size, verdict=verdict, explanation=why, warnings=tuple(warnings))
+
+
+@dataclass(frozen=True)
+class Requirements:
+    """The inverse question: what max_num_seqs requests of max_model_len need, per device."""
+
+    family: str
+    block_size: int
+    kv_bytes_per_token_per_layer: int
+    kv_bytes_per_token: int
+    linear_state_bytes: int
+    bytes_per_block: int
+    blocks_per_request: int
+    bytes_per_request: int  # the pool bytes one max_model_len request takes (its blocks × bytes per block)
+    max_model_len: int
+    max_num_seqs: int
+    kv_pool_needed: int  # max_num_seqs requests + the null block
+    weights_per_device: int | None
+    gpu_memory_needed: int | None  # with weights known: the device memory at gpu_memory_utilization
+    warnings: tuple[str, ...] = ()
+
+
+def requirements(x: Inputs) -> Requirements:
+    """Bytes per token and per request, and the pool and device memory `max_num_seqs` requests need."""
+    warnings = check(x)
+    lay = x.layout()
+    bpb = max(lay.stage_bytes_per_block)
+    per_request = lay.blocks_per_request(x.context, x.in_flight_tokens)
+    pool = (x.max_num_seqs * per_request + 1) * bpb
+    total = x.weights_bytes if x.weights_bytes is not None else (
+        x.params * dtype_bytes(x.model_dtype) if x.params is not None else None)
+    weights = None if total is None else memory.weights_per_device(total, x.tensor_parallel_size,
+                                                                   x.pipeline_parallel_size)
+    need = None if weights is None else memory.gpu_memory_needed(pool, x.gpu_memory_utilization, weights,
+                                                                 x.activation_bytes)
+    attention_layers = x.shape.attention_layers
+    return Requirements(
+        family=x.shape.family, block_size=lay.block_size, kv_bytes_per_token_per_layer=lay.attention_bytes_per_token,
+        kv_bytes_per_token=lay.attention_bytes_per_token * attention_layers, linear_state_bytes=lay.state_bytes,
+        bytes_per_block=bpb, blocks_per_request=per_request, bytes_per_request=per_request * bpb,
+        max_model_len=x.context, max_num_seqs=x.max_num_seqs, kv_pool_needed=pool, weights_per_device=weights,
+        gpu_memory_needed=need, warnings=tuple(warnings))
 
 
 def _gib(n: int | None) -> str:
     return "?" if n is None else f"{n / GiB:.2f} GiB"
 
 
-WHAT_IF_COSTS = {
-    "max_model_len halved": "halves the context window: longer prompts are rejected",
-    "KV cache fp8": "quantization error in attention (usually small); needs hardware fp8 support",
-    "tensor parallel doubled": "twice the devices and all-reduce communication every layer",
-    "max_num_seqs 1": "peak concurrency of one request: throughput collapses",
-    "gpu_memory_utilization +0.05": "less headroom for activations and other processes: OOM risk at start",
-}
+# -- what if -------------------------------------------------------------------------------------------------
+
+def largest_max_num_seqs(e: Estimate) -> int:
+    """The most max_model_len requests that fit at once: (num_blocks − 1) // blocks per request."""
+    return e.max_num_seqs_fit
 
 
-def what_if(x: Inputs) -> list[tuple[str, Estimate, str]]:
-    """The same estimate under each standard change, with what the change costs."""
-    changes: list[tuple[str, Inputs]] = [
-        ("max_model_len halved", replace(x, max_model_len=max(x.block_size, x.context // 2))),
-        ("KV cache fp8", replace(x, kv_cache_dtype="fp8")),
-        ("tensor parallel doubled", replace(x, tensor_parallel_size=2 * x.tensor_parallel_size)),
-        ("max_num_seqs 1", replace(x, max_num_seqs=1)),
+def largest_max_model_len(x: Inputs, e: Estimate) -> int:
+    """The longest max_model_len at which max_num_seqs requests all fit at once (0 if none)."""
+    lay = x.layout()
+    usable = e.num_blocks - 1
+    cap = max(x.context, x.shape.max_position_embeddings or 0)
+    ok = lambda n: x.max_num_seqs * lay.blocks_per_request(n, x.in_flight_tokens) <= usable  # noqa: E731
+    return max(0, largest(ok, 1, cap)) if usable > 0 else 0
+
+
+def what_if(x: Inputs, e: Estimate) -> list[tuple[str, Estimate, str]]:
+    """The same estimate under each standard change, with what the change costs; changes vLLM would refuse
+    (a TP that does not divide the heads) are left out."""
+    rows: list[tuple[str, Inputs, str]] = [
+        ("max_model_len halved", replace(x, max_model_len=max(x.block_size, x.context // 2)),
+         "halves the context window: longer prompts are rejected"),
+        ("KV cache fp8", replace(x, kv_cache_dtype="fp8"),
+         "quantization error in attention (usually small); needs hardware fp8 support"),
     ]
-    if x.kv_cache_memory is None:
-        changes.append(("gpu_memory_utilization +0.05",
-                        replace(x, gpu_memory_utilization=min(1.0, x.gpu_memory_utilization + 0.05))))
-    return [(name, estimate(changed), WHAT_IF_COSTS[name]) for name, changed in changes]
+    tp2 = 2 * x.tensor_parallel_size
+    heads = x.shape.num_attention_heads
+    if not heads or heads % tp2 == 0:
+        rows.append((f"tensor parallel {tp2}", replace(x, tensor_parallel_size=tp2),
+                     "twice the devices and all-reduce communication every layer"))
+    seqs = e.max_num_seqs_fit
+    if seqs and seqs != x.max_num_seqs:
+        rows.append((f"max_num_seqs {seqs} (most that fit)", replace(x, max_num_seqs=seqs),
+                     "fewer requests at once: less throughput" if seqs < x.max_num_seqs
+                     else "more requests at once: more memory traffic per step"))
+    length = largest_max_model_len(x, e)
+    if length and length != x.context:
+        rows.append((f"max_model_len {length:,} (longest for max_num_seqs)", replace(x, max_model_len=length),
+                     "shorter context: longer prompts are rejected" if length < x.context
+                     else "longer context than planned"))
+    if x.gpu_memory is not None and x.kv_cache_memory is None and x.stage_kv_memory is None:
+        rows.append(("gpu_memory_utilization +0.05",
+                     replace(x, gpu_memory_utilization=min(1.0, x.gpu_memory_utilization + 0.05)),
+                     "less headroom for activations and other processes: OOM risk at start"))
+    out = []
+    for name, changed, cost in rows:
+        try:
+            out.append((name, estimate(changed), cost))
+        except ValueError:
+            continue  # e.g. a halved max_model_len the state cannot be split for: no row
+    return out
+
+
+def smallest_fit(x: Inputs, max_tp: int = 64) -> list[tuple[str, int | None, Estimate | None]]:
+    """For the model dtype's KV cache and fp8: the smallest TP (dividing the attention heads) at which
+    max_num_seqs requests of max_model_len fit, with its estimate; (dtype, None, None) when none up to max_tp."""
+    out: list[tuple[str, int | None, Estimate | None]] = []
+    heads = x.shape.num_attention_heads or 0
+    for kv in dict.fromkeys((x.kv_cache_dtype, "fp8")):
+        found: tuple[int | None, Estimate | None] = (None, None)
+        for tp in range(1, max_tp + 1):
+            if heads and heads % tp:
+                continue
+            try:
+                e = estimate(replace(x, kv_cache_dtype=kv, tensor_parallel_size=tp))
+            except ValueError:
+                continue
+            if e.verdict == "fits":
+                found = (tp, e)
+                break
+        out.append((replace(x, kv_cache_dtype=kv).kv_dtype, *found))
+    return out
+
+
+# -- output ------------------------------------------------------------------------------------------------
+
+def figures(x: Inputs, e: Estimate) -> list[tuple[str, str, Any, str]]:
+    """(JSON key, label, value, text) of every figure: the text and the JSON are built from this one list."""
+    stages = len(e.stage_bytes_per_block)
+    per_stage = f" (stage 0 of {stages})" if stages > 1 else ""
+    rows: list[tuple[str, str, Any, str]] = [
+        ("weights_per_device", "weights per device", e.weights_per_device, _gib(e.weights_per_device)),
+        ("activation_bytes", "activation reserve per device", e.activation_bytes, _gib(e.activation_bytes)),
+        ("kv_pool_bytes", "KV pool per device" + per_stage, e.kv_pool_bytes, _gib(e.kv_pool_bytes)),
+        ("kv_bytes_per_token", "KV bytes per token per device", e.kv_bytes_per_token,
+         f"{e.kv_bytes_per_token:,} ({e.kv_bytes_per_token_per_layer:,} per attention layer × "
+         f"{e.kv_bytes_per_token // max(e.kv_bytes_per_token_per_layer, 1)} layers)"),
+    ]
+    if e.linear_state_bytes:
+        rows.append(("linear_state_bytes", "linear/Mamba state per layer per request", e.linear_state_bytes,
+                     f"{e.linear_state_bytes:,} bytes (padded to one page)"))
+    rows += [
+        ("block_size", "block size (tokens)", e.block_size, str(e.block_size)),
+        ("bytes_per_block", "bytes per block per device" + per_stage, e.bytes_per_block, f"{e.bytes_per_block:,}"),
+        ("num_blocks", "blocks (vLLM's num_gpu_blocks)", e.num_blocks,
+         f"{e.num_blocks:,} ({max(e.num_blocks - 1, 0):,} usable, one is the null block)"),
+        ("blocks_per_request", "blocks per max_model_len request", e.blocks_per_request, f"{e.blocks_per_request:,}"),
+        ("kv_tokens", "KV cache size (vLLM's 'KV cache size' tokens)", e.kv_tokens, f"{e.kv_tokens:,} tokens"),
+        ("max_concurrency", "max concurrency (vLLM's 'Maximum concurrency')", round(e.max_concurrency, 4),
+         f"{e.max_concurrency:.2f}x for {e.max_model_len:,} tokens per request"),
+        ("max_num_seqs_fit", "max_model_len requests that fit at once", e.max_num_seqs_fit, f"{e.max_num_seqs_fit:,}"),
+        ("max_model_len_fit", "longest max_model_len one request fits", e.max_model_len_fit,
+         f"{e.max_model_len_fit:,} tokens"),
+    ]
+    if e.engines > 1:
+        rows.append(("kv_tokens_all_engines", f"KV cache size over {e.engines} data-parallel engines",
+                     e.kv_tokens * e.engines, f"{e.kv_tokens * e.engines:,} tokens"))
+    return rows
+
+
+def _describe(x: Inputs, block_size: int) -> str:
+    s = x.shape
+    attn = (f"MLA latent {s.mla_latent}" if s.mla_latent else f"{s.num_kv_heads} KV heads × head_dim {s.head_dim}")
+    lin = (f", {s.linear_layers} {s.linear.kind} layers with a fixed state (layout from {s.layout_key})"
+           if s.linear is not None and s.linear_layers else "")
+    par = f"TP {x.tensor_parallel_size}"
+    if x.pipeline_parallel_size > 1:
+        par += f" × PP {x.pipeline_parallel_size}"
+    if x.data_parallel_size > 1:
+        par += f", DP {x.data_parallel_size}"
+    return (f"model: {s.model_type} ({s.family}), {s.num_layers} layers: {s.attention_layers} attention ({attn})"
+            f"{lin}; KV dtype {x.kv_dtype}, {par}, block size {block_size}")
 
 
 def as_json(x: Inputs, e: Estimate) -> dict[str, Any]:
-    out: dict[str, Any] = dict(e.__dict__)
-    out["max_concurrency"] = round(e.max_concurrency, 4)
+    """The estimate as JSON: every figure of the text under its key, inputs, stages and the what-if table."""
+    out: dict[str, Any] = {"family": e.family, "verdict": e.verdict, "explanation": e.explanation,
+                           "warnings": list(e.warnings)}
+    for key, _label, val, _text in figures(x, e):
+        out[key] = val
+    out["kv_bytes_per_token_per_layer"] = e.kv_bytes_per_token_per_layer
+    out["max_model_len"] = e.max_model_len
+    out["max_num_seqs"] = e.max_num_seqs
     out["partitions"] = {"weights_per_device": e.weights_per_device, "activation": e.activation_bytes,
                          "kv_pool": e.kv_pool_bytes}
+    out["stages"] = [{"first_layer": lo, "last_layer": hi - 1, "bytes_per_block": b, "kv_pool_bytes": p}
+                     for (lo, hi), b, p in zip(x.layout().stages, e.stage_bytes_per_block, e.stage_kv_pool_bytes,
+                                               strict=True)]
     out["inputs"] = {"model_type": x.shape.model_type, "num_layers": x.shape.num_layers,
+                     "attention_layers": x.shape.attention_layers, "linear_layers": x.shape.linear_layers,
                      "num_kv_heads": x.shape.num_kv_heads, "head_dim": x.shape.head_dim, "dtype": x.model_dtype,
                      "kv_cache_dtype": x.kv_dtype, "tensor_parallel_size": x.tensor_parallel_size,
+                     "pipeline_parallel_size": x.pipeline_parallel_size, "data_parallel_size": x.data_parallel_size,
                      "block_size": x.block_size, "max_model_len": x.context, "max_num_seqs": x.max_num_seqs}
     out["what_if"] = [{"change": name, "verdict": w.verdict, "num_blocks": w.num_blocks,
-                       "max_concurrency": round(w.max_concurrency, 4), "max_model_len_fit": w.max_model_len_fit,
-                       "cost": cost} for name, w, cost in what_if(x)]
+                       "max_concurrency": round(w.max_concurrency, 4), "max_num_seqs_fit": w.max_num_seqs_fit,
+                       "max_model_len_fit": w.max_model_len_fit, "cost": cost} for name, w, cost in what_if(x, e)]
     return out
 
 
 def render(x: Inputs, e: Estimate) -> str:
-    rows = [
-        f"model: {x.shape.model_type} ({e.family}), {x.shape.num_layers} layers, "
-        + (f"MLA latent {x.shape.mla_latent}" if x.shape.mla_latent else
-           f"{x.shape.num_kv_heads} KV heads × head_dim {x.shape.head_dim}")
-        + f", KV dtype {x.kv_dtype}, TP {x.tensor_parallel_size}, block size {x.block_size}",
-        f"verdict: {e.verdict}: {e.explanation}",
-        "",
-        f"  weights per device       {_gib(e.weights_per_device)}",
-        f"  activation reserve       {_gib(e.activation_bytes)}",
-        f"  KV pool per device       {_gib(e.kv_pool_bytes)}",
-        f"  KV bytes per token       {e.kv_bytes_per_token_per_layer} per layer, {e.kv_bytes_per_token} per device "
-        f"({e.kv_bytes_per_token / 1024:.1f} KiB)",
-        f"  bytes per block          {e.bytes_per_block}",
-        f"  blocks                   {e.num_blocks} ({max(e.num_blocks - 1, 0)} usable)",
-        f"  KV cache size            {e.kv_tokens:,} tokens",
-        f"  max concurrency          {e.max_concurrency:.2f}x at {e.max_model_len:,} tokens per request",
-        f"  max_model_len that fits  {e.max_model_len_fit:,}",
-        "",
-        f"  {'what if':<30} {'verdict':<20} {'blocks':>10} {'concurrency':>12} {'fit':>10}  cost",
+    """The estimate as text: the same figures as `as_json`, labelled."""
+    rows = [_describe(x, e.block_size), f"verdict: {e.verdict}: {e.explanation}"]
+    rows += [f"warning: {w}" for w in e.warnings]
+    rows.append("")
+    rows += [f"  {label:<48} {text}" for _key, label, _val, text in figures(x, e)]
+    if len(e.stage_bytes_per_block) > 1:
+        for i, ((lo, hi), b, p) in enumerate(zip(x.layout().stages, e.stage_bytes_per_block, e.stage_kv_pool_bytes,
+                                                 strict=True)):
+            rows.append(f"  stage {i}: layers {lo}-{hi - 1}, {b:,} bytes per block, pool {_gib(p)}, "
+                        f"{max(p, 0) // b:,} blocks")
+    rows += ["", f"  {'what if':<44} {'verdict':<19} {'blocks':>9} {'concurrency':>12} {'seqs fit':>9} "
+             f"{'longest fit':>12}  cost"]
+    for name, w, cost in what_if(x, e):
+        rows.append(f"  {name:<44} {w.verdict:<19} {w.num_blocks:>9,} {w.max_concurrency:>11.2f}x "
+                    f"{w.max_num_seqs_fit:>9,} {w.max_model_len_fit:>12,}  {cost}")
+    return "\n".join(rows)
+
+
+def requirements_json(x: Inputs, r: Requirements) -> dict[str, Any]:
+    """The inverse answer as JSON, the same figures as `render_requirements`."""
+    out: dict[str, Any] = {key: val for key, _label, val, _text in requirement_figures(r)}
+    out["family"] = r.family
+    out["warnings"] = list(r.warnings)
+    return out
+
+
+def requirement_figures(r: Requirements) -> list[tuple[str, str, Any, str]]:
+    """(JSON key, label, value, text) of every figure of the inverse answer."""
+    rows: list[tuple[str, str, Any, str]] = [
+        ("kv_bytes_per_token", "KV bytes per token per device", r.kv_bytes_per_token, f"{r.kv_bytes_per_token:,}"),
+        ("linear_state_bytes", "linear/Mamba state per layer per request", r.linear_state_bytes,
+         f"{r.linear_state_bytes:,}"),
+        ("block_size", "block size (tokens)", r.block_size, str(r.block_size)),
+        ("bytes_per_block", "bytes per block per device", r.bytes_per_block, f"{r.bytes_per_block:,}"),
+        ("blocks_per_request", "blocks per max_model_len request", r.blocks_per_request, f"{r.blocks_per_request:,}"),
+        ("bytes_per_request", f"KV bytes per request of {r.max_model_len:,} tokens", r.bytes_per_request,
+         _gib(r.bytes_per_request)),
+        ("kv_pool_needed", f"KV pool for max_num_seqs {r.max_num_seqs} such requests", r.kv_pool_needed,
+         _gib(r.kv_pool_needed)),
+        ("weights_per_device", "weights per device", r.weights_per_device, _gib(r.weights_per_device)),
+        ("gpu_memory_needed", "device memory needed (at gpu_memory_utilization)", r.gpu_memory_needed,
+         _gib(r.gpu_memory_needed)),
     ]
-    for name, w, cost in what_if(x):
-        rows.append(f"  {name:<30} {w.verdict:<20} {w.num_blocks:>10} {w.max_concurrency:>11.2f}x "
-                    f"{w.max_model_len_fit:>10}  {cost}")
+    return rows
+
+
+def render_requirements(x: Inputs, r: Requirements) -> str:
+    """The inverse answer as text."""
+    rows = [_describe(x, r.block_size), "no memory given: what max_num_seqs requests of max_model_len need", ""]
+    rows += [f"warning: {w}" for w in r.warnings]
+    rows += [f"  {label:<52} {text}" for _key, label, _val, text in requirement_figures(r)]
     return "\n".join(rows)

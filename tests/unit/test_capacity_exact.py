@@ -1,4 +1,5 @@
-"""`estimate` against the start-up lines of the real vLLM 0.32.0, recorded for six model shapes.
+"""`estimate` against the start-up lines of the real vLLM 0.32.0, recorded for dense, sliding-window and hybrid
+(attention + Gated DeltaNet / Mamba) model shapes.
 
 tests/e2e/capacity.py records them (`python -m tests.e2e.capacity`); tests/e2e/test_capacity.py repeats the
 comparison against a live vLLM in CI.
@@ -26,11 +27,13 @@ def ours(config: dict[str, Any], meta: dict[str, Any]) -> estimate.Estimate:
         shape, dtype=meta["dtype"], block_size=meta["block_size"], max_model_len=meta["max_model_len"],
         kv_cache_memory=meta["VLLM_CPU_KVCACHE_SPACE"] * GiB, num_gpu_blocks_override=meta["num_gpu_blocks_override"],
         max_num_seqs=8, max_num_batched_tokens=meta["max_num_batched_tokens"],
-        async_scheduling=meta["async_scheduling"]))
+        async_scheduling=meta["async_scheduling"], mamba_ssm_cache_dtype=meta.get("mamba_ssm_cache_dtype", "auto")))
 
 
 def compare(config: dict[str, Any], meta: dict[str, Any], seen: dict[str, Any]) -> None:
     e = ours(config, meta)
+    if "attention_block_size" in seen:  # "Setting attention block size to N tokens" (hybrids)
+        assert e.block_size == seen["attention_block_size"]
     if seen["failed"]:
         # "... the estimated maximum model length is N": vLLM refused to start, and so do we.
         assert e.verdict == "sequence_too_long"

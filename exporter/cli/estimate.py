@@ -4,34 +4,84 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 from typing import Any
 
-from ..core import defaults
+from ..core import defaults, units
 from ..planning import estimate as est
-from .flags import UsageError, add, fraction, params, positive_int, size, tokens
+from ..planning import startup_log
+from .flags import UsageError, add, fraction, params, positive_int, tokens
+
+EPILOG = """\
+sizes: a unit is optional; a bare number is GiB (80 = 80GiB); 23.58GiB, 6.51GiB and 80GB work as vLLM prints them.
+
+examples:
+  # a 70B dense model on 4 x 80 GiB
+  vllm-headroom estimate docs/examples/llama-3.1-70b.json --tensor-parallel-size 4 --gpu-memory 80GiB \\
+      --params 70.6B --max-model-len 32k --max-num-seqs 64
+
+  # hybrid: Qwen3-Next-80B-A3B (1 attention layer in 4, the rest Gated DeltaNet with a fixed state per
+  # request); vLLM raises the attention block size to 272 tokens at TP4 so a page holds one state
+  vllm-headroom estimate docs/examples/qwen3-next-80b-a3b.json --tensor-parallel-size 4 \\
+      --kv-cache-memory 30GiB --max-model-len 256k --max-num-seqs 16
+
+  # pipeline parallel: DeepSeek-V2-Lite over 2 stages x TP2; stage 0 holds 14 of 27 layers, the pool is
+  # the smallest stage's (one pool per stage, as vLLM logs one per worker)
+  vllm-headroom estimate docs/examples/deepseek-v2-lite.json --tensor-parallel-size 2 \\
+      --pipeline-parallel-size 2 --kv-cache-memory 12.13GiB,11.33GiB --max-model-len 1024
+
+  # the inverse question: no memory given -> bytes per token and per request, memory for 32 x 128k
+  vllm-headroom estimate meta-llama/Llama-3.1-8B --max-model-len 128k --max-num-seqs 32
+
+  # a pasted start-up log: what it states next to what we compute
+  vllm-headroom estimate docs/examples/deepseek-v2-lite.json --from-log server.log
+"""
+
+
+def _gib_size(text: str) -> int:
+    """A size in the units grammar; a bare number is GiB."""
+    try:
+        return units.parse_size(text, default_unit="GiB")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _gib_sizes(text: str) -> tuple[int, ...]:
+    """One size, or one per pipeline stage separated by commas."""
+    return tuple(_gib_size(part) for part in text.split(","))
 
 
 def register(sub: Any) -> None:
     p = sub.add_parser("estimate", help="KV memory and capacity of a model on given devices, vLLM's block math",
-                       description="Estimate vLLM's KV cache from a Hugging Face config.json. Memory side: either "
-                       "--gpu-memory with the weights (safetensors index of a model folder, --params or "
-                       "--weights-bytes) and an activation reserve, or --kv-cache-memory for the pool directly. "
-                       "Measure the activation reserve from vLLM's start-up log: requested memory "
-                       "(gpu_memory × gpu_memory_utilization) − model weights − 'Available KV cache memory'.",
-                       epilog="example:\n  vllm-headroom estimate docs/examples/llama-3.1-70b.json "
-                       "--tensor-parallel-size 4 --gpu-memory 80GiB --params 70B --max-model-len 32k",
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("model", help="config.json, or a model folder holding it (and model.safetensors.index.json)")
+                       description="Estimate vLLM 0.32.0's KV cache from a Hugging Face config.json: pages, "
+                       "KV-cache groups, blocks, max concurrency and fit, for dense, sliding-window, MLA and "
+                       "hybrid (attention + Mamba / linear attention) models, with tensor, pipeline and data "
+                       "parallel. Memory side: --gpu-memory with the weights (safetensors index of a model "
+                       "folder, --params or --weights-bytes) and an activation reserve; or --kv-cache-memory "
+                       "for the pool directly (vLLM's 'Available KV cache memory'); or "
+                       "--num-gpu-blocks-override alone; or --from-log. Without any, it answers the inverse "
+                       "question: bytes per token and per request, and the memory max_num_seqs requests need.",
+                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("model", nargs="?", help="config.json, a model folder holding it (and "
+                   "model.safetensors.index.json), or a Hugging Face id found in the local cache")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--from-log", metavar="FILE", help="a vLLM start-up log: take the memory, blocks, block size and "
+                   "max_model_len it states, and show its figures next to ours")
     g = p.add_argument_group("model and cache")
     add(g, "--dtype", default="auto", choices=["auto", "bfloat16", "float16", "float32"],
         help="model dtype (auto = the config's torch_dtype)")
     add(g, "--kv-cache-dtype", default="auto", choices=["auto", "fp8", "fp8_e4m3", "fp8_e5m2"],
         help="KV cache dtype (auto = the model dtype)")
+    add(g, "--mamba-ssm-cache-dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
+        help="dtype of Mamba / linear-attention SSM states (auto = the model's; vLLM's CPU build uses float32)")
     add(g, "--tensor-parallel-size", positive_int, defaults.ESTIMATE_TENSOR_PARALLEL_SIZE,
-        help="tensor parallel size; KV heads are split across it")
-    add(g, "--block-size", positive_int, defaults.ESTIMATE_BLOCK_SIZE, help="KV block size in tokens")
+        help="tensor parallel size; KV heads are split across it and it must divide the attention heads")
+    add(g, "--pipeline-parallel-size", positive_int, 1,
+        help="pipeline stages; each holds its layers' KV, the pool is the smallest stage's")
+    add(g, "--data-parallel-size", positive_int, 1, help="data-parallel engines, each with its own pool")
+    add(g, "--block-size", positive_int, defaults.ESTIMATE_BLOCK_SIZE,
+        help="KV block size in tokens (hybrids: vLLM raises it until a page holds one state)")
     add(g, "--max-model-len", tokens, help="context length, e.g. 32k (default: the config's max_position_embeddings)")
     add(g, "--max-num-seqs", positive_int, defaults.ESTIMATE_MAX_NUM_SEQS, help="max_num_seqs to check against "
         "the pool")
@@ -39,34 +89,96 @@ def register(sub: Any) -> None:
         help="vLLM's token budget per step; sliding-window layers keep this many in-flight tokens")
     add(g, "--async-scheduling", action=argparse.BooleanOptionalAction, default=True,
         help="two batches in flight (vLLM's default where the platform supports it)")
-    add(g, "--num-gpu-blocks-override", positive_int, help="like vLLM's: the number of blocks, no memory math")
-    g = p.add_argument_group("memory per device")
-    add(g, "--gpu-memory", size, help="memory of one device, e.g. 80GiB or 23.58GiB")
+    add(g, "--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True,
+        help="vLLM's default; hybrids then hold 2 (Mamba-2: 3) state blocks per request instead of 1")
+    add(g, "--num-gpu-blocks-override", positive_int, help="like vLLM's: the number of blocks, no memory needed")
+    add(g, "--allow-long-max-model-len", action="store_true",
+        help="like VLLM_ALLOW_LONG_MAX_MODEL_LEN=1: a max_model_len above max_position_embeddings warns, not fails")
+    g = p.add_argument_group("memory per device (a bare number is GiB)")
+    add(g, "--gpu-memory", _gib_size, help="memory of one device, e.g. 80GiB or 23.58GiB")
     add(g, "--gpu-memory-utilization", fraction, defaults.ESTIMATE_GPU_MEMORY_UTILIZATION,
         help="vLLM's gpu_memory_utilization")
     add(g, "--params", params, help="parameter count when there is no safetensors index, e.g. 70B")
-    add(g, "--weights-bytes", size, help="weights' size of the whole model (overrides the index)")
-    add(g, "--activation-memory", size, defaults.ESTIMATE_ACTIVATION_BYTES,
-        help="activations, non-torch memory and CUDA graphs per device")
-    add(g, "--kv-cache-memory", size, help="KV pool per device, e.g. 6.51GiB: skip the budget math")
+    add(g, "--weights-bytes", _gib_size, help="weights' size of the whole model, e.g. 140GB (overrides the index)")
+    add(g, "--activation-memory", _gib_size,
+        help="activations, non-torch memory and CUDA graphs per device (default 2GiB)")
+    add(g, "--kv-cache-memory", _gib_sizes, help="KV pool per device, e.g. 6.51GiB, or one per pipeline stage "
+        "(12.13GiB,11.33GiB): skip the budget math")
     p.set_defaults(run=run)
+
+
+def _inputs(args: argparse.Namespace) -> tuple[est.Inputs, startup_log.LogFacts | None]:
+    facts = None
+    if args.from_log:
+        try:
+            facts = startup_log.parse(Path(args.from_log).read_text(errors="replace"))
+        except OSError as exc:
+            raise ValueError(f"cannot read --from-log {args.from_log}: {exc.strerror}") from None
+    model = args.model or (facts.model if facts else None)
+    if not model:
+        raise ValueError("name the model: a config.json, a model folder or a Hugging Face id in the local cache")
+    shape, indexed = est.load_model(model)
+    pools = args.kv_cache_memory
+    x = est.Inputs(
+        shape=shape, dtype=args.dtype, kv_cache_dtype=args.kv_cache_dtype,
+        tensor_parallel_size=args.tensor_parallel_size, pipeline_parallel_size=args.pipeline_parallel_size,
+        data_parallel_size=args.data_parallel_size, block_size=args.block_size,
+        max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs, gpu_memory=args.gpu_memory,
+        max_num_batched_tokens=args.max_num_batched_tokens, async_scheduling=args.async_scheduling,
+        prefix_caching=args.enable_prefix_caching, mamba_ssm_cache_dtype=args.mamba_ssm_cache_dtype,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        weights_bytes=args.weights_bytes or indexed, params=args.params,
+        activation_bytes=est.DEFAULT_ACTIVATION_BYTES if args.activation_memory is None else args.activation_memory,
+        kv_cache_memory=pools[0] if pools and len(pools) == 1 else None,
+        stage_kv_memory=pools if pools and len(pools) > 1 else None,
+        num_gpu_blocks_override=args.num_gpu_blocks_override,
+        allow_long_max_model_len=args.allow_long_max_model_len or os.environ.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN")
+        in ("1", "true", "True"),
+    )
+    if facts is not None:
+        x = startup_log.apply(facts, x)
+    return x, facts
+
+
+def _log_rows(facts: startup_log.LogFacts, e: est.Estimate) -> list[tuple[str, str, Any, Any]]:
+    """(key, label, the log's figure, ours) for every figure the log states."""
+    rows = [("num_blocks", "blocks", facts.override or facts.num_gpu_blocks, e.num_blocks),
+            ("kv_tokens", "KV cache size (tokens)", facts.kv_tokens, e.kv_tokens),
+            ("max_concurrency", "max concurrency", facts.max_concurrency, round(e.max_concurrency, 2)),
+            ("block_size", "attention block size", facts.attention_block_size, e.block_size),
+            ("max_model_len_fit", "estimated maximum model length", facts.estimated_max_model_len,
+             e.max_model_len_fit)]
+    return [r for r in rows if r[2] is not None]
 
 
 def run(args: argparse.Namespace) -> int:
     try:
-        shape, indexed = est.load_model(Path(args.model))
-        inputs = est.Inputs(
-            shape=shape, dtype=args.dtype, kv_cache_dtype=args.kv_cache_dtype,
-            tensor_parallel_size=args.tensor_parallel_size, block_size=args.block_size,
-            max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs, gpu_memory=args.gpu_memory,
-            max_num_batched_tokens=args.max_num_batched_tokens, async_scheduling=args.async_scheduling,
-            gpu_memory_utilization=args.gpu_memory_utilization,
-            weights_bytes=args.weights_bytes or indexed, params=args.params,
-            activation_bytes=args.activation_memory, kv_cache_memory=args.kv_cache_memory,
-            num_gpu_blocks_override=args.num_gpu_blocks_override,
-        )
-        result = est.estimate(inputs)
-    except ValueError as exc:  # Unsupported included: one sentence, never a wrong number
+        x, facts = _inputs(args)
+        if not x.has_memory:
+            r = est.requirements(x)
+            print(json.dumps(est.requirements_json(x, r), indent=2) if args.json else est.render_requirements(x, r))
+            return 0
+        result = est.estimate(x)
+        fits = est.smallest_fit(x) if x.gpu_memory is not None else []
+    except ValueError as exc:  # Unsupported and vLLM's own refusals included: one sentence, never a wrong number
         raise UsageError(str(exc)) from None
-    print(json.dumps(est.as_json(inputs, result), indent=2) if args.json else est.render(inputs, result))
+    log_rows = _log_rows(facts, result) if facts else []
+    if args.json:
+        doc = est.as_json(x, result)
+        if fits:
+            doc["smallest_fit"] = [{"kv_cache_dtype": kv, "tensor_parallel_size": tp} for kv, tp, _e in fits]
+        if facts:
+            doc["from_log"] = {"version": facts.version, **{k: {"log": v, "ours": o} for k, _l, v, o in log_rows}}
+        print(json.dumps(doc, indent=2))
+        return 0
+    text = est.render(x, result)
+    if fits:
+        text += "\n\n  smallest tensor parallel size at which max_num_seqs requests of max_model_len fit:\n"
+        text += "\n".join(f"    KV {kv:<10} " + (f"TP {tp}" if tp else "none up to TP 64") for kv, tp, _e in fits)
+    if facts:
+        text += f"\n\n  from the log (vLLM {facts.version or '?'}){'':<22} {'log':>14} {'ours':>14}\n"
+        text += "\n".join(f"    {label:<50} {log!s:>14} {ours!s:>14}" for _k, label, log, ours in log_rows)
+        if facts.kv_memory_gib:
+            text += "\n    (a pool printed in GiB with 2 decimals is known to ±0.005 GiB: blocks may differ slightly)"
+    print(text)
     return 0

@@ -1,0 +1,127 @@
+"""What a pasted vLLM start-up log states about capacity, and the plan inputs it fills in.
+
+Reads the lines vLLM prints at start-up (format strings of `vllm/v1/core/kv_cache_utils.py`,
+`vllm/v1/worker/gpu_worker.py`, `vllm/platforms/interface.py`, `vllm/entrypoints/utils.py`; V1 0.9-0.33):
+"Available KV cache memory: X GiB" (one per worker), "Overriding num_gpu_blocks=N with
+num_gpu_blocks_override=M", "GPU KV cache size: N tokens" and "Maximum concurrency for L tokens per
+request: C x" (one line or two), "Setting attention block size to N tokens", "the estimated maximum model
+length is N", and the flags of "non-default args: {...}" / "Initializing a V1 LLM engine (vX) with config:".
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+
+from .estimate import GiB, Inputs
+
+_MEMORY = re.compile(r"^([^\n]*?)Available KV cache memory: ([\d.]+) GiB", re.M)
+_RANK = re.compile(r"PP(\d+)_TP\d+|rank=(\d+)")
+_TOKENS = re.compile(r"(\w+) KV cache size: ([\d,]+) tokens")
+_CONCURRENCY = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
+_OVERRIDE = re.compile(r"Overriding num_gpu_blocks=(\d+) with num_gpu_blocks_override=(\d+)")
+_ATTN_BLOCK = re.compile(r"Setting attention block size to (\d+) tokens")
+_ESTIMATED = re.compile(r"max seq len \((\d+)\).*?estimated maximum model length is (\d+)", re.S)
+_VERSION = re.compile(r"(?:LLM engine \(v|version )(\d+\.\d+[\w.+-]*)")
+_ARG = re.compile(r"'(model|max_model_len|tensor_parallel_size|pipeline_parallel_size|data_parallel_size|block_size|"
+                  r"max_num_seqs|max_num_batched_tokens|kv_cache_dtype|dtype|gpu_memory_utilization|"
+                  r"num_gpu_blocks_override|enable_prefix_caching)': ('[^']*'|[\d.]+|True|False)")
+_CONFIG = re.compile(r"\b(model|max_seq_len|tensor_parallel_size|pipeline_parallel_size|data_parallel_size|"
+                     r"kv_cache_dtype|enable_prefix_caching)=('[^']*'|[\w.]+)")
+
+
+@dataclass(frozen=True)
+class LogFacts:
+    """What the log states; None where it says nothing."""
+
+    version: str | None = None
+    model: str | None = None
+    kv_memory_gib: tuple[float, ...] = ()  # "Available KV cache memory", one per pipeline stage (first worker's)
+    num_gpu_blocks: int | None = None  # before an override
+    override: int | None = None
+    kv_tokens: int | None = None
+    max_model_len: int | None = None
+    max_concurrency: float | None = None
+    attention_block_size: int | None = None
+    estimated_max_model_len: int | None = None
+    flags: tuple[tuple[str, str], ...] = ()
+
+    def flag(self, name: str) -> str | None:
+        return dict(self.flags).get(name)
+
+
+def parse(text: str) -> LogFacts:
+    """The capacity facts of a start-up log; ValueError when it has none of them."""
+    flags: dict[str, str] = {}
+    for m in _CONFIG.finditer(text):
+        key = "max_model_len" if m.group(1) == "max_seq_len" else m.group(1)
+        flags.setdefault(key, m.group(2).strip("'"))
+    for m in _ARG.finditer(text):
+        flags[m.group(1)] = m.group(2).strip("'")  # the user's flags win over the resolved config
+    tp = int(flags.get("tensor_parallel_size", "1"))
+    by_stage: dict[int, float] = {}
+    plain: list[float] = []
+    for m in _MEMORY.finditer(text):
+        gib = float(m.group(2))
+        rank = _RANK.search(m.group(1))
+        if rank is None:
+            plain.append(gib)
+        elif rank.group(1) is not None:
+            by_stage.setdefault(int(rank.group(1)), gib)
+        else:
+            by_stage.setdefault(int(rank.group(2)) // tp, gib)
+    memory = tuple(by_stage[k] for k in sorted(by_stage)) if by_stage else tuple(plain[:1])
+    tokens = _TOKENS.search(text)
+    conc = _CONCURRENCY.search(text)
+    over = _OVERRIDE.search(text)
+    block = _ATTN_BLOCK.search(text)
+    est = _ESTIMATED.search(text)
+    version = _VERSION.search(text)
+    facts = LogFacts(
+        version=version.group(1) if version else None,
+        model=flags.get("model"),
+        kv_memory_gib=memory,
+        num_gpu_blocks=int(over.group(1)) if over else None,
+        override=int(over.group(2)) if over else None,
+        kv_tokens=int(tokens.group(2).replace(",", "")) if tokens else None,
+        max_model_len=int(conc.group(1).replace(",", "")) if conc else (int(est.group(1)) if est else None),
+        max_concurrency=float(conc.group(2)) if conc else None,
+        attention_block_size=int(block.group(1)) if block else None,
+        estimated_max_model_len=int(est.group(2)) if est else None,
+        flags=tuple(sorted(flags.items())),
+    )
+    if not (facts.kv_memory_gib or facts.kv_tokens or facts.override or facts.estimated_max_model_len):
+        raise ValueError("the log has no capacity line (Available KV cache memory, KV cache size, "
+                         "Overriding num_gpu_blocks, estimated maximum model length)")
+    return facts
+
+
+def apply(facts: LogFacts, x: Inputs) -> Inputs:
+    """`x` with what the log states: memory per stage, override, max_model_len, TP, PP, DP, KV dtype, seqs.
+
+    A pool printed as "X.XX GiB" is known to ±0.005 GiB; it is taken as printed.
+    """
+    f = facts.flag
+    changes: dict[str, object] = {}
+    if facts.kv_memory_gib:
+        changes["stage_kv_memory"] = tuple(round(g * GiB) for g in facts.kv_memory_gib)
+        changes["kv_cache_memory"] = None
+        changes["gpu_memory"] = None
+    if facts.override is not None:
+        changes["num_gpu_blocks_override"] = facts.override
+    length = facts.max_model_len or (int(f("max_model_len") or 0) or None)
+    if length:
+        changes["max_model_len"] = length
+    for name, key in (("tensor_parallel_size", "tensor_parallel_size"),
+                      ("pipeline_parallel_size", "pipeline_parallel_size"),
+                      ("data_parallel_size", "data_parallel_size"), ("max_num_seqs", "max_num_seqs"),
+                      ("max_num_batched_tokens", "max_num_batched_tokens"), ("block_size", "block_size")):
+        value = f(name)
+        if value and value.isdigit():
+            changes[key] = int(value)
+    kv = f("kv_cache_dtype")
+    if kv:
+        changes["kv_cache_dtype"] = kv
+    if f("enable_prefix_caching") in ("True", "False"):
+        changes["prefix_caching"] = f("enable_prefix_caching") == "True"
+    return replace(x, **changes)  # type: ignore[arg-type]

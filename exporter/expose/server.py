@@ -12,12 +12,13 @@ from typing import Any
 import httpx
 import uvicorn
 from fastapi import FastAPI, Response
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import HTMLResponse, JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, ProcessCollector, generate_latest
 
 from ..pipeline.target import Target
-from . import diagnosis
+from . import diagnosis, page
 from .collector import HeadroomCollector
+from .history import History
 
 log = logging.getLogger("vllm_headroom")
 
@@ -25,9 +26,13 @@ log = logging.getLogger("vllm_headroom")
 class Sidecar:
     """Scrapes every target each interval; the latest report of each lives on its Target."""
 
-    def __init__(self, targets: Sequence[Target], interval: float) -> None:
+    def __init__(self, targets: Sequence[Target], interval: float, labels: dict[str, str] | None = None) -> None:
         self.targets = list(targets)
         self.interval = interval
+        self.labels = labels or {}  # target URL -> a name for people (the status page)
+        self.history = History()
+        self.ticks = 0
+        self._page: tuple[int, str] | None = None
         self.last_tick: float | None = None
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(HeadroomCollector(self.targets))
@@ -48,6 +53,8 @@ class Sidecar:
         now = time.monotonic() if now is None else now
         reports = await asyncio.gather(*(t.scrape(self._clients.get(t.settings.url, client), now)
                                          for t in self.targets))
+        self.history.record(now, reports)
+        self.ticks += 1
         # Render once per tick, off the event loop: reads never wait on a render of thousands of series.
         self._rendered = await asyncio.to_thread(generate_latest, self.registry)
         for r in reports:
@@ -77,6 +84,17 @@ class Sidecar:
                 except Exception:  # a bug in one tick must not end the loop of a sidecar
                     log.exception("scrape loop iteration failed")
                 await asyncio.sleep(max(0.0, self.interval - (time.monotonic() - started)))
+
+    def status_page(self) -> str:
+        """The status page's HTML, built at most once per tick."""
+        if self._page is None or self._page[0] != self.ticks:
+            self._page = (self.ticks, page.render([t.last for t in self.targets], self.history, self.interval,
+                                                  self.labels))
+        return self._page[1]
+
+    def history_document(self) -> dict[str, Any]:
+        """The `/api/v1/history` document (see `History.document`)."""
+        return self.history.document([t.settings.url for t in self.targets], self.interval)
 
     def healthy(self) -> bool:
         if self.last_tick is None or not self.looping:
@@ -125,9 +143,13 @@ def make_app(sidecar: Sidecar, start_loop: bool = True) -> FastAPI:
         body = sidecar.readiness()
         return JSONResponse(body, status_code=200 if body["ready"] else 503)
 
-    @app.get("/", response_class=PlainTextResponse)
-    def index() -> str:
-        return "vllm-headroom\n/metrics\n/api/v1/diagnosis\n/healthz\n/readyz\n"
+    @app.get("/api/v1/history")
+    def history_json() -> JSONResponse:
+        return JSONResponse(sidecar.history_document())
+
+    @app.get("/", response_class=HTMLResponse)
+    def index() -> HTMLResponse:
+        return HTMLResponse(sidecar.status_page())
 
     return app
 

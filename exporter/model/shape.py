@@ -230,7 +230,10 @@ def shape_from_config(cfg: dict[str, Any]) -> ModelShape:
     if not isinstance(layers, int) or not isinstance(heads, int):
         raise Unsupported(f"config of model_type {model_type!r} names no num_hidden_layers/num_attention_heads")
     dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
-    max_pos = cfg.get("max_position_embeddings")
+    # vLLM's derived max_model_len reads the first of these keys (`_get_and_verify_max_len`, 0.32.0).
+    max_pos = next((cfg[k] for k in ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length",
+                                     "model_max_length", "max_sequence_length", "max_seq_length", "seq_len")
+                    if isinstance(cfg.get(k), int)), None)
     kinds, key = _layer_kinds(cfg, model_type, layers)
     linear = _linear_state(cfg, model_type, key) if kinds and LINEAR in kinds else None
     if kinds is None and any(k in cfg for k in _MAMBA_HINTS):
@@ -293,8 +296,9 @@ def _layer_kinds(cfg: dict[str, Any], model_type: str, layers: int) -> tuple[tup
         kda = lin.get("kda_layers")
         if not isinstance(full, list) or not isinstance(kda, list):
             raise Unsupported(f"{model_type}: linear_attn_config has no full_attn_layers/kda_layers lists")
+        base = int(lin.get("kda_layer_index_base", 1))  # Kimi-Linear numbers layers from 1; later configs say 0
         full_set, kda_set = {int(i) for i in full}, {int(i) for i in kda}
-        return tuple(FULL if i + 1 in full_set else LINEAR if i + 1 in kda_set else NONE
+        return tuple(FULL if i + base in full_set else LINEAR if i + base in kda_set else NONE
                      for i in range(layers)), "linear_attn_config"
     period, offset = cfg.get("attn_layer_period"), cfg.get("attn_layer_offset")
     if isinstance(period, int) and isinstance(offset, int) and period > 0:
@@ -316,7 +320,10 @@ def _linear_state(cfg: dict[str, Any], model_type: str, key: str | None) -> Line
     if "linear_num_value_heads" in cfg:  # Qwen3-Next, Qwen3.5: Gated DeltaNet
         nk, nv, dk, dv, kernel = need("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
                                       "linear_value_head_dim", "linear_conv_kernel_dim")
-        return LinearState("gdn", kernel, num_heads=nv, head_dim=dv, num_k_heads=nk, head_k_dim=dk)
+        # Qwen3.5's vLLM config takes the SSM dtype from the config's mamba_ssm_dtype (Qwen3-Next's does not).
+        ssm = cfg.get("mamba_ssm_dtype") if model_type.startswith("qwen3_5") else None
+        return LinearState("gdn", kernel, num_heads=nv, head_dim=dv, num_k_heads=nk, head_k_dim=dk,
+                           ssm_dtype=str(ssm) if ssm else None)
     lin = cfg.get("linear_attn_config")
     if isinstance(lin, dict):  # Kimi-Linear: KDA, recurrent state float32 unless mamba_ssm_cache_dtype says
         try:

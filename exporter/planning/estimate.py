@@ -379,7 +379,7 @@ def figures(x: Inputs, e: Estimate) -> list[tuple[str, str, Any, str]]:
         ("max_concurrency", "max concurrency (vLLM's 'Maximum concurrency')", round(e.max_concurrency, 4),
          f"{e.max_concurrency:.2f}x for {e.max_model_len:,} tokens per request"),
         ("max_num_seqs_fit", "max_model_len requests that fit at once", e.max_num_seqs_fit, f"{e.max_num_seqs_fit:,}"),
-        ("max_model_len_fit", "longest max_model_len one request fits", e.max_model_len_fit,
+        ("max_model_len_fit", "longest max_model_len one request fits (to the config's limit)", e.max_model_len_fit,
          f"{e.max_model_len_fit:,} tokens"),
     ]
     if e.engines > 1:

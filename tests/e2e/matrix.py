@@ -13,7 +13,8 @@ For each entry, in order:
    on this machine at a time;
 3. write tests/fixtures/vllm-X[-v0]/status.json (recorded, or why it could not be: one line) and the
    release's venv facts (torch, workarounds) to venv.json;
-4. delete the release's venv unless KEEP=1 (or it is the pinned release).
+4. delete the release's venv unless KEEP=1 (or it is the pinned release or the one CI runs live,
+   tests/e2e/old-release.txt).
 
 At the end (and with --table only) it writes tests/fixtures/SUPPORT.md from what is on disk.
 """
@@ -96,8 +97,11 @@ def venv_facts(python: str) -> dict[str, Any]:
     return {k: v for k, v in facts.items() if k in ("vllm_version", "torch_pinned", "torch", "workarounds")}
 
 
+CI_RELEASE = (Path(__file__).parent / "old-release.txt").read_text().strip()  # CI runs it live: keep its venv
+
+
 def remove_venv(version: str) -> None:
-    if version != PINNED_VERSION:
+    if version not in (PINNED_VERSION, CI_RELEASE):
         subprocess.run([str(REPO / "scripts" / "vllm-version-venv"), "--remove", version], check=False)
 
 

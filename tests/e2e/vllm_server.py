@@ -217,7 +217,13 @@ class VllmServer:
         if self.max_num_batched_tokens is not None:
             self.argv += ["--max-num-batched-tokens", str(self.max_num_batched_tokens)]
         self.argv += list(self.extra_args)
-        self.env_used = {"VLLM_CPU_KVCACHE_SPACE": str(self.kvcache_space_gib), **self.extra_env}
+        omp = {}
+        if self.version != PINNED_VERSION and self.pin_cpus and len(ALL_CPUS) >= 2 and runtime.get("v1_cpu_worker"):
+            # Before ~0.2x the CPU worker binds one OpenMP thread per core ("auto": cores 0 and 1); _pin() then
+            # squeezes both onto the engine's one CPU and every step waits on a spinning barrier (measured on
+            # 0.19.1: ~5 steps/s instead of hundreds). One thread on the engine's CPU, as 0.32 does itself.
+            omp = {"VLLM_CPU_OMP_THREADS_BIND": str(max(ALL_CPUS))}
+        self.env_used = {"VLLM_CPU_KVCACHE_SPACE": str(self.kvcache_space_gib), **omp, **self.extra_env}
         # The release's own needs (LD_PRELOAD of a libstdc++ shim or tcmalloc/libiomp) are machine-specific
         # paths: kept apart from env_used, which recordings store.
         self.runtime_env = dict(runtime.get("env", {}))

@@ -278,6 +278,10 @@ def _gib(n: int | None) -> str:
     return "?" if n is None else f"{n / GiB:.2f} GiB"
 
 
+def _given(n: int | None) -> str:
+    return "not used: the pool or block count was given" if n is None else _gib(n)
+
+
 # -- what if -------------------------------------------------------------------------------------------------
 
 def largest_max_num_seqs(e: Estimate) -> int:
@@ -359,8 +363,8 @@ def figures(x: Inputs, e: Estimate) -> list[tuple[str, str, Any, str]]:
     stages = len(e.stage_bytes_per_block)
     per_stage = f" (stage 0 of {stages})" if stages > 1 else ""
     rows: list[tuple[str, str, Any, str]] = [
-        ("weights_per_device", "weights per device", e.weights_per_device, _gib(e.weights_per_device)),
-        ("activation_bytes", "activation reserve per device", e.activation_bytes, _gib(e.activation_bytes)),
+        ("weights_per_device", "weights per device", e.weights_per_device, _given(e.weights_per_device)),
+        ("activation_bytes", "activation reserve per device", e.activation_bytes, _given(e.activation_bytes)),
         ("kv_pool_bytes", "KV pool per device" + per_stage, e.kv_pool_bytes, _gib(e.kv_pool_bytes)),
         ("kv_bytes_per_token", "KV bytes per token per device", e.kv_bytes_per_token,
          f"{e.kv_bytes_per_token:,} ({e.kv_bytes_per_token_per_layer:,} per attention layer × "
@@ -379,8 +383,9 @@ def figures(x: Inputs, e: Estimate) -> list[tuple[str, str, Any, str]]:
         ("max_concurrency", "max concurrency (vLLM's 'Maximum concurrency')", round(e.max_concurrency, 4),
          f"{e.max_concurrency:.2f}x for {e.max_model_len:,} tokens per request"),
         ("max_num_seqs_fit", "max_model_len requests that fit at once", e.max_num_seqs_fit, f"{e.max_num_seqs_fit:,}"),
-        ("max_model_len_fit", "longest max_model_len one request fits (to the config's limit)", e.max_model_len_fit,
-         f"{e.max_model_len_fit:,} tokens"),
+        ("max_model_len_fit", "longest max_model_len one request fits", e.max_model_len_fit,
+         f"{e.max_model_len_fit:,} tokens" + (" (the config's limit)" if e.max_model_len_fit
+                                              == x.shape.max_position_embeddings else "")),
     ]
     if e.engines > 1:
         rows.append(("kv_tokens_all_engines", f"KV cache size over {e.engines} data-parallel engines",
@@ -439,10 +444,10 @@ def render(x: Inputs, e: Estimate) -> str:
                                                  strict=True)):
             rows.append(f"  stage {i}: layers {lo}-{hi - 1}, {b:,} bytes per block, pool {_gib(p)}, "
                         f"{max(p, 0) // b:,} blocks")
-    rows += ["", f"  {'what if':<44} {'verdict':<19} {'blocks':>9} {'concurrency':>12} {'seqs fit':>9} "
+    rows += ["", f"  {'what if':<48} {'verdict':<19} {'blocks':>9} {'concurrency':>12} {'seqs fit':>9} "
              f"{'longest fit':>12}  cost"]
     for name, w, cost in what_if(x, e):
-        rows.append(f"  {name:<44} {w.verdict:<19} {w.num_blocks:>9,} {w.max_concurrency:>11.2f}x "
+        rows.append(f"  {name:<48} {w.verdict:<19} {w.num_blocks:>9,} {w.max_concurrency:>11.2f}x "
                     f"{w.max_num_seqs_fit:>9,} {w.max_model_len_fit:>12,}  {cost}")
     return "\n".join(rows)
 

@@ -175,3 +175,15 @@ def test_the_readmes_worked_examples(capsys: pytest.CaptureFixture[str]) -> None
                      "--max-model-len", "32768", "--max-num-seqs", "128", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert (doc["kv_bytes_per_token_per_layer"], doc["kv_bytes_per_token"], doc["num_blocks"]) == (1152, 31104, 91386)
+
+
+def test_the_readmes_hybrid_and_pipeline_examples_are_what_estimate_prints(capsys: pytest.CaptureFixture[str]) -> None:
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    blocks = re.findall(r"```\n\$ vllm-headroom estimate (.*?)\n(?=model:)(.*?)```", readme, re.S)
+    assert len(blocks) >= 2
+    for command, shown in blocks:
+        argv = command.replace("\\\n", " ").split()
+        assert cli.main(["estimate", *argv]) == 0
+        out = capsys.readouterr().out
+        rows = [line for line in shown.splitlines() if line.startswith("  ") and line.strip() != "..."]
+        assert rows and all(row in out for row in rows), [row for row in rows if row not in out]

@@ -59,10 +59,12 @@ def test_qwen3_next_counts_only_its_attention_layers_per_token() -> None:
     shape = shape_from_config(example("qwen3-next-80b-a3b.json"))
     assert (shape.attention_layers, shape.linear_layers) == (12, 36)
     assert kv_layout.served_kv_bytes_per_token(shape, "auto", 4) == 12 * 1024
-    # vLLM 0.32.0's block size for it (interface.py `_align_hybrid_block_size`): a Gated DeltaNet state at TP4
-    # is (3 × 8192/4) conv + (32/4 × 128 × 128) SSM bf16 elements = 274,432 bytes; the smallest multiple of 16
-    # tokens × 1,024 bytes that holds it is 272 tokens (vLLM logs "Setting attention block size to 272 tokens").
-    assert kv_layout.plan(shape, "bfloat16", 4, 16).block_size == 272
+    # https://github.com/vllm-project/vllm/pull/32492: on one GPU "the model uses non-standard block size
+    # (544)" -- vLLM raises the attention block size until a page holds one Gated DeltaNet state.
+    assert kv_layout.plan(shape, "bfloat16", 1, 16).block_size == 544
+    # At TP4 the state is a quarter ((3 × 8192/4) conv + (32/4 × 128 × 128) SSM bf16 elements = 274,432 bytes)
+    # while the page per token halves (1 KV head per rank): by the same rule 16 × cdiv(274,432, 16 × 1,024).
+    assert kv_layout.plan(shape, "bfloat16", 4, 16).block_size == 16 * -(-274_432 // (16 * 1024))
 
 
 def test_kimi_linear_has_7_mla_layers_and_starts_where_vllm_started() -> None:

@@ -4,6 +4,7 @@ models named by Hugging Face id, a pasted start-up log, and labelled figures tha
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -208,3 +209,16 @@ def test_the_longest_max_model_len_that_fits_is_the_largest_not_the_requested(
     doc = run_json(capsys, LLAMA_70B, "--num-gpu-blocks-override", "2000", "--max-model-len", "4096",
                    "--tensor-parallel-size", "8")
     assert doc["max_model_len_fit"] == 1999 * 16
+
+
+def test_help_shows_a_hybrid_and_a_pipeline_parallel_example_that_run(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli.main(["estimate", "--help"])
+    text = capsys.readouterr().out
+    assert "hybrid" in text and "qwen3-next-80b-a3b.json" in text and "--pipeline-parallel-size 2" in text
+    commands = re.findall(r"vllm-headroom estimate (docs/examples/\S+ .*?)(?:\n\n|\n  #)", text, re.S)
+    runnable = [c for c in commands if "--from-log" not in c]
+    assert len(runnable) >= 3
+    for command in runnable:
+        assert cli.main(["estimate", *command.replace("\\\n", " ").split()]) == 0, command
+        capsys.readouterr()

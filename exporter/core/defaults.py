@@ -32,6 +32,11 @@ STUCK_AFTER: Final = 60.0  # s without an engine step while requests wait: stuck
 LEAK_AFTER: Final = 120.0  # s of blocks in use with nothing running or waiting: leak
 PREEMPT_WINDOW: Final = 60.0  # s, preempting while a preemption happened this recently
 CEILING_WINDOW: Final = 300.0  # s of running counts that stand in for an unknown max_num_seqs
+PROFILE_MIN_REQUESTS: Final = 20  # fewer finished requests behind the profile: worst case at max_model_len
+# vLLM V1's max_num_batched_tokens when nobody sets it, for the OpenAI server on CPU and on GPUs under 70 GiB
+# (vllm/engine/arg_utils.py `get_batch_defaults` @0.32.0; 8192 on H100/H200-class, 16384 from 160 GiB):
+# the device is not exported, so the sidecar assumes this and says so.
+VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS: Final = 2048
 
 # -- demo and replay -----------------------------------------------------------------------------------
 DEMO_LISTEN_ADDRESS: Final = "127.0.0.1:9478"
@@ -40,7 +45,7 @@ DEMO_FALSE_FULL_HOLD: Final = 10.0  # s: the recorded incident is short, so the 
 REPLAY_LISTEN_ADDRESS: Final = "127.0.0.1:8000"
 
 # -- recommend -----------------------------------------------------------------------------------------
-RECOMMEND_MIN_REQUESTS: Final = 200  # refuse to recommend from fewer finished requests
+RECOMMEND_MIN_REQUESTS: Final = 200  # refuse to recommend (or advise raising max_num_seqs) from fewer finished requests
 
 # -- estimate (vLLM's own defaults where it has one) ---------------------------------------------------
 ESTIMATE_BLOCK_SIZE: Final = 16

@@ -26,6 +26,8 @@ class Source(StrEnum):
     CMDLINE = "cmdline"  # read from /proc/<pid>/cmdline of the vLLM process
     CACHE_CONFIG_INFO = "cache_config_info"
     V1_MODELS = "v1_models"
+    INFERRED = "inferred"  # from what the engine did (max_num_seqs: the highest running count beside room)
+    DEFAULT = "default"  # the release's default, assumed because nobody stated the value
 
 
 T = TypeVar("T", int, float, str, bool)

@@ -48,6 +48,12 @@ def worst_case_blocks(prompt: int, max_tokens: int, max_model_len: int | None, b
     return max(1, blocks_for_tokens(total, block_size))
 
 
+def in_flight_floor(used: int, running: int) -> int | None:
+    """ceil(used / running): blocks held per running request now, a floor on what each holds at its end
+    (shared prefix blocks count once, so the floor stays a floor). None when nothing runs."""
+    return ceil_div(used, running) if running > 0 and used > 0 else None
+
+
 def slot_headroom(max_num_seqs: int, running: int) -> int:
     """Free scheduler slots: max_num_seqs − running."""
     return max(0, max_num_seqs - running)
@@ -141,6 +147,8 @@ class Headroom:
     max_concurrency_profile: int
     max_concurrency_max_model_len: int | None
     hybrid: bool
+    held_blocks_per_running: int | None = None  # ceil(used / running): the in-flight floor of a request's size
+    worst_case_blocks_profile_only: int = 0  # W from the profile alone, before the in-flight floor
 
 
 def is_hybrid(num_gpu_blocks: int, block_size: int, kv_size_tokens: int | None, max_conc: float | None,
@@ -176,6 +184,12 @@ def derive(x: Inputs) -> Headroom:
         w = w_max
     else:
         w = max(1, blocks_for_tokens(prompt, bs))
+    w_profile = w
+    held = in_flight_floor(used, x.running)
+    if held is not None and held > w:
+        # Requests in flight already hold more than the profile's worst case: a new workload the profile (of
+        # finished requests) has not seen. Each will end at least this large on average.
+        w = held if w_max is None else min(max(w, held), max(w_max, held))
     slots = None if x.max_num_seqs is None else slot_headroom(x.max_num_seqs, x.running)
     kv = kv_admission_headroom(free, prompt_blocks)
     safe = safe_headroom(capacity, used, x.running, w)
@@ -198,6 +212,8 @@ def derive(x: Inputs) -> Headroom:
         max_concurrency_profile=max_concurrency(capacity, w),
         max_concurrency_max_model_len=None if w_max is None else max_concurrency(capacity, w_max),
         hybrid=hybrid,
+        held_blocks_per_running=held,
+        worst_case_blocks_profile_only=w_profile,
     )
 
 

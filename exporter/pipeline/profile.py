@@ -1,8 +1,12 @@
 """The request profile: windowed quantiles of vLLM's length histograms, from bucket deltas between scrapes.
 
-vLLM observes these histograms when a request *finishes*; its buckets run 1, 2, 5, 10, 20, 50 ... up to
-max_model_len. For worst-case math a quantile is the upper bound of the bucket it falls in, and a quantile
-in the +Inf bucket is max_model_len (nothing longer can be admitted).
+vLLM observes these histograms when a request *finishes* (vllm/v1/metrics/loggers.py
+`record_finished_request` @0.32.0); its buckets run 1, 2, 5, 10, 20, 50 ... up to max_model_len. A quantile
+is interpolated inside the bucket it falls in and carries the bucket's bounds as its uncertainty range
+(`lower`, `upper`); when every request of the window fell in that one bucket the window's mean
+(`_sum / _count`) is the estimate, exact for a workload of one size. A quantile in the +Inf bucket is
+max_model_len (nothing longer can be admitted). `samples` says how many finished requests back it and
+`span` over how many seconds (the window actually covered, shorter than the window at start).
 """
 
 from __future__ import annotations
@@ -21,6 +25,42 @@ class Quantile:
     tokens: int
     basis: str  # "window" | "lifetime" | "max_model_len"
     samples: int
+    lower: int | None = None  # the bucket's bounds around `tokens`: the uncertainty of a bucketed quantile
+    upper: int | None = None
+    span: float | None = None  # seconds of finished requests behind it ("window"); None: lifetime or unknown
+
+
+def interpolated_quantile(hist: Histogram, q: float) -> tuple[float, float, float] | None:
+    """(estimate, bucket lower bound, bucket upper bound) of quantile q; upper is inf for the +Inf bucket.
+
+    The estimate is the mean of the observations inside the bucket the quantile falls in: the histogram's
+    `_sum` less the other buckets' counts at their midpoints, divided by the bucket's count, kept inside its
+    bounds (exact when the bucket holds requests of one size, the common case for one workload; linear
+    interpolation would put 352-token prompts at 492 and the bucket bound at 500). Linear interpolation when
+    the sum is not usable (the +Inf bucket, or no `_sum`).
+    """
+    buckets = hist.buckets
+    if not buckets or buckets[-1][1] <= 0:
+        return None
+    total = buckets[-1][1]
+    rank = q * total
+    lows = [0.0] + [b for b, _ in buckets[:-1]]
+    counts = [c - (buckets[i - 1][1] if i else 0.0) for i, (_, c) in enumerate(buckets)]
+    for i, (bound, cumulative) in enumerate(buckets):
+        inside = counts[i]
+        if cumulative < rank or inside <= 0:
+            continue
+        low = lows[i]
+        if math.isinf(bound):
+            return bound, low, bound
+        others = sum(n * (lows[j] + b) / 2 for j, ((b, _), n) in enumerate(zip(buckets, counts, strict=True))
+                     if j != i and n > 0 and not math.isinf(b))
+        if hist.sum > 0 and not any(n > 0 and math.isinf(b) for j, ((b, _), n)
+                                    in enumerate(zip(buckets, counts, strict=True)) if j != i):
+            mean = (hist.sum - others) / inside
+            return min(max(mean, low), bound), low, bound
+        return low + (bound - low) * (rank - (cumulative - inside)) / inside, low, bound
+    return buckets[-1][0], lows[-1], buckets[-1][0]
 
 
 def bucket_quantile(buckets: tuple[tuple[float, float], ...], q: float) -> float | None:
@@ -55,12 +95,17 @@ def to_tokens(bound: float, max_model_len: int | None) -> int | None:
     return min(tokens, max_model_len) if max_model_len else tokens
 
 
-def histogram_quantile(hist: Histogram, q: float, max_model_len: int | None, basis: str) -> Quantile | None:
-    bound = bucket_quantile(hist.buckets, q)
-    if bound is None:
+def histogram_quantile(hist: Histogram, q: float, max_model_len: int | None, basis: str,
+                       span: float | None = None) -> Quantile | None:
+    found = interpolated_quantile(hist, q)
+    if found is None:
         return None
-    tokens = to_tokens(bound, max_model_len)
-    return None if tokens is None else Quantile(tokens, basis, int(hist.count))
+    estimate, low, high = found
+    tokens = to_tokens(estimate, max_model_len)
+    if tokens is None:
+        return None
+    lower = to_tokens(low, max_model_len) if low > 0 else 0
+    return Quantile(tokens, basis, int(hist.count), lower, to_tokens(high, max_model_len), span)
 
 
 class Window:
@@ -86,7 +131,8 @@ class Window:
         if len(self._snapshots) >= 2:
             d = delta(latest, self._snapshots[0][1])
             if d is not None and d.count > 0:
-                return histogram_quantile(d, q, max_model_len, "window")
+                span = self._snapshots[-1][0] - self._snapshots[0][0]
+                return histogram_quantile(d, q, max_model_len, "window", span)
         return histogram_quantile(latest, q, max_model_len, "lifetime")
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit
@@ -19,7 +20,7 @@ from ..core import defaults
 from ..model.kv_layout import bytes_per_block, served_kv_bytes_per_token
 from ..model.shape import ModelShape
 from . import derive, exposition, vllm
-from .config import Overrides, ServingConfig, Source, find_vllm_cmdline, parse_vllm_args, resolve, value
+from .config import Known, Overrides, ServingConfig, Source, find_vllm_cmdline, parse_vllm_args, resolve, value
 from .derive import Headroom
 from .profile import Quantile, Window, histogram_quantile, profile_value
 from .scrape import ModelsInfo, ScrapeError, fetch, parse_models, parse_version
@@ -69,6 +70,47 @@ class EngineReport:
     kv_bytes: derive.KvBytes | None = None  # absolute bytes per device, with --model-config
     seconds_without_progress: float = 0.0  # since the engine's step and generation counters last moved
     histograms: dict[str, vllm.Histogram] = field(default_factory=dict)  # lifetime, as exported at this scrape
+    preemption_inferred: bool = False  # preempting judged from the gauges; vLLM's counter has not risen yet
+    suspected: bool = False  # a one-shot verdict one observation cannot confirm (leak, never_fits, preemption)
+    profile: ProfileQuality | None = None
+    budget: BudgetUse | None = None
+
+
+@dataclass(frozen=True)
+class ProfileQuality:
+    """How far the request profile can be trusted for worst-case math and advice.
+
+    `samples` finished requests over `span` seconds (None: lifetime histograms of unknown age) back it; it is
+    `thin` below `defaults.PROFILE_MIN_REQUESTS` (worst case then at max_model_len) and `stale` when the
+    requests in flight already hold more blocks each than the profile's worst case (a new workload).
+    """
+
+    samples: int
+    basis: str  # "window" | "lifetime" | "none"
+    span: float | None
+    thin: bool
+    stale: bool
+    held_blocks_per_running: int | None  # in-flight floor: blocks in use / running requests
+
+    @property
+    def advisable(self) -> bool:
+        """Enough current evidence to advise raising max_num_seqs."""
+        return not self.thin and not self.stale and self.samples >= defaults.RECOMMEND_MIN_REQUESTS
+
+
+@dataclass(frozen=True)
+class BudgetUse:
+    """The step's token budget (max_num_batched_tokens), its source, and how much of it prompts took."""
+
+    max_num_batched_tokens: int
+    source: str  # a config Source, "default" when assumed
+    prompt_tokens_per_step: float | None  # over the last interval (sidecar) or since start (one-shot)
+
+    @property
+    def used(self) -> float | None:
+        if self.prompt_tokens_per_step is None or self.prompt_tokens_per_step > self.max_num_batched_tokens:
+            return None  # more than the assumed budget: the budget is not what we assume; judge nothing
+        return self.prompt_tokens_per_step / self.max_num_batched_tokens
 
 
 @dataclass(frozen=True)
@@ -86,6 +128,20 @@ class EngineGap:
         if self.config_error:
             return f"cannot derive capacity: {self.config_error}"
         return f"cannot derive capacity: {self.missing} unknown"
+
+
+def in_flight_prompt(prompt_tokens_total: float | None, finished: float | None, running: int,
+                     max_model_len: int | None) -> Quantile | None:
+    """The prompt size when no request has finished: prompt tokens computed so far per request started
+    (finished + running), from vLLM's `prompt_tokens_total` counter; basis "in_flight". Without that evidence
+    a prompt may be as long as max_model_len (never assume one block); None when that is unknown too."""
+    started = (finished or 0.0) + running
+    if prompt_tokens_total is not None and prompt_tokens_total > 0 and started > 0:
+        tokens = math.ceil(prompt_tokens_total / started)
+        return Quantile(min(tokens, max_model_len) if max_model_len else tokens, "in_flight", int(started))
+    if max_model_len is not None:
+        return Quantile(max_model_len, "max_model_len", 0)
+    return None
 
 
 def config_problem(cfg: ServingConfig) -> str | None:
@@ -134,6 +190,7 @@ class Target:
         self._given_args: dict[str, object] | None = None
         self.errors: dict[str, int] = {}
         self.known_engines: set[tuple[str, str]] = set()
+        self._counters: dict[tuple[str, str], tuple[float, float]] = {}  # (steps, prompt tokens) at last scrape
         self.last: TargetReport = TargetReport(settings.url, up=False, error="not scraped yet",
                                                error_reason="not_scraped")
 
@@ -201,7 +258,33 @@ class Target:
     def _largest_prompt_blocks(e: vllm.EngineSample, max_model_len: int | None, block_size: int) -> int | None:
         hist = e.histograms.get(vllm.PROMPT_HIST)
         largest = None if hist is None else histogram_quantile(hist, 1.0, max_model_len, "lifetime")
-        return None if largest is None else derive.blocks_for_tokens(largest.tokens, block_size)
+        if largest is None:
+            return None
+        return derive.blocks_for_tokens(largest.upper or largest.tokens, block_size)
+
+    def _budget(self, e: vllm.EngineSample, cfg: ServingConfig, snap: vllm.VllmSnapshot,
+                gauges_only: bool) -> BudgetUse | None:
+        """The token budget and the prompt tokens per step: deltas since the last scrape, or lifetime totals
+        for a one-shot (vLLM 0.32.0 counts `prompt_tokens_total` per step as prompt tokens computed,
+        vllm/v1/metrics/loggers.py `record`; one step = one `iteration_tokens_total` observation)."""
+        stated = cfg.max_num_batched_tokens
+        if stated is not None:
+            budget, source = stated.value, str(stated.source)
+        elif snap.rules is not None and snap.rules.engine == "V1":
+            budget, source = defaults.VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS, str(Source.DEFAULT)
+        else:
+            return None
+        key = (e.model_name, e.engine)
+        steps, prompt = e.steps_total, e.prompt_tokens_total
+        per_step = None
+        if steps is not None and prompt is not None:
+            before = self._counters.get(key)
+            self._counters[key] = (steps, prompt)
+            if gauges_only:
+                per_step = prompt / steps if steps > 0 else None
+            elif before is not None and steps > before[0] and prompt >= before[1]:
+                per_step = (prompt - before[1]) / (steps - before[0])
+        return BudgetUse(budget, source, per_step)
 
     def _engine(self, now: float, e: vllm.EngineSample, cfg: ServingConfig, snap: vllm.VllmSnapshot,
                 gauges_only: bool) -> EngineReport | EngineGap:
@@ -224,31 +307,65 @@ class Target:
         )
         running = int(e.running or 0)
         waiting = int(e.waiting or 0)
+        samples = 0 if prompt is None else prompt.samples
+        thin = samples < defaults.PROFILE_MIN_REQUESTS
+        finished = e.histograms[vllm.PROMPT_HIST].count if vllm.PROMPT_HIST in e.histograms else None
+        if prompt is None:
+            prompt = in_flight_prompt(e.prompt_tokens_total, finished, running, max_model_len)
+        rules = snap.rules
+
+        def headroom_with(max_num_seqs: int | None) -> Headroom:
+            return derive.derive(derive.Inputs(
+                num_gpu_blocks=n_blocks,
+                block_size=block_size,
+                has_null_block=snap.has_engine_label,  # V1 (>= 0.8, engine label) keeps a null block; V0 has none
+                usage_counts_null_block=bool(snap.usage_counts_null_block),
+                usage=e.usage or 0.0,
+                running=running,
+                waiting=waiting,
+                max_model_len=max_model_len,
+                max_num_seqs=max_num_seqs,
+                prompt_tokens=prompt.tokens if prompt else max_model_len,
+                # A thin profile says little about the longest request: worst case at max_model_len.
+                max_tokens=max_tokens.tokens if max_tokens and not (thin and max_model_len) else None,
+                kv_cache_max_concurrency=value(cfg.kv_cache_max_concurrency),
+                kv_cache_size_tokens=value(cfg.kv_cache_size_tokens),
+                admission_rule=rules.admission if rules is not None else derive.FULL_PROMPT,
+                max_num_batched_tokens=value(cfg.max_num_batched_tokens),
+            ))
+
         max_num_seqs = value(cfg.max_num_seqs)
-        headroom = derive.derive(derive.Inputs(
-            num_gpu_blocks=n_blocks,
-            block_size=block_size,
-            has_null_block=snap.has_engine_label,  # V1 (>= 0.8, engine label) keeps a null block; V0 has none
-            usage_counts_null_block=bool(snap.usage_counts_null_block),
-            usage=e.usage,
-            running=running,
-            waiting=waiting,
-            max_model_len=max_model_len,
-            max_num_seqs=max_num_seqs,
-            prompt_tokens=prompt.tokens if prompt else None,
-            max_tokens=max_tokens.tokens if max_tokens else None,
-            kv_cache_max_concurrency=value(cfg.kv_cache_max_concurrency),
-            kv_cache_size_tokens=value(cfg.kv_cache_size_tokens),
-        ))
-        deferred = e.waiting_by_reason.get("deferred") if e.waiting_by_reason else None
-        obs = Observation(running, waiting, None if deferred is None else int(deferred), e.usage,
-                          max_num_seqs, e.awake, headroom, self._largest_prompt_blocks(e, max_model_len, block_size))
+        headroom = headroom_with(max_num_seqs)
         key = (e.model_name, e.engine)
-        tracker = self.trackers.get(key) or self.trackers.setdefault(key, Tracker(self.settings.thresholds))
+        tracker = self.trackers.get(key) or self.trackers.setdefault(key, Tracker(self.settings.thresholds,
+                                                                                   one_shot=gauges_only))
+        budget = self._budget(e, cfg, snap, gauges_only)
+        w_max = headroom.worst_case_blocks_max_model_len
+        obs = Observation(
+            running, waiting, None if (d := e.waiting_by_reason.get("deferred")) is None else int(d), e.usage,
+            max_num_seqs, e.awake, headroom, self._largest_prompt_blocks(e, max_model_len, block_size),
+            finished_total=finished, budget_used=None if budget is None else budget.used,
+            max_model_len_exceeds_pool=w_max is not None and w_max > headroom.kv_capacity_blocks)
+        inferred_cap = None
+        if max_num_seqs is None and not gauges_only:
+            inferred_cap = tracker.infer_max_num_seqs(now, obs, e.preemptions_total)
+            if inferred_cap is not None:
+                # One cap for the whole answer: slot and admission headroom, the verdict and the advice.
+                max_num_seqs = inferred_cap
+                headroom = headroom_with(inferred_cap)
+                cfg = replace(cfg, max_num_seqs=Known(inferred_cap, Source.INFERRED))
+                obs = replace(obs, max_num_seqs=inferred_cap, headroom=headroom, max_num_seqs_inferred=True)
         progress = (e.steps_total, e.generation_tokens_total)
         judgement, false_full = tracker.update(now, obs, e.preemptions_total, progress)
+        held = headroom.held_blocks_per_running
+        quality = ProfileQuality(
+            samples=samples, basis="none" if prompt is None else prompt.basis,
+            span=None if prompt is None else prompt.span, thin=thin,
+            stale=held is not None and held > headroom.worst_case_blocks_profile_only,
+            held_blocks_per_running=held)
         report = self._report(e, cfg, headroom, judgement, false_full, prompt, max_tokens, tracker, max_num_seqs,
                               gauges_only)
+        report = replace(report, profile=quality, budget=budget)
         shape = self.settings.model_shape
         if shape is None:
             return report
@@ -281,6 +398,8 @@ class Target:
             gauges_only=gauges_only,
             seconds_without_progress=tracker.seconds_without_progress,
             histograms=dict(e.histograms),
+            preemption_inferred=judgement.preemption_inferred,
+            suspected=judgement.suspected,
         )
 
     # -- the HTTP side ----------------------------------------------------------------------------

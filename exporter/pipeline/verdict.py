@@ -7,7 +7,7 @@ rise lately, since when has the engine made no progress, ...); `Tracker` keeps t
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from ..core import defaults
@@ -24,12 +24,16 @@ class Verdict(StrEnum):
     STUCK = "stuck"
     LEAK = "leak"
     TARGET_DOWN = "target_down"
+    BUDGET_FULL = "budget_full"  # running prefills use up the step's token budget (max_num_batched_tokens)
+    NEVER_FITS = "never_fits"  # the queue head needs more blocks than the whole pool: it can never be admitted
+    TRANSIENT = "transient"  # one-shot only: requests wait beside room, as happens for one step between steps
 
 
 CEILING_WINDOW = defaults.CEILING_WINDOW  # seconds of running counts that stand in for an unknown max_num_seqs
 
 # Verdicts in which requests wait although the pool has room: the panel looks fine, the queue grows.
-FALSE_FULL_VERDICTS = frozenset({Verdict.SLOTS_FULL, Verdict.HEAD_OF_LINE, Verdict.DEFERRED, Verdict.STUCK})
+FALSE_FULL_VERDICTS = frozenset({Verdict.SLOTS_FULL, Verdict.HEAD_OF_LINE, Verdict.DEFERRED, Verdict.STUCK,
+                                 Verdict.BUDGET_FULL})
 
 
 @dataclass(frozen=True)
@@ -51,10 +55,14 @@ class Observation:
     waiting: int
     deferred: int | None  # vllm:num_requests_waiting_by_reason{reason="deferred"} (≥0.20), else None
     usage: float
-    max_num_seqs: int | None
+    max_num_seqs: int | None  # stated, or inferred (max_num_seqs_inferred) from the running ceiling
     awake: bool | None
     headroom: Headroom
     largest_prompt_blocks: int | None = None  # blocks of the longest prompt vLLM has finished (bucket bound)
+    finished_total: float | None = None  # requests finished since start (count of the prompt histogram)
+    budget_used: float | None = None  # prompt tokens computed per engine step / max_num_batched_tokens (0..1)
+    max_model_len_exceeds_pool: bool = False  # one request of max_model_len needs more blocks than the pool
+    max_num_seqs_inferred: bool = False
 
 
 @dataclass(frozen=True)
@@ -68,6 +76,10 @@ class History:
     idle_with_blocks_for: float | None = None
     previous: Verdict | None = None  # the verdict of the previous scrape; None in one-shot diagnosis
     head_of_line_before: bool = False  # the previous scrape already looked like head-of-line blocking
+    preemption_inferred: bool = False  # gauges show a preemption the lagging counter has not counted yet
+    preempted_now: bool = False  # the counter rose at this scrape
+    one_shot: bool = False  # a single observation (diagnose): nothing can be confirmed by a second look
+    pool_empty_before: bool = False  # the previous scrape also showed nothing running, requests waiting
 
 
 @dataclass(frozen=True)
@@ -75,31 +87,50 @@ class Judgement:
     verdict: Verdict
     slots_inferred: bool = False  # slots_full judged from the running plateau, max_num_seqs unknown
     head_of_line_candidate: bool = False  # room by the profile's measure, yet waiting
+    preemption_inferred: bool = False  # preempting judged from the gauges, the counter has not risen yet
+    suspected: bool = False  # one observation only: leak / never_fits / preemption need a second look
+    first_look: bool = False  # the frame can be transient (between two engine steps); a second look decides
+
+
+def pool_exhausted(o: Observation) -> bool:
+    """No free block while requests decode and others wait: vLLM's next block allocation preempts the newest
+    running request (`_preempt_request`, vllm/v1/core/sched/scheduler.py @0.32.0)."""
+    return o.waiting > 0 and o.running > 0 and o.headroom.kv_free_blocks == 0
 
 
 def classify(o: Observation, h: History, t: Thresholds) -> Judgement:
     """The verdict for one observation."""
     hr = o.headroom
-    if h.preempted_recently and (o.running > 0 or o.waiting > 0):
+    # vLLM 0.32.0 counts a preemption when the preempted request's next output is processed (the PREEMPTED
+    # event rides on it: vllm/v1/metrics/stats.py `update_from_events`), one or more scrapes late: the
+    # gauges (running fell, waiting rose, nothing finished, the pool full) show it first.
+    if h.preempted_now or (h.preempted_recently and o.waiting > 0):
         return Judgement(Verdict.PREEMPTING)
+    if h.preemption_inferred or pool_exhausted(o):
+        return Judgement(Verdict.PREEMPTING, preemption_inferred=True, suspected=h.one_shot)
     if o.waiting <= 0:
-        if (
-            h.idle_with_blocks_for is not None
-            and h.idle_with_blocks_for >= t.leak_after
-            and hr.kv_used_blocks > 0
-            and o.running == 0
-        ):
-            return Judgement(Verdict.LEAK)
+        idle_with_blocks = hr.kv_used_blocks > 0 and o.running == 0
+        if idle_with_blocks and (h.one_shot or (h.idle_with_blocks_for is not None
+                                                and h.idle_with_blocks_for >= t.leak_after)):
+            return Judgement(Verdict.LEAK, suspected=h.one_shot)
         return Judgement(Verdict.OK)
     if o.awake is False or (h.no_progress_for is not None and h.no_progress_for >= t.stuck_after):
         return Judgement(Verdict.STUCK)
     if o.max_num_seqs is not None and o.running >= o.max_num_seqs:
-        return Judgement(Verdict.SLOTS_FULL)
+        return Judgement(Verdict.SLOTS_FULL, slots_inferred=o.max_num_seqs_inferred)
     if o.deferred is not None and o.deferred > 0 and o.deferred >= o.waiting:
         return Judgement(Verdict.DEFERRED)
+    if o.running == 0 and hr.kv_used_blocks == 0 and o.max_model_len_exceeds_pool:
+        # Nothing runs, the whole pool is free, yet the head is not admitted: it needs more than the pool
+        # (possible only when max_model_len exceeds the pool). Between steps this can last one scrape.
+        if h.one_shot or h.pool_empty_before:
+            return Judgement(Verdict.NEVER_FITS, suspected=h.one_shot)
+        return Judgement(h.previous if h.previous in _WAITING_VERDICTS else Verdict.OK, first_look=True)
     head_fits = hr.kv_free_blocks >= hr.prompt_blocks
     if not head_fits or o.usage >= t.full_usage:
         return Judgement(Verdict.KV_FULL)
+    if o.budget_used is not None and o.budget_used >= BUDGET_BOUND:
+        return Judgement(Verdict.BUDGET_FULL)
     if o.max_num_seqs is None and o.running > 0:
         # max_num_seqs unknown: a running count pinned at its recent maximum, or free blocks that would hold
         # even the longest prompt vLLM has seen, point at the slot cap rather than at a large queue head.
@@ -107,15 +138,26 @@ def classify(o: Observation, h: History, t: Thresholds) -> Judgement:
         roomy = o.largest_prompt_blocks is not None and o.largest_prompt_blocks <= hr.kv_free_blocks
         if plateau or roomy:
             return Judgement(Verdict.SLOTS_FULL, slots_inferred=True)
+    if h.one_shot:
+        # One observation of requests waiting beside room: the usual case is a frame between two steps (the
+        # engine admits them at the next one). A head larger than the free blocks stays possible.
+        return Judgement(Verdict.TRANSIENT, head_of_line_candidate=True, suspected=True, first_look=True)
     if h.previous is not None and not h.head_of_line_before:
         # Slots and blocks free up between steps: a request seen waiting beside free room once is most
         # likely admitted at the next step. Keep the previous verdict until a second look confirms.
         kept = h.previous if h.previous in _WAITING_VERDICTS else Verdict.OK
-        return Judgement(kept, head_of_line_candidate=True)
+        return Judgement(kept, head_of_line_candidate=True, first_look=True)
     return Judgement(Verdict.HEAD_OF_LINE, head_of_line_candidate=True)
 
 
-_WAITING_VERDICTS = frozenset({Verdict.SLOTS_FULL, Verdict.KV_FULL, Verdict.DEFERRED})
+# Share of the step's token budget that prompt tokens took, on average over the last interval, at or above
+# which waiting requests are judged held back by the budget: V1 schedules running requests first and admits
+# waiting ones only while budget is left (`while token_budget > 0`, vllm/v1/core/sched/scheduler.py @0.32.0).
+BUDGET_BOUND = 0.5
+
+
+_WAITING_VERDICTS = frozenset({Verdict.SLOTS_FULL, Verdict.KV_FULL, Verdict.DEFERRED, Verdict.BUDGET_FULL,
+                               Verdict.PREEMPTING, Verdict.NEVER_FITS})
 
 
 def false_full_condition(o: Observation, verdict: Verdict, t: Thresholds) -> bool:
@@ -123,24 +165,65 @@ def false_full_condition(o: Observation, verdict: Verdict, t: Thresholds) -> boo
     return o.waiting > 0 and o.usage < t.full_usage and verdict in FALSE_FULL_VERDICTS
 
 
+def gauges_show_preemption(running: int, waiting: int, finished: float | None, prev_running: int | None,
+                            prev_waiting: int | None, prev_finished: float | None) -> bool:
+    """Running fell and waiting rose while no request finished: a running request went back to the queue.
+
+    New arrivals raise waiting and finishes or aborts lower running, but only a preemption moves a request
+    from running to waiting (vLLM 0.32.0 `_preempt_request` prepends it to the waiting queue)."""
+    if prev_running is None or prev_waiting is None or finished is None or prev_finished is None:
+        return False
+    return running < prev_running and waiting > prev_waiting and finished == prev_finished
+
+
 class Tracker:
     """History of one engine across scrapes."""
 
-    def __init__(self, thresholds: Thresholds) -> None:
+    def __init__(self, thresholds: Thresholds, one_shot: bool = False) -> None:
         self.t = thresholds
+        self.one_shot = one_shot
         self._last_preemptions: float | None = None
         self._last_preempt_rise: float | None = None
+        self._last_counted_rise: float | None = None
+        self._last_inferred: float | None = None
         self._last_progress_value: tuple[float | None, float | None] | None = None
         self._last_progress_at: float | None = None
         self._waiting_prev: bool | None = None
+        self._prev: tuple[int, int, float | None] | None = None  # running, waiting, finished of the last scrape
         self._ceiling: deque[tuple[float, int]] = deque()  # (time, running), running decreasing: a sliding max
+        self._caps: deque[tuple[float, int]] = deque()  # the same, only over frames that show the slot cap
         self._idle_since: float | None = None
         self._false_full_since: float | None = None
         self._last_time: float | None = None
         self._previous: Verdict | None = None
         self._hol_before = False
+        self._pool_empty_before = False
         self.preemptions_per_second: float | None = None
         self.seconds_without_progress = 0.0
+
+    def _preempting(self, now: float, o: Observation, preemptions_total: float | None) -> tuple[bool, bool, bool]:
+        """(counted rise now, inferred from the gauges now, within the preempt window) without folding."""
+        rose = (preemptions_total is not None and self._last_preemptions is not None
+                and preemptions_total > self._last_preemptions)
+        prev = self._prev
+        inferred = not rose and (pool_exhausted(o) or (prev is not None and gauges_show_preemption(
+            o.running, o.waiting, o.finished_total, prev[0], prev[1], prev[2])))
+        recent = self._last_preempt_rise is not None and now - self._last_preempt_rise <= self.t.preempt_window
+        return rose, inferred, recent or rose or inferred
+
+    def infer_max_num_seqs(self, now: float, o: Observation, preemptions_total: float | None) -> int | None:
+        """max_num_seqs when nobody states it: the highest running count over `CEILING_WINDOW` among scrapes
+        where requests waited beside room for the queue head (so the slot cap, not memory, held them) and
+        no preemption was under way (preemption lowers running below the cap). None before such a scrape."""
+        _rose, _inferred, preempting = self._preempting(now, o, preemptions_total)
+        hr = o.headroom
+        if o.waiting > 0 and o.running > 0 and not preempting and hr.kv_free_blocks >= hr.prompt_blocks:
+            while self._caps and self._caps[-1][1] <= o.running:
+                self._caps.pop()
+            self._caps.append((now, o.running))
+        while self._caps and now - self._caps[0][0] > CEILING_WINDOW:
+            self._caps.popleft()
+        return self._caps[0][1] if self._caps else None
 
     def update(
         self,
@@ -150,15 +233,18 @@ class Tracker:
         progress: tuple[float | None, float | None],
     ) -> tuple[Judgement, bool]:
         """Fold one scrape into the history; return the verdict and the held false-full flag."""
+        rose, inferred, _ = self._preempting(now, o, preemptions_total)
         # Preemptions: a counter; a drop means vLLM restarted.
         rate = None
         if preemptions_total is not None:
             if self._last_preemptions is not None and self._last_time is not None and now > self._last_time:
                 rise = preemptions_total - self._last_preemptions
-                if rise > 0:
-                    self._last_preempt_rise = now
                 rate = max(rise, 0.0) / (now - self._last_time) if rise >= 0 else None
             self._last_preemptions = preemptions_total
+        if rose:
+            self._last_preempt_rise = self._last_counted_rise = now
+        elif inferred:
+            self._last_preempt_rise = self._last_inferred = now
         self.preemptions_per_second = rate
         preempted = self._last_preempt_rise is not None and now - self._last_preempt_rise <= self.t.preempt_window
 
@@ -191,17 +277,30 @@ class Tracker:
             idle_with_blocks_for=None if self._idle_since is None else now - self._idle_since,
             previous=self._previous,
             head_of_line_before=self._hol_before,
+            preemption_inferred=inferred,
+            preempted_now=rose,
+            one_shot=self.one_shot,
+            pool_empty_before=self._pool_empty_before,
         )
         judgement = classify(o, history, self.t)
+        if judgement.verdict is Verdict.PREEMPTING and not judgement.preemption_inferred:
+            # Still inside the window: inferred when the gauges showed it after the counter last rose.
+            counted, guessed = self._last_counted_rise, self._last_inferred
+            if guessed is not None and (counted is None or guessed > counted):
+                judgement = replace(judgement, preemption_inferred=True)
         self._previous = judgement.verdict
         self._hol_before = judgement.head_of_line_candidate
+        self._pool_empty_before = o.running == 0 and o.waiting > 0 and o.headroom.kv_used_blocks == 0
         self._waiting_prev = o.waiting > 0
+        self._prev = (o.running, o.waiting, o.finished_total)
         self._last_time = now
 
         if false_full_condition(o, judgement.verdict, self.t):
             if self._false_full_since is None:
                 self._false_full_since = now
-        else:
+        elif not judgement.first_look:
             self._false_full_since = None
-        held = self._false_full_since is not None and now - self._false_full_since >= self.t.false_full_hold
+        # A frame that can be transient (a second look is pending) is never flagged; it does not restart the hold.
+        held = (self._false_full_since is not None and now - self._false_full_since >= self.t.false_full_hold
+                and not judgement.first_look)
         return judgement, held

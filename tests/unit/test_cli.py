@@ -82,6 +82,8 @@ def test_diagnose_the_recorded_false_full_exposition_as_is(capsys: pytest.Captur
 
 def test_diagnose_keeps_head_of_line_apart_from_slots(capsys: pytest.CaptureFixture[str]) -> None:
     # No prompt has finished yet on that server, so nothing shows the free blocks would hold the queue head.
+    # One observation of requests waiting beside room cannot tell a large head from a frame between two steps
+    # (issue 11, kind 7): it is reported as possibly transient, never as slots_full or false-full.
     assert cli.main(["diagnose", "tests/fixtures/vllm-0.32.0/head-of-line/snapshot.prom", "--json"]) == 0
     engine = json.loads(capsys.readouterr().out)["targets"][0]["engines"][0]
-    assert (engine["verdict"], engine["false_full"]) == ("head_of_line", True)
+    assert (engine["verdict"], engine["false_full"]) == ("transient", False)

@@ -19,8 +19,11 @@ def test_window_quantile_counts_only_requests_finished_inside_it() -> None:
     w = profile.Window(60.0)
     w.observe(0.0, BEFORE)
     w.observe(10.0, AFTER)
-    assert w.quantile(0.99, 512) == profile.Quantile(500, "window", int(AFTER.count - BEFORE.count))
-    assert profile.histogram_quantile(AFTER, 0.5, 512, "lifetime") == profile.Quantile(20, "lifetime", int(AFTER.count))
+    # Every request of the window had a 352-token prompt (bucket 200-500): the window's mean is exact.
+    assert w.quantile(0.99, 512) == profile.Quantile(352, "window", int(AFTER.count - BEFORE.count), 200, 500, 10.0)
+    # Lifetime: 2,000+ prompts of 16 tokens (bucket 10-20) and a few of 352: interpolated inside 10-20.
+    q = profile.histogram_quantile(AFTER, 0.5, 512, "lifetime")
+    assert q is not None and (q.lower, q.upper, q.basis) == (10, 20, "lifetime") and 10 < q.tokens <= 20
 
 
 def test_old_snapshots_leave_the_window() -> None:
@@ -36,13 +39,24 @@ def test_a_counter_reset_restarts_the_window_instead_of_going_negative() -> None
     w = profile.Window(60.0)
     w.observe(0.0, AFTER)
     w.observe(10.0, BEFORE)  # vLLM restarted: every bucket went down
-    assert w.quantile(0.99, 512) == profile.Quantile(20, "lifetime", int(BEFORE.count))
+    q = w.quantile(0.99, 512)
+    assert q is not None and (q.basis, q.samples, q.upper) == ("lifetime", int(BEFORE.count), 20)
     w.observe(20.0, DURING)  # the window starts again from the restart
-    assert w.quantile(0.99, 512) == profile.Quantile(500, "window", int(DURING.count - BEFORE.count))
+    assert w.quantile(0.99, 512) == profile.Quantile(352, "window", int(DURING.count - BEFORE.count), 200, 500, 10.0)
 
 
 def test_inf_bucket_means_max_model_len() -> None:
     buckets = ((20.0, 0.0), (500.0, 0.0), (float("inf"), 3.0))
     assert profile.histogram_quantile(vllm.Histogram(buckets, 3.0, 0.0), 0.99, 512, "window") == \
-        profile.Quantile(512, "window", 3)
+        profile.Quantile(512, "window", 3, 500, 512)
     assert profile.histogram_quantile(vllm.Histogram(buckets, 3.0, 0.0), 0.99, None, "window") is None
+
+
+def test_interpolation_inside_a_bucket_carries_its_bounds() -> None:
+    # The lifetime histogram of the kv-full recording's end: 2,074 prompts of 16 tokens, 1,110 of 352.
+    # Its p99 falls in the 200-500 bucket: the bucket's mean from _sum (the 16-token ones counted at their
+    # bucket's midpoint, 15) is 352 +- 10; the bounds say how far a quantile may be off.
+    q = profile.histogram_quantile(AFTER, 0.99, 512, "lifetime")
+    assert q is not None and (q.lower, q.upper) == (200, 500) and abs(q.tokens - 352) <= 10
+    # Only the bucket bound was known before: 500 for a 352-token prompt (16 blocks of 32 instead of 11).
+    assert profile.bucket_quantile(AFTER.buckets, 0.999) == 500

@@ -1,0 +1,342 @@
+"""The scorer: our verdicts against the engine's own truth, frame by frame, on every recorded real timeline.
+
+    python -m tests.truth            # print the report and write tests/fixtures/SCORE.md (make score)
+    python -m tests.truth --check    # exit 1 when an acceptance bound is missed
+
+Ground truth for a frame comes from the engine and the load driver, never from our code:
+* the engine's gauges and counters, read with prometheus_client's parser (not ours): running, waiting,
+  usage, `num_preemptions_total`, steps (`iteration_tokens_total_count`), prompt tokens computed, and the
+  finished-request prompt histogram (which requests are done);
+* the server's flags from the recorded command line (max_num_seqs, blocks, block size, max_model_len,
+  max_num_batched_tokens; vLLM 0.32.0's OpenAI-server default on CPU, 2,048, when not given:
+  vllm/engine/arg_utils.py `_get_default_max_num_batched_tokens_and_seqs` @0.32.0);
+* what the load driver sent and when (`requests.jsonl` where recorded, else the waves of meta.json), which
+  tells the size of the request at the head of the queue (FCFS: the oldest unfinished request after the
+  `running` ones).
+
+Each frame gets one truth label and the set of verdicts that agree with it (`Truth.accept`); one-shot
+diagnosis sees a single frame, so where one observation cannot tell two states apart its set is wider
+(`Truth.accept_one_shot`), and the report says which.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporter.pipeline.scrape import parse_models, parse_version
+from exporter.pipeline.target import EngineReport, Settings, Target, one_shot
+from exporter.pipeline.verdict import Thresholds
+from exporter.replay import recording
+
+FIXTURES = Path(__file__).parent / "fixtures"
+REPORT = FIXTURES / "SCORE.md"
+CPU_DEFAULT_BUDGET = 2048  # vLLM 0.32.0 OpenAI server on CPU, world size 1
+FULL_USAGE = 0.8
+SIDECAR_MIN, ONE_SHOT_MIN = 0.95, 0.90
+NO_FALSE_FULL = frozenset({"ok", "kv_full", "preempting", "transient", "never_fits"})
+# Scenarios replayed without the server's flags: the sidecar must infer max_num_seqs (kind 6).
+WITHOUT_FLAGS = frozenset({"false-full-inferred"})
+
+
+@dataclass(frozen=True)
+class Frame:
+    t: float
+    running: float
+    waiting: float
+    usage: float
+    preemptions: float
+    steps: float
+    prompt_tokens: float
+    finished_by_bound: dict[float, float]  # prompt histogram: cumulative count per upper bound
+
+
+def read_frame(t: float, text: str) -> Frame:
+    v: dict[str, float] = {}
+    buckets: dict[float, float] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.name in ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+                          "vllm:num_preemptions_total", "vllm:iteration_tokens_total_count",
+                          "vllm:prompt_tokens_total"):
+                v[s.name] = v.get(s.name, 0.0) + s.value
+            elif s.name == "vllm:request_prompt_tokens_bucket":
+                b = float(s.labels["le"])
+                buckets[b] = buckets.get(b, 0.0) + s.value
+    return Frame(t, v.get("vllm:num_requests_running", 0.0), v.get("vllm:num_requests_waiting", 0.0),
+                 v.get("vllm:kv_cache_usage_perc", 0.0), v.get("vllm:num_preemptions_total", 0.0),
+                 v.get("vllm:iteration_tokens_total_count", 0.0), v.get("vllm:prompt_tokens_total", 0.0), buckets)
+
+
+@dataclass(frozen=True)
+class Server:
+    max_num_seqs: int
+    blocks: int  # usable (block 0 is the null block)
+    block_size: int
+    max_model_len: int
+    budget: int
+
+
+def server_of(argv: list[str]) -> Server:
+    def flag(name: str, default: int | None = None) -> int:
+        if name in argv:
+            return int(argv[argv.index(name) + 1])
+        assert default is not None, name
+        return default
+
+    return Server(flag("--max-num-seqs"), flag("--num-gpu-blocks-override") - 1, flag("--block-size"),
+                  flag("--max-model-len"), flag("--max-num-batched-tokens", CPU_DEFAULT_BUDGET))
+
+
+@dataclass(frozen=True)
+class Sent:
+    at: float
+    prompt_len: int
+    shared_prefix: int = 0
+    finished: float | None = None  # the client saw the answer (engine finished a little earlier)
+
+
+def sent_requests(folder: Path, meta: dict[str, Any]) -> tuple[list[Sent], bool]:
+    """What the load driver sent; (list, exact). Old recordings keep only the waves: closed-loop waves are
+    expanded into one request per client per 0.1 s, which is enough to know the sizes in flight."""
+    log = folder / "requests.jsonl"
+    if log.exists():
+        out = []
+        for line in log.read_text().splitlines():
+            r = json.loads(line)
+            out.append(Sent(r["sent"], r["prompt_len"], r.get("shared_prefix", 0), r.get("finished")))
+        return out, True
+    start = meta["load"]["window"]["start_t"]
+    out = []
+    for w in meta["load"]["waves"]:
+        at = start + w["delay_s"]
+        if "closed_loop_s" in w:
+            n = int(w["closed_loop_s"] / 0.1)
+            out += [Sent(at + i * 0.1, w["prompt_len"]) for i in range(n)]
+        else:
+            out += [Sent(at, w["prompt_len"])] * w["requests"]
+    return sorted(out, key=lambda s: s.at), False
+
+
+def finished_with(f: Frame, prompt_len: int) -> float:
+    """Requests of this prompt length the engine has finished, from its own prompt histogram."""
+    bounds = sorted(f.finished_by_bound)
+    for i, b in enumerate(bounds):
+        if prompt_len <= b:
+            below = f.finished_by_bound[bounds[i - 1]] if i else 0.0
+            return f.finished_by_bound[b] - below
+    return 0.0
+
+
+def head_request(f: Frame, sent: list[Sent], exact: bool) -> Sent | None:
+    """The request at the head of the waiting queue: the oldest unfinished one after the running ones."""
+    if exact:
+        live = [s for s in sent if s.at <= f.t and (s.finished is None or s.finished > f.t)]
+    else:
+        done: dict[int, float] = {}
+        live = []
+        for s in sent:
+            if s.at > f.t:
+                continue
+            done.setdefault(s.prompt_len, finished_with(f, s.prompt_len))
+            if done[s.prompt_len] >= 1:
+                done[s.prompt_len] -= 1
+            else:
+                live.append(s)
+    if not live:
+        return None
+    i = int(f.running)
+    return live[i] if i < len(live) else live[-1]
+
+
+@dataclass
+class Truth:
+    label: str
+    accept: frozenset[str]
+    accept_one_shot: frozenset[str]
+    why: str = ""
+
+
+def judge(frames: list[Frame], i: int, srv: Server, sent: list[Sent], exact: bool) -> Truth:
+    f = frames[i]
+    prev = frames[i - 1] if i else None
+    nxt = frames[i + 1] if i + 1 < len(frames) else None
+    rose_now = prev is not None and f.preemptions > prev.preemptions
+    rose_next = nxt is not None and nxt.preemptions > f.preemptions  # counted late: up to a scrape later
+    storm = any(frames[j].preemptions > frames[j - 1].preemptions
+                for j in range(max(1, i - 6), min(len(frames), i + 2)))  # a rise within 3 s before, 0.5 s after
+    free = srv.blocks - round(f.usage * srv.blocks)
+    if f.waiting <= 0:
+        if f.running == 0 and f.usage > 0:
+            return Truth("leak", frozenset({"leak", "ok"}), frozenset({"leak", "ok"}), "blocks held, nothing to do")
+        if rose_now:
+            return Truth("ok", frozenset({"ok", "preempting"}), frozenset({"ok"}), "preempted, re-admitted")
+        return Truth("ok", frozenset({"ok"}), frozenset({"ok"}))
+    head = head_request(f, sent, exact)
+    head_tokens = 0 if head is None else head.prompt_len - head.shared_prefix
+    head_blocks = math.ceil(head_tokens / srv.block_size) if head else 0
+    if head is not None and math.ceil(head.prompt_len / srv.block_size) > srv.blocks:
+        return Truth("never_fits", frozenset({"never_fits"}), frozenset({"never_fits"}),
+                     f"head prompt {head.prompt_len} tokens > pool {srv.blocks * srv.block_size}")
+    if rose_now or rose_next:
+        also = {"kv_full"} | ({"slots_full"} if f.running >= srv.max_num_seqs else set())
+        return Truth("preempting", frozenset({"preempting"} | also), frozenset({"preempting"} | also),
+                     "counter rose at this or the next scrape")
+    if f.running >= srv.max_num_seqs:
+        also = {"preempting"} if storm else set()
+        return Truth("slots_full", frozenset({"slots_full"} | also), frozenset({"slots_full"} | also))
+    if f.usage >= FULL_USAGE or (head is not None and head_blocks > free):
+        typical = sorted(s.prompt_len for s in sent if s.at <= f.t and s is not head)
+        larger = head is not None and bool(typical) and head.prompt_len > typical[len(typical) // 2]
+        also = {"preempting"} if storm else set()
+        if larger and f.usage < FULL_USAGE:
+            return Truth("head_of_line", frozenset({"head_of_line", "kv_full"} | also),
+                         frozenset({"head_of_line", "kv_full", "transient"} | also),
+                         f"head {head_blocks} blocks > {free} free, larger than typical")
+        return Truth("kv_full", frozenset({"kv_full"} | also), frozenset({"kv_full"} | also),
+                     f"head {head_blocks} blocks vs {free} free, usage {f.usage:.2f}")
+    if prev is not None and f.steps > prev.steps:
+        per_step = (f.prompt_tokens - prev.prompt_tokens) / (f.steps - prev.steps)
+        if per_step >= 0.5 * srv.budget:
+            return Truth("budget_full", frozenset({"budget_full"}), frozenset({"budget_full", "transient"}),
+                         f"{per_step:.0f} prompt tokens per step of a {srv.budget} budget")
+    if storm:
+        return Truth("preempting", frozenset({"preempting", "kv_full", "ok"}),
+                     frozenset({"preempting", "kv_full", "transient", "ok"}), "storm, between admissions")
+    # Room for the head, a free slot, budget left: the engine admits it at its next step.
+    return Truth("transient", frozenset({"transient", "ok", "slots_full", "kv_full", "budget_full", "head_of_line"}),
+                 frozenset({"transient", "ok"}), "between steps")
+
+
+@dataclass
+class Score:
+    scenario: str
+    mode: str
+    frames: int = 0
+    agree: int = 0
+    bad_false_full: int = 0
+    confusion: Counter[tuple[str, str]] = field(default_factory=Counter)
+    per_truth: Counter[tuple[str, bool]] = field(default_factory=Counter)  # (truth, agreed) -> frames
+    misses: list[str] = field(default_factory=list)
+
+    @property
+    def agreement(self) -> float:
+        return self.agree / self.frames if self.frames else 1.0
+
+
+def _target(meta: dict[str, Any], settings: Settings | Target) -> Target:
+    target = settings if isinstance(settings, Target) else Target(settings)
+    if meta.get("v1_models"):
+        target.models = parse_models(json.dumps(meta["v1_models"]))
+    if meta.get("version"):
+        target.version = parse_version(json.dumps(meta["version"]))
+    return target
+
+
+def score(folder: Path) -> tuple[Score, Score]:
+    rec = recording.load(folder)
+    meta = rec.meta
+    argv = [str(a) for a in meta["server_argv"]]
+    srv = server_of(argv)
+    sent, exact = sent_requests(folder, meta)
+    frames = [read_frame(t, text) for t, text in rec.frames]
+    name = folder.name
+    given = None if name in WITHOUT_FLAGS else argv
+    interval = float(meta.get("interval", 0.5))
+    settings = Settings("recorded", vllm_args=given, discover_cmdline=False,
+                        thresholds=Thresholds(false_full_hold=max(2.0, 4 * interval)))
+    sidecar = _target(meta, settings)
+    out = (Score(name, "sidecar"), Score(name, "one-shot"))
+    for i, (t, text) in enumerate(rec.frames):
+        truth = judge(frames, i, srv, sent, exact)
+        ours_live = _engine(sidecar.observe(t, text).engines)
+        ours_once = _engine(_target(meta, one_shot(settings)).observe(t, text, gauges_only=True).engines)
+        for s, ours, accept in ((out[0], ours_live, truth.accept), (out[1], ours_once, truth.accept_one_shot)):
+            s.frames += 1
+            verdict = str(ours.verdict)
+            s.confusion[(truth.label, verdict)] += 1
+            s.per_truth[(truth.label, verdict in accept)] += 1
+            if verdict in accept:
+                s.agree += 1
+            else:
+                s.misses.append(f"t={t:.1f} truth={truth.label} ({truth.why}) ours={verdict}")
+            if ours.false_full and truth.label in NO_FALSE_FULL:
+                s.bad_false_full += 1
+                s.misses.append(f"t={t:.1f} truth={truth.label}: flagged false_full")
+    return out
+
+
+def _engine(engines: list[EngineReport]) -> EngineReport:
+    assert len(engines) == 1
+    return engines[0]
+
+
+def recordings() -> list[Path]:
+    return sorted(p.parent for p in FIXTURES.glob("vllm-0.32.0/*/timeline.jsonl.gz"))
+
+
+def render(scores: list[Score]) -> str:
+    lines = ["# Verdict agreement with the engine's truth", "",
+             "Generated by `make score` (`python -m tests.truth`); ground truth and accepted verdicts: tests/truth.py.",
+             "The sidecar is replayed on the recording's clock, one scrape per recorded frame (0.5 s); one-shot",
+             "`diagnose` judges every frame alone. Both get the recorded command line as `--vllm-args`, except "
+             f"{', '.join(sorted(WITHOUT_FLAGS))} (no flags: max_num_seqs must be inferred).", ""]
+    for mode in ("sidecar", "one-shot"):
+        ss = [s for s in scores if s.mode == mode]
+        total = sum(s.frames for s in ss)
+        agree = sum(s.agree for s in ss)
+        bad = sum(s.bad_false_full for s in ss)
+        lines += [f"## {mode}: {agree}/{total} frames agree ({100 * agree / max(total, 1):.1f} %), "
+                  f"{bad} false-full on KV-bound/preempting/transient frames", "",
+                  "| recording | frames | agree | false-full where forbidden |", "|---|---|---|---|"]
+        lines += [f"| {s.scenario} | {s.frames} | {100 * s.agreement:.1f} % | {s.bad_false_full} |" for s in ss]
+        per: dict[str, list[int]] = defaultdict(lambda: [0, 0])  # truth -> [agreed, frames]
+        conf: Counter[tuple[str, str]] = Counter()
+        for s in ss:
+            conf.update(s.confusion)
+            for (truth, agreed), n in s.per_truth.items():
+                per[truth][0] += n if agreed else 0
+                per[truth][1] += n
+        lines += ["", "| truth | frames | agree |", "|---|---|---|"]
+        for truth, (agreed, n) in sorted(per.items()):
+            lines.append(f"| {truth} | {n} | {100 * agreed / n:.1f} % |")
+        ours_cols = sorted({o for _t, o in conf})
+        lines += ["", "Confusion (rows: truth, columns: our verdict):", "",
+                  "| truth \\ ours | " + " | ".join(ours_cols) + " |", "|---" * (len(ours_cols) + 1) + "|"]
+        for truth in sorted({t for t, _o in conf}):
+            lines.append(f"| {truth} | " + " | ".join(str(conf.get((truth, o), 0)) for o in ours_cols) + " |")
+        lines.append("")
+    lines += ["## Frames that disagree", ""]
+    for s in scores:
+        for m in s.misses:
+            lines.append(f"- {s.mode} {s.scenario}: {m}")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tests.truth", description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="exit 1 when an acceptance bound is missed")
+    ap.add_argument("--out", type=Path, default=REPORT)
+    args = ap.parse_args(argv)
+    scores = [s for folder in recordings() for s in score(folder)]
+    text = render(scores)
+    args.out.write_text(text)
+    print(text.split("## Frames that disagree")[0])
+    side = [s for s in scores if s.mode == "sidecar"]
+    once = [s for s in scores if s.mode == "one-shot"]
+    ok = (sum(s.agree for s in side) >= SIDECAR_MIN * sum(s.frames for s in side)
+          and sum(s.agree for s in once) >= ONE_SHOT_MIN * sum(s.frames for s in once)
+          and not any(s.bad_false_full for s in scores))
+    return 0 if ok or not args.check else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -3,7 +3,7 @@ PYTHON ?= python3.11
 # e.g. make fixtures SCENARIOS="false-full kv-full"; empty = all scenarios
 SCENARIOS ?=
 
-.PHONY: test test-fast golden vllm-venv fixtures demo-data e2e
+.PHONY: test test-fast golden vllm-venv fixtures demo-data e2e generate
 
 # Everything: installs what is missing (scripts/bootstrap), then ruff, mypy --strict, unit and e2e tests.
 test:
@@ -16,6 +16,11 @@ test-fast:
 # Rewrite the golden copies of our own /metrics per recorded scenario (review the diff before committing).
 golden:
 	$(PYTHON) -m tests.golden
+
+# Every generated file of the monitoring bundle: dashboards, rules, promtool tests, PrometheusRule, Alertmanager
+# inhibit rules, and their kustomize and Helm copies (tests/monitoring and tests/deploy fail when one is stale).
+generate:
+	$(PYTHON) -m grafana.generate
 
 # Build (first time, ~3 min) or reuse the cached venv holding vLLM 0.32.0 CPU; prints its python.
 vllm-venv:

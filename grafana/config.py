@@ -1,30 +1,42 @@
-"""Knobs of the bundle, in the spirit of a monitoring mixin's `_config`: selectors, thresholds, `for:` times."""
+"""Knobs of the bundle, in the spirit of a monitoring mixin's `_config`: selectors, thresholds, `for:` times.
+
+Thresholds and windows shared with the sidecar come from `exporter.core.defaults` (the one source of defaults);
+what only the rules need (alert hold times, start-up limit, preemption ratio) is set here.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from exporter.core import defaults as D
+from exporter.core.units import format_duration
+
+# The one setting for where alerts and dashboards link to (Helm: prometheusRule.runbookBaseUrl).
 RUNBOOK_URL = "https://github.com/vllm-headroom/vllm-headroom/blob/main/docs/runbook.md"
+
+# Labels that identify one scraped vLLM API server; whichever are present are kept by every aggregation and join.
+IDENTITY = ("cluster", "namespace", "job", "instance", "pod", "container")
+
+# Every range window of the rules; at least 4 samples at a 60 s scrape interval (see README, supported intervals).
+WINDOW = "5m"
 
 
 @dataclass(frozen=True)
 class Config:
     """Everything a site may want to change; the committed files use the defaults."""
 
-    # Extra matchers for vLLM's own series, e.g. 'job="vllm"' (empty: every vllm:* series).
+    # Extra matchers for vLLM's own series, e.g. 'namespace="llm"' (empty: every vllm:* series).
     vllm_selector: str = ""
-    # `up` series of the Prometheus jobs that scrape vLLM itself (for the absent-data alert).
-    vllm_up_selector: str = 'job=~"vllm|vllm-.*",job!~".*headroom.*"'
-    # `up` series of the jobs that scrape the vllm-headroom sidecar.
-    sidecar_up_selector: str = 'job=~".*headroom.*"'
-    # Labels that identify one vLLM API server (pod); missing ones are simply absent from the results.
-    pod_labels: tuple[str, ...] = ("cluster", "namespace", "job", "instance", "pod")
-    # Same meaning as the sidecar's --verdict.full-usage and --profile.quantile.
-    full_usage: float = 0.8
-    profile_quantile: float = 0.99
-    profile_window: str = "5m"
-    preemption_storm_per_second: float = 0.2
-    # `for:` of every alert; tests against a live Prometheus shorten them.
+    identity: tuple[str, ...] = IDENTITY
+    # Same meaning as the sidecar's --verdict.full-usage and --profile.quantile / --profile.window.
+    full_usage: float = D.FULL_USAGE
+    profile_quantile: float = D.PROFILE_QUANTILE
+    profile_window: str = format_duration(D.PROFILE_WINDOW)
+    # Preemptions per finished request over the window above which the storm alert pages.
+    preemption_ratio: float = 0.1
+    # vLLM may load weights and compile this long after the pod started before we say anything.
+    startup_limit: str = "20m"
+    # `for:` of alerts by name; tests against a live Prometheus shorten them.
     for_: dict[str, str] = field(default_factory=dict)
     runbook_url: str = RUNBOOK_URL
 
@@ -34,7 +46,11 @@ class Config:
         return "{" + ",".join(parts) + "}" if parts else ""
 
     def by(self, *extra: str) -> str:
-        return ", ".join((*self.pod_labels, *extra))
+        return ", ".join((*self.identity, *extra))
+
+    def dedup(self, *extra: str) -> str:
+        """Identity of a pod without the scrape job: one series per pod when two jobs scrape it."""
+        return ", ".join((*(lbl for lbl in self.identity if lbl != "job"), *extra))
 
 
 DEFAULT = Config()

@@ -2,6 +2,8 @@
 
 Queries use the recording rules of deploy/prometheus (computed from vLLM's own metrics) wherever raw vLLM data
 allows, so those panels work without the sidecar; panels that need the sidecar say so in their description.
+One pod picker (`pod`, chained to cluster and namespace) filters vLLM's series and the sidecar's alike (they share
+the pod's labels in Kubernetes); legends name the pod. JSON is written as schemaVersion 39, Grafana 11.0's.
 """
 
 from __future__ import annotations
@@ -12,36 +14,53 @@ from typing import Any
 from grafana_foundation_sdk.builders import dashboard as dash
 from grafana_foundation_sdk.builders import prometheus as prom
 from grafana_foundation_sdk.builders import stat, statetimeline, table, text, timeseries
-from grafana_foundation_sdk.builders.common import VizLegendOptions
+from grafana_foundation_sdk.builders.common import ReduceDataOptions, VizLegendOptions, VizTooltipOptions
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models.common import (
     AxisPlacement,
+    BigValueColorMode,
     BigValueTextMode,
     DataSourceRef,
     LegendDisplayMode,
     LegendPlacement,
+    TooltipDisplayMode,
+    VisibilityMode,
 )
 from grafana_foundation_sdk.models.dashboard import (
+    DashboardCursorSync,
+    DashboardLinkType,
     DataTransformerConfig,
     DynamicConfigValue,
+    Threshold,
+    ThresholdsMode,
     ValueMap,
     ValueMappingResult,
     VariableRefresh,
     VariableSort,
 )
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
+from grafana_foundation_sdk.models.text import TextMode
 
-from .config import RUNBOOK_URL
+from .config import DEFAULT, Config
 
+SCHEMA_VERSION = 39  # Grafana 11.0, the oldest the README promises
 DS = DataSourceRef(type_val="prometheus", uid="${datasource}")
 NEEDS_SIDECAR = "Needs the vllm-headroom sidecar (vllm_headroom_* metrics)"
 RULES = "From the recording rules in deploy/prometheus (vLLM's own metrics; no sidecar needed)"
 
-# Selectors. vLLM's series and the rules carry vLLM's job/instance; the sidecar has its own instance.
-V = 'namespace=~"$namespace",job=~"$job",instance=~"$instance",model_name=~"$model_name",engine=~"$engine"'
-C = 'namespace=~"$namespace",job=~"$job",instance=~"$instance",engine=~"$engine"'  # cache_config_info: no model_name
-H = 'namespace=~"$namespace",instance=~"$sidecar",model_name=~"$model_name",engine=~"$engine"'
-F = 'namespace=~"$namespace",job=~"$job",model_name=~"$model_name"'  # fleet
+# Selectors. vLLM's series and the rules carry the pod's identity; the sidecar's series the same pod labels.
+POD = 'cluster=~"$cluster",namespace=~"$namespace",pod=~"$pod"'
+V = POD + ',job=~"$job",model_name=~"$model_name",engine=~"$engine"'
+H = POD + ',model_name=~"$model_name",engine=~"$engine"'
+HP = POD  # sidecar series without model/engine (up)
+F = 'cluster=~"$cluster",namespace=~"$namespace",job=~"$job",model_name=~"$model_name"'  # fleet, instance_engine:
+FM = 'cluster=~"$cluster",namespace=~"$namespace",model_name=~"$model_name"'  # model_name: rules carry no job
+LEGEND = "{{pod}}{{instance}}/{{engine}}"  # pod in Kubernetes; the instance elsewhere (the other label is empty)
+
+# Verdicts by severity: colour of the verdict stat and timeline.
+VERDICT_COLORS = {"ok": "green", "kv_full": "orange", "slots_full": "yellow", "preempting": "red",
+                  "head_of_line": "yellow", "deferred": "yellow", "stuck": "dark-red", "leak": "orange",
+                  "target_down": "dark-red"}
 
 
 def q(expr: str, legend: str = "__auto", ref: str = "A", instant: bool = False) -> prom.Dataquery:
@@ -60,27 +79,24 @@ def _var(name: str, label: str, query: str, description: str, all_value: str = "
 def _variables(fleet: bool) -> list[Any]:
     out: list[Any] = [
         dash.DatasourceVariable("datasource").label("Data source").type("prometheus"),
-        _var("namespace", "Namespace", "label_values(vllm:num_requests_running, namespace)",
+        _var("cluster", "Cluster", "label_values(vllm:num_requests_running, cluster)",
+             "cluster label of a global view (Thanos, Mimir); empty for one Prometheus: All matches."),
+        _var("namespace", "Namespace", 'label_values(vllm:num_requests_running{cluster=~"$cluster"}, namespace)',
              "Kubernetes namespace of the vLLM pods (empty outside Kubernetes: All matches)."),
-        _var("job", "Job", 'label_values(vllm:num_requests_running{namespace=~"$namespace"}, job)',
-             "Prometheus job scraping vLLM."),
     ]
     if not fleet:
-        out += [
-            _var("instance", "Instance (pod)",
-                 'label_values(vllm:num_requests_running{namespace=~"$namespace",job=~"$job"}, instance)',
-                 "The vLLM API server (pod) scraped by Prometheus."),
-        ]
-    out.append(_var("model_name", "Model",
-                    'label_values(vllm:num_requests_running{namespace=~"$namespace",job=~"$job"}, model_name)',
-                    "model_name label of vLLM's series (served model name)."))
+        out.append(_var("pod", "Pod", 'label_values(vllm:num_requests_running{cluster=~"$cluster",'
+                        'namespace=~"$namespace"}, pod)',
+                        "The vLLM pod; filters vLLM's series and its sidecar's alike (outside Kubernetes: All)."))
+    out += [
+        _var("job", "Job", 'label_values(vllm:num_requests_running{cluster=~"$cluster",namespace=~"$namespace"}, job)',
+             "Prometheus job scraping vLLM (a pod scraped by two jobs shows once per job)."),
+        _var("model_name", "Model", 'label_values(vllm:num_requests_running{cluster=~"$cluster",'
+             'namespace=~"$namespace"}, model_name)', "model_name label of vLLM's series (served model name)."),
+    ]
     if not fleet:
-        out += [
-            _var("engine", "Engine", 'label_values(vllm:num_requests_running{namespace=~"$namespace",'
-                 'job=~"$job",instance=~"$instance"}, engine)', "Data-parallel engine index."),
-            _var("sidecar", "Sidecar instance", 'label_values(vllm_headroom_up{namespace=~"$namespace"}, instance)',
-                 "The vllm-headroom sidecar next to the selected pod (its own scrape address)."),
-        ]
+        out.append(_var("engine", "Engine", 'label_values(vllm:num_requests_running{cluster=~"$cluster",'
+                        'namespace=~"$namespace",pod=~"$pod"}, engine)', "Data-parallel engine index."))
     return out
 
 
@@ -89,9 +105,7 @@ def _stat(title: str, description: str, unit: str = "short") -> stat.Panel:
             .reduce_options(_last()))
 
 
-def _last() -> Any:
-    from grafana_foundation_sdk.builders.common import ReduceDataOptions
-
+def _last() -> ReduceDataOptions:
     return ReduceDataOptions().calcs(["lastNotNull"]).values(False)
 
 
@@ -101,7 +115,16 @@ def _legend() -> VizLegendOptions:
 
 def _ts(title: str, description: str, unit: str = "short", span: int = 12, height: int = 8) -> timeseries.Panel:
     return (timeseries.Panel().title(title).description(description).datasource(DS).unit(unit).height(height)
-            .span(span).legend(_legend()))
+            .span(span).legend(_legend()).tooltip(VizTooltipOptions().mode(TooltipDisplayMode.MULTI)))
+
+
+def _thresholds(*steps: tuple[float | None, str]) -> dash.ThresholdsConfig:
+    return dash.ThresholdsConfig().mode(ThresholdsMode.ABSOLUTE).steps([Threshold(value=v, color=c) for v, c in steps])
+
+
+def _verdicts() -> list[Any]:
+    results = {v: ValueMappingResult(text=v, color=c, index=i) for i, (v, c) in enumerate(VERDICT_COLORS.items())}
+    return [ValueMap(results)]
 
 
 def _yes_no() -> list[Any]:
@@ -116,84 +139,113 @@ def _merge_table(title: str, description: str, span: int = 24, height: int = 8) 
                 "excludeByName": {"Time": True}, "renameByName": {}})))
 
 
-def admission() -> dash.Dashboard:
+def admission(cfg: Config = DEFAULT) -> dash.Dashboard:
+    url = cfg.runbook_url
+    full = cfg.full_usage
     d = (dash.Dashboard("vLLM / KV admission").uid("vllm-kv-admission")
          .description("Why vLLM requests wait: KV usage as the panel shows it next to real admission headroom.")
          .tags(["vllm", "vllm-headroom", "kv-cache"]).refresh("30s").time("now-1h", "now").timezone("browser")
-         .link(dash.DashboardLink("Runbook").type("link").url(RUNBOOK_URL).target_blank(True))
-         .link(dash.DashboardLink("vLLM / KV fleet").type("dashboards").tags(["vllm-headroom"]).as_dropdown(False)
+         .tooltip(DashboardCursorSync.CROSSHAIR)
+         .link(dash.DashboardLink("Runbook").type(DashboardLinkType.LINK).url(url).target_blank(True))
+         .link(dash.DashboardLink("vLLM / KV fleet").type(DashboardLinkType.DASHBOARDS).tags(["vllm-headroom"])
+               .as_dropdown(False)
                .include_vars(True).keep_time(True)))
     for v in _variables(fleet=False):
         d = d.with_variable(v)
 
     d = d.with_row(dash.Row("Now"))
     d = d.with_panel(
-        _stat("Verdict", f"Why requests wait now, by the sidecar's verdict. {NEEDS_SIDECAR}.")
+        _stat("Verdict", f"Why requests wait now, by the sidecar's verdict (colour by severity). {NEEDS_SIDECAR}.")
         .with_target(q(f"max by (verdict) (vllm_headroom_verdict{{{H}}}) > 0", "{{verdict}}"))
-        .text_mode(BigValueTextMode.NAME).color_mode("background"))
+        .text_mode(BigValueTextMode.NAME).color_mode(BigValueColorMode.BACKGROUND).mappings(_verdicts()))
     d = d.with_panel(
         _stat("False-full", f"Requests wait while the KV cache has room. {RULES}; the sidecar's held flag is "
               "vllm_headroom_false_full.")
         .with_target(q(f"max(instance_engine:vllm_kv_false_full:bool{{{V}}})", "false-full"))
-        .mappings(_yes_no()).color_mode("background"))
+        .mappings(_yes_no()).color_mode(BigValueColorMode.BACKGROUND))
     d = d.with_panel(
         _stat("Admission headroom", "Requests vLLM would admit now: min(max_num_seqs − running, floor(free / prompt "
               f"blocks)). {NEEDS_SIDECAR} (max_num_seqs is in no vLLM metric).", "short")
-        .with_target(q(f"min(vllm_headroom_admission_headroom_requests{{{H}}})", "admission headroom")))
+        .with_target(q(f"min(vllm_headroom_admission_headroom_requests{{{H}}})", "admission headroom"))
+        .thresholds(_thresholds((None, "red"), (1, "yellow"), (4, "green"))).color_mode(BigValueColorMode.BACKGROUND))
     d = d.with_panel(
-        _stat("Panel usage vs effective usage", "KV usage as vLLM reports it (panel) and the share of the pool a "
-              f"new worst-case request cannot have (effective). Panel: vLLM's metric; effective: {NEEDS_SIDECAR}.",
-              "percentunit").min(0).max(1)
-        .with_target(q(f"max(vllm:kv_cache_usage_perc{{{V}}})", "panel", "A"))
-        .with_target(q(f"max(vllm_headroom_effective_usage_ratio{{{H}}})", "effective", "B")))
+        _stat("KV usage (panel) vs unreachable pool", "KV usage as vLLM reports it and the share of the pool a "
+              "new worst-case request cannot get now (slots or blocks). Threshold at the full-usage setting. "
+              f"Panel: vLLM's metric; unreachable: {NEEDS_SIDECAR}.", "percentunit").min(0).max(1)
+        .with_target(q(f"max(instance_engine:vllm_kv_usage_ratio:max{{{V}}})", "panel", "A"))
+        .with_target(q(f"max(vllm_headroom_unreachable_pool_ratio{{{H}}})", "unreachable", "B"))
+        .thresholds(_thresholds((None, "green"), (full, "red"))))
     d = d.with_panel(
         _stat("max_num_seqs slots used", f"Running requests / max_num_seqs. {NEEDS_SIDECAR} (max_num_seqs comes from "
               "vLLM's command line).", "percentunit").min(0).max(1)
         .with_target(q(f"sum(vllm_headroom_requests_running{{{H}}}) / sum(vllm_headroom_max_num_seqs{{{H}}})",
-                       "slots used")))
+                       "slots used"))
+        .thresholds(_thresholds((None, "green"), (0.9, "orange"), (1, "red"))))
     d = d.with_panel(
         _stat("Waiting requests", "vllm:num_requests_waiting (vLLM's own metric).")
-        .with_target(q(f"sum(vllm:num_requests_waiting{{{V}}})", "waiting")))
+        .with_target(q(f"sum(instance_engine:vllm_num_requests_waiting:max{{{V}}})", "waiting"))
+        .thresholds(_thresholds((None, "green"), (1, "orange"))))
 
     d = d.with_row(dash.Row("What the panel says vs what admission sees"))
-    main = (_ts("KV usage, waiting requests, worst-case blocks vs free blocks",
-                "One time axis: KV usage as the usual panel shows it (right axis, %), requests waiting, free blocks "
-                "and the worst-case blocks one request holds (left axis), and headroom in worst-case requests "
-                f"(right axis). {RULES}.", "short", 24, 10)
-            .axis_label("requests · blocks")
-            .with_target(q(f"max by (instance, engine) (vllm:kv_cache_usage_perc{{{V}}})",
-                           "KV usage (panel) {{instance}}/{{engine}}", "A"))
-            .with_target(q(f"max by (instance, engine) (vllm:num_requests_waiting{{{V}}})",
-                           "waiting {{instance}}/{{engine}}", "B"))
-            .with_target(q(f"max by (instance, engine) (instance_engine:vllm_kv_free_blocks:sub{{{V}}})",
-                           "free blocks {{instance}}/{{engine}}", "C"))
-            .with_target(q("max by (instance, engine) "
+    main = (_ts("Waiting vs admission headroom vs worst-case blocks per request, KV usage %",
+                "Left axis, counts that stay readable on any pool size: requests waiting, admission headroom "
+                f"(requests vLLM would admit now; {NEEDS_SIDECAR}), worst-case blocks one request holds and safe "
+                "headroom in requests. Right axis: KV usage as the usual panel shows it, with the full-usage "
+                f"threshold. Free blocks are in their own panel below. {RULES}.", "short", 24, 10)
+            .axis_label("requests · blocks per request")
+            .with_target(q(f"max by (pod, instance, engine) (instance_engine:vllm_kv_usage_ratio:max{{{V}}})",
+                           "KV usage (panel) " + LEGEND, "A"))
+            .with_target(q(f"max by (pod, instance, engine) (instance_engine:vllm_num_requests_waiting:max{{{V}}})",
+                           "waiting " + LEGEND, "B"))
+            .with_target(q(f"min by (pod, engine) (vllm_headroom_admission_headroom_requests{{{H}}})",
+                           "admission headroom {{pod}}/{{engine}}", "C"))
+            .with_target(q("max by (pod, instance, engine) "
                            f"(instance_engine:vllm_worst_case_blocks_per_request:ceil{{{V}}})",
-                           "worst-case blocks/request {{instance}}/{{engine}}", "D"))
-            .with_target(q(f"min by (instance, engine) (instance_engine:vllm_safe_headroom_requests:floor{{{V}}})",
-                           "headroom (requests) {{instance}}/{{engine}}", "E"))
+                           "worst-case blocks/request " + LEGEND, "D"))
+            .with_target(q(f"min by (pod, instance, engine) (instance_engine:vllm_safe_headroom_requests:floor{{{V}}})",
+                           "safe headroom (requests) " + LEGEND, "E"))
             .override_by_query("A", [DynamicConfigValue("unit", "percentunit"), DynamicConfigValue("min", 0),
                                      DynamicConfigValue("max", 1),
                                      DynamicConfigValue("custom.axisPlacement", AxisPlacement.RIGHT),
-                                     DynamicConfigValue("custom.axisLabel", "KV usage (panel)")])
-            .override_by_query("E", [DynamicConfigValue("custom.axisPlacement", AxisPlacement.RIGHT),
-                                     DynamicConfigValue("unit", "none"),
-                                     DynamicConfigValue("custom.axisLabel", "headroom (requests)"),
-                                     DynamicConfigValue("custom.lineStyle", {"fill": "dash", "dash": [10, 10]})]))
+                                     DynamicConfigValue("custom.axisLabel", "KV usage (panel)"),
+                                     DynamicConfigValue("custom.thresholdsStyle", {"mode": "dashed"}),
+                                     DynamicConfigValue("thresholds", {"mode": "absolute", "steps": [
+                                         {"value": None, "color": "green"}, {"value": full, "color": "red"}]})])
+            .override_by_query("E", [DynamicConfigValue("custom.lineStyle", {"fill": "dash", "dash": [10, 10]})]))
     d = d.with_panel(main)
+    d = d.with_panel(
+        _ts("Free and usable KV blocks", f"Free blocks next to the usable pool, per engine. {RULES}.", "short", 12)
+        .with_target(q(f"max by (pod, instance, engine) (instance_engine:vllm_kv_free_blocks:sub{{{V}}})",
+                       "free " + LEGEND, "A"))
+        .with_target(q(f"max by (pod, instance, engine) (instance_engine:vllm_kv_capacity_blocks:usable{{"
+                       f'{POD},job=~"$job",engine=~"$engine"}})', "usable " + LEGEND, "B")))
+    d = d.with_panel(
+        _ts("Queue time and time to first token (p50, p99)", "The symptom beside the cause: how long finished "
+            "requests waited in vLLM's queue (vllm:request_queue_time_seconds) and their time to first token "
+            "(vllm:time_to_first_token_seconds). Both are observed when a request finishes or starts streaming.",
+            "s", 12)
+        .with_target(q("histogram_quantile(0.5, sum by (le) (rate(vllm:request_queue_time_seconds_bucket{"
+                       f"{V}}}[$__rate_interval])))", "queue time p50", "A"))
+        .with_target(q("histogram_quantile(0.99, sum by (le) (rate(vllm:request_queue_time_seconds_bucket{"
+                       f"{V}}}[$__rate_interval])))", "queue time p99", "B"))
+        .with_target(q("histogram_quantile(0.5, sum by (le) (rate(vllm:time_to_first_token_seconds_bucket{"
+                       f"{V}}}[$__rate_interval])))", "TTFT p50", "C"))
+        .with_target(q("histogram_quantile(0.99, sum by (le) (rate(vllm:time_to_first_token_seconds_bucket{"
+                       f"{V}}}[$__rate_interval])))", "TTFT p99", "D")))
 
     d = d.with_row(dash.Row("Over time"))
     d = d.with_panel(
         statetimeline.Panel().title("Verdict over time").datasource(DS).height(6).span(24)
         .description(f"The sidecar's verdict per scrape (ok, kv_full, slots_full, preempting, head_of_line, deferred, "
-                     f"stuck, leak, target_down). {NEEDS_SIDECAR}.")
+                     f"stuck, leak, target_down), coloured by severity. {NEEDS_SIDECAR}.")
         .with_target(q(f"max by (verdict) (vllm_headroom_verdict{{{H}}}) > 0", "{{verdict}}"))
-        .show_value("never"))
+        .mappings(_verdicts()).show_value(VisibilityMode.NEVER))
     d = d.with_panel(
-        _ts("Preemptions / s", "rate(vllm:num_preemptions_total) per engine (vLLM's own metric). Sustained "
-            "preemption = running requests outgrow the KV pool.", "short", 12)
-        .with_target(q(f"sum by (instance, engine) (rate(vllm:num_preemptions_total{{{V}}}[$__rate_interval]))",
-                       "{{instance}}/{{engine}}")))
+        _ts("Preemptions per finished request", "vLLM's preemptions over finished requests (5 m): a ratio, so it "
+            f"means the same at 0.2 and at 50 requests/s. {RULES}.", "percentunit", 12)
+        .with_target(q(f"max by (pod, instance, engine) (instance_engine:vllm_preemptions_per_request:ratio5m{{{V}}})",
+                       LEGEND))
+        .thresholds(_thresholds((None, "green"), (cfg.preemption_ratio, "red"))))
     d = d.with_panel(
         _ts("Request profile (tokens)", "Quantiles of finished requests' prompt and max_tokens (vLLM's histograms, "
             "observed at finish), and the bucket-bound p99 the worst-case math uses. " + RULES + ".", "short", 12)
@@ -211,7 +263,7 @@ def admission() -> dash.Dashboard:
                        "max_tokens (worst-case profile)", "F")))
 
     d = d.with_row(dash.Row("Capacity ledger"))
-    key = "model_name, engine"
+    key = "pod, model_name, engine"
     ledger = _merge_table(
         "Capacity ledger",
         "Per engine: usable blocks, block size, tokens, max_model_len, max_num_seqs, max concurrency "
@@ -237,21 +289,22 @@ def admission() -> dash.Dashboard:
     d = d.with_panel(ledger)
     d = d.with_panel(
         text.Panel().title("Runbook").height(5).span(24)
-        .content(f"Alerts and what to do: [runbook]({RUNBOOK_URL}). False-full: [{RUNBOOK_URL}#vllmkvfalsefull]"
-                 f"({RUNBOOK_URL}#vllmkvfalsefull). Panels marked *needs the sidecar* stay empty without "
+        .content(f"Alerts and what to do: [runbook]({url}). False-full: [{url}#vllmkvfalsefull]"
+                 f"({url}#vllmkvfalsefull). Panels marked *needs the sidecar* stay empty without "
                  "vllm-headroom next to the pod; everything else comes from vLLM's own metrics through the "
                  "recording rules in `deploy/prometheus/`.")
-        .mode("markdown"))
+        .mode(TextMode.MARKDOWN))
     return d
 
 
-def fleet() -> dash.Dashboard:
+def fleet(cfg: Config = DEFAULT) -> dash.Dashboard:
     d = (dash.Dashboard("vLLM / KV fleet").uid("vllm-kv-fleet")
          .description("KV admission signals across every vLLM pod, from the recording rules; worst pods first.")
          .tags(["vllm", "vllm-headroom", "kv-cache"]).refresh("1m").time("now-6h", "now").timezone("browser")
-         .link(dash.DashboardLink("vLLM / KV admission").type("dashboards").tags(["vllm-headroom"])
+         .link(dash.DashboardLink("vLLM / KV admission").type(DashboardLinkType.DASHBOARDS).tags(["vllm-headroom"])
                .include_vars(True).keep_time(True))
-         .link(dash.DashboardLink("Runbook").type("link").url(RUNBOOK_URL).target_blank(True)))
+         .link(dash.DashboardLink("Runbook").type(DashboardLinkType.LINK).url(cfg.runbook_url).target_blank(True))
+         .tooltip(DashboardCursorSync.CROSSHAIR))
     for v in _variables(fleet=True):
         d = d.with_variable(v)
     d = d.with_row(dash.Row("Fleet now"))
@@ -265,13 +318,13 @@ def fleet() -> dash.Dashboard:
                                     f"sum(instance_engine:vllm_kv_used_blocks:round{{{F}}}))", "free")))
     d = d.with_panel(_stat("Waiting requests", "Sum of vllm:num_requests_waiting.")
                      .with_target(q(f"sum(instance_engine:vllm_num_requests_waiting:max{{{F}}})", "waiting")))
-    d = d.with_panel(_stat("Preemptions / s", f"All engines. {RULES}.")
-                     .with_target(q(f"sum(instance_engine:vllm_num_preemptions:rate5m{{{F}}})", "preemptions/s")))
+    d = d.with_panel(_stat("Preemptions / s", f"All engines (a pod scraped by two jobs counts once). {RULES}.")
+                     .with_target(q(f"sum(model_name:vllm_num_preemptions:rate5m{{{FM}}})", "preemptions/s")))
     d = d.with_panel(_stat("Engines", "Engines reporting vllm:num_requests_running.")
                      .with_target(q(f"count(instance_engine:vllm_num_requests_running:max{{{F}}})", "engines")))
 
     d = d.with_row(dash.Row("Worst pods first"))
-    key = "namespace, instance, model_name, engine"
+    key = "cluster, namespace, pod, instance, model_name, engine"
     worst = _merge_table("Engines by safe headroom (worst first)",
                          "One row per engine, sorted by safe headroom (requests that still fit if all run to "
                          f"max_tokens; negative = preemption ahead). {RULES}.", height=10)
@@ -281,7 +334,7 @@ def fleet() -> dash.Dashboard:
             ("instance_engine:vllm_num_requests_waiting:max", "waiting"),
             ("instance_engine:vllm_kv_free_blocks:sub", "free blocks"),
             ("instance_engine:vllm_worst_case_blocks_per_request:ceil", "W (blocks/request)"),
-            ("instance_engine:vllm_num_preemptions:rate5m", "preemptions/s")]
+            ("instance_engine:vllm_preemptions_per_request:ratio5m", "preemptions/request")]
     for ref, (metric, _name) in zip("ABCDEFG", cols, strict=True):
         worst = worst.with_target(q(f"max by ({key}) ({metric}{{{F}}})", ref, ref, instant=True))
     worst = (worst.with_transformation(DataTransformerConfig(id_val="organize", options={
@@ -296,31 +349,32 @@ def fleet() -> dash.Dashboard:
                                     "{{model_name}}")))
     d = d.with_panel(_ts("Lowest safe headroom (10 engines)", f"Worst engines first. {RULES}.", "short", 12)
                      .with_target(q(f"bottomk(10, instance_engine:vllm_safe_headroom_requests:floor{{{F}}})",
-                                    "{{instance}}/{{engine}}")))
+                                    LEGEND)))
     d = d.with_panel(_ts("Most waiting requests (10 engines)", "vllm:num_requests_waiting.", "short", 12)
                      .with_target(q(f"topk(10, instance_engine:vllm_num_requests_waiting:max{{{F}}})",
-                                    "{{instance}}/{{engine}}")))
+                                    LEGEND)))
     d = d.with_panel(_ts("Free KV blocks by model", f"{RULES}.", "short", 12)
-                     .with_target(q(f"sum by (model_name) (model_name:vllm_kv_free_blocks:sum{{{F}}})",
+                     .with_target(q(f"sum by (model_name) (model_name:vllm_kv_free_blocks:sum{{{FM}}})",
                                     "free {{model_name}}", "A"))
-                     .with_target(q(f"sum by (model_name) (model_name:vllm_kv_capacity_blocks:sum{{{F}}})",
+                     .with_target(q(f"sum by (model_name) (model_name:vllm_kv_capacity_blocks:sum{{{FM}}})",
                                     "usable {{model_name}}", "B")))
     d = d.with_panel(_ts("Preemptions / s (10 engines)", f"{RULES}.", "short", 12)
                      .with_target(q(f"topk(10, instance_engine:vllm_num_preemptions:rate5m{{{F}}})",
-                                    "{{instance}}/{{engine}}")))
+                                    LEGEND)))
     d = d.with_panel(_ts("Engines false-full or KV-full", f"{RULES}.", "short", 12)
-                     .with_target(q(f"sum(model_name:vllm_kv_false_full_engines:sum{{{F}}})", "false-full", "A"))
-                     .with_target(q(f"sum(model_name:vllm_kv_full_engines:sum{{{F}}})", "kv-full", "B")))
+                     .with_target(q(f"sum(model_name:vllm_kv_false_full_engines:sum{{{FM}}})", "false-full", "A"))
+                     .with_target(q(f"sum(model_name:vllm_kv_full_engines:sum{{{FM}}})", "kv-full", "B")))
     return d
 
 
 def encode(d: dash.Dashboard) -> dict[str, Any]:
     out: dict[str, Any] = json.loads(json.dumps(d.build(), cls=JSONEncoder))
+    out["schemaVersion"] = SCHEMA_VERSION
     for i, panel in enumerate(out["panels"], start=1):  # the SDK leaves ids unset (rows get 0): make them unique
         panel["id"] = i
     return out
 
 
-def dashboards() -> dict[str, dict[str, Any]]:
+def dashboards(cfg: Config = DEFAULT) -> dict[str, dict[str, Any]]:
     """uid -> dashboard JSON model."""
-    return {uid: encode(b) for uid, b in (("vllm-kv-admission", admission()), ("vllm-kv-fleet", fleet()))}
+    return {uid: encode(b) for uid, b in (("vllm-kv-admission", admission(cfg)), ("vllm-kv-fleet", fleet(cfg)))}

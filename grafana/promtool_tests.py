@@ -1,216 +1,452 @@
-"""`promtool test rules` cases: every alert fires in one scenario and stays silent in others.
+"""`promtool test rules` cases: each fault with a firing and a quiet twin, at 15 s, 30 s and 60 s scrape intervals.
 
-Input series look like a real vLLM 0.32 exposition (see tests/fixtures/vllm-0.32.0): 40 blocks of 32 tokens
-(39 usable), 1-2-5 length buckets, counters with `_total`. Expected annotations are rendered from the same
-templates the rules carry, so a changed text changes the tests with it.
+Input series look like a real vLLM exposition (tests/fixtures/vllm-0.32.0; `version` "0.10" adds the deprecated
+usage name that counts the null block, "0.8" has only that name and no `engine` label): 40 blocks of 32 tokens
+(39 usable), 1-2-5 length buckets up to max_model_len 512, counters with `_total`. Every case states exactly which
+alerts fire at the end (with labels, severity and rendered annotations) and all others must be silent, so a
+double page fails the test. Expected annotations are rendered from the templates the rules carry.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from exporter.core.units import parse_duration
 
 from .config import Config
 from .rules import Alert, alert_rule, alerts, render
 
-POD = {"job": "vllm", "instance": "pod-a:8000", "namespace": "llm"}
-SIDECAR = {"job": "vllm-headroom", "instance": "pod-a:9478", "namespace": "llm"}
-SIDECAR_B = {**SIDECAR, "job": "vllm-headroom-b", "instance": "pod-b:9478"}  # a second sidecar, up but blind
-ENGINE = {**POD, "model_name": "tiny-llama", "engine": "0"}
+INTERVALS = ("15s", "30s", "60s")
+MINUTES = 30  # simulated time of every case
+END = f"{MINUTES}m"
 BUCKETS = ("1.0", "2.0", "5.0", "10.0", "20.0", "50.0", "100.0", "200.0", "500.0", "+Inf")
-STEPS = 120  # samples at INTERVAL: 30 minutes
-INTERVAL = "15s"
+
+Labels = dict[str, str]
+Value = float | None  # None: no sample (target down, series not yet exported)
+Fn = Callable[[float], Value]
+
+# A vLLM pod outside Kubernetes, and one inside (a PodMonitor's labels); their sidecars.
+BARE = {"job": "vllm", "instance": "host-a:8000"}
+BARE_SIDECAR = {"job": "vllm-headroom", "instance": "host-a:9478"}
+K8S = {"job": "llm/vllm", "namespace": "llm", "pod": "vllm-0", "container": "vllm", "instance": "10.0.0.5:8000"}
+K8S_SIDECAR = {**K8S, "job": "llm/vllm-headroom", "container": "vllm-headroom", "instance": "10.0.0.5:9478"}
+MODEL = "tiny-llama"
 
 
-def _series(name: str, labels: dict[str, str], values: str) -> dict[str, str]:
-    body = ",".join(f'{k}="{v}"' for k, v in labels.items())
-    return {"series": f"{name}{{{body}}}", "values": values}
+def _f(v: float | Fn) -> Fn:
+    if callable(v):
+        return v
+    const = float(v)
+    return lambda _t: const
 
 
-def _const(v: float) -> str:
-    return f"{v:g}x{STEPS}"
+def _encode(values: list[Value]) -> str:
+    """promtool's expanding notation: runs of missing samples, constants and constant steps compressed."""
+    out: list[str] = []
+    i = 0
+    while i < len(values):
+        v = values[i]
+        if v is None:
+            j = i
+            while j < len(values) and values[j] is None:
+                j += 1
+            out.append(f"_x{j - i}" if j - i > 1 else "_")
+            i = j
+            continue
+        j = i + 1
+        step = None
+        while j < len(values) and values[j] is not None:
+            d = round(float(values[j]) - float(values[j - 1]), 9)  # type: ignore[arg-type]
+            if step is None:
+                step = d
+            elif d != step:
+                break
+            j += 1
+        n = j - i - 1
+        if n == 0:
+            out.append(f"{v:g}")
+        elif step == 0:
+            out.append(f"{v:g}x{n}")
+        else:
+            out.append(f"{v:g}{'+' if step and step > 0 else '-'}{abs(step or 0):g}x{n}")
+        i = j
+    return " ".join(out)
 
 
-def _ramp(step: float) -> str:
-    return f"0+{step:g}x{STEPS}"
+@dataclass
+class Clock:
+    interval: float
+
+    @property
+    def times(self) -> list[float]:
+        return [k * self.interval for k in range(int(MINUTES * 60 / self.interval) + 1)]
+
+    def series(self, name: str, labels: Labels, fn: Fn) -> dict[str, str]:
+        body = ",".join(f'{k}="{v}"' for k, v in labels.items())
+        return {"series": f"{name}{{{body}}}", "values": _encode([fn(t) for t in self.times])}
+
+    def counter(self, rate: float | Fn, reset_at: float | None = None, alive: Fn | None = None) -> Fn:
+        """A counter rising at `rate` per second, restarting from 0 at `reset_at`."""
+        r = _f(rate)
+        acc: dict[float, float] = {}
+        total = 0.0
+        for t in self.times:
+            if reset_at is not None and t == reset_at:
+                total = 0.0
+            elif t > 0:
+                total += (r(t) or 0) * self.interval
+            acc[t] = total
+
+        def fn(t: float) -> Value:
+            if alive is not None and alive(t) is None:
+                return None
+            return acc[t]
+
+        return fn
 
 
 @dataclass
 class Engine:
-    """One vLLM engine's series over the test; defaults are a busy, healthy engine."""
+    """One vLLM engine's series; defaults are a busy, healthy vLLM 0.32 engine."""
 
-    usage: float = 0.6
-    running: int = 8
-    waiting: int = 0
+    labels: Labels = field(default_factory=lambda: dict(BARE))
+    model: str = MODEL
+    engine: str | None = "0"
+    usage: float | Fn = 0.6
+    running: float | Fn = 8
+    waiting: float | Fn = 0
+    deferred: float | None = 0
+    asleep: bool = False
     prompt_le: str = "20.0"  # bucket of every finished request's prompt
     max_tokens_le: str = "100.0"
-    preemptions_per_sample: float = 0
-    steps_per_sample: float = 150
-    finished_per_sample: float = 10
+    finished_per_s: float = 10
+    preempt_per_s: float = 0
+    steps_per_s: float = 10
     num_gpu_blocks: str = "40"
-    labels: dict[str, str] = field(default_factory=lambda: dict(ENGINE))
-    engines_of_pod: int = 1
+    version: str = "0.32"
+    reset_at: float | None = None
+    up_from: float = 0  # seconds: series absent before (loading)
+    up_until: float | None = None  # seconds: series absent from then on (down)
 
-    def series(self) -> list[dict[str, str]]:
-        lb = self.labels
-        pod = {k: v for k, v in lb.items() if k != "model_name"}
-        out = [
-            _series("vllm:cache_config_info",
-                    {**pod, "block_size": "32", "num_gpu_blocks": self.num_gpu_blocks, "enable_prefix_caching": "True"},
-                    _const(1)),
-            _series("vllm:kv_cache_usage_perc", lb, _const(self.usage)),
-            _series("vllm:num_requests_running", lb, _const(self.running)),
-            _series("vllm:num_requests_waiting", lb, _const(self.waiting)),
-            _series("vllm:num_preemptions_total", lb, _ramp(self.preemptions_per_sample)),
-            _series("vllm:iteration_tokens_total_count", lb, _ramp(self.steps_per_sample)),
-        ]
+    def alive(self, t: float) -> Value:
+        return 1 if t >= self.up_from and (self.up_until is None or t < self.up_until) else None
+
+    def gated(self, v: float | Fn) -> Fn:
+        f = _f(v)
+        return lambda t: f(t) if self.alive(t) is not None else None
+
+    @property
+    def engine_labels(self) -> Labels:
+        out = {**self.labels, "model_name": self.model}
+        if self.engine is not None:
+            out["engine"] = self.engine
+        return out
+
+    @property
+    def alert_labels(self) -> Labels:
+        """Labels of this engine's alerts: identity without job, plus host."""
+        out = {k: v for k, v in self.engine_labels.items() if k != "job"}
+        out["host"] = self.labels["instance"].rsplit(":", 1)[0]
+        return out
+
+    def series(self, c: Clock) -> list[dict[str, str]]:
+        lb = self.engine_labels
+        info = {k: v for k, v in lb.items() if k != "model_name"}
+        out = [c.series("vllm:cache_config_info",
+                        {**info, "block_size": "32", "num_gpu_blocks": self.num_gpu_blocks,
+                         "enable_prefix_caching": "True"}, self.gated(1))]
+        names = {"0.32": ["vllm:kv_cache_usage_perc"],
+                 "0.10": ["vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"],
+                 "0.8": ["vllm:gpu_cache_usage_perc"]}[self.version]
+        for n in names:
+            out.append(c.series(n, lb, self.gated(self.usage)))
+        out += [c.series("vllm:num_requests_running", lb, self.gated(self.running)),
+                c.series("vllm:num_requests_waiting", lb, self.gated(self.waiting))]
+        if self.deferred is not None and self.version == "0.32":
+            w = _f(self.waiting)
+            d = self.deferred
+            out.append(c.series("vllm:num_requests_waiting_by_reason", {**lb, "reason": "deferred"}, self.gated(d)))
+            out.append(c.series("vllm:num_requests_waiting_by_reason", {**lb, "reason": "capacity"},
+                                self.gated(lambda t: (w(t) or 0) - d)))
+        if self.version == "0.32":
+            for state, v in (("awake", 0 if self.asleep else 1), ("weights_offloaded", 1 if self.asleep else 0)):
+                out.append(c.series("vllm:engine_sleep_state", {**lb, "sleep_state": state}, self.gated(v)))
+        out.append(c.series("vllm:num_preemptions_total", lb,
+                            c.counter(self.preempt_per_s, self.reset_at, self.alive)))
+        out.append(c.series("vllm:request_success_total", {**lb, "finished_reason": "length"},
+                            c.counter(self.finished_per_s, self.reset_at, self.alive)))
+        out.append(c.series("vllm:iteration_tokens_total_count", lb,
+                            c.counter(self.steps_per_s, self.reset_at, self.alive)))
         for hist, le in (("vllm:request_prompt_tokens_bucket", self.prompt_le),
                          ("vllm:request_params_max_tokens_bucket", self.max_tokens_le)):
             reached = False
             for b in BUCKETS:
                 reached = reached or b == le
-                out.append(_series(hist, {**lb, "le": b}, _ramp(self.finished_per_sample if reached else 0)))
+                out.append(c.series(hist, {**lb, "le": b},
+                                    c.counter(self.finished_per_s if reached else 0, self.reset_at, self.alive)))
         return out
 
 
-def _up(labels: dict[str, str], v: int) -> dict[str, str]:
-    return _series("up", labels, _const(v))
+@dataclass
+class Pod:
+    """Prometheus' `up` of a vLLM target and, optionally, its sidecar's series."""
+
+    labels: Labels = field(default_factory=lambda: dict(BARE))
+    sidecar: Labels | None = field(default_factory=lambda: dict(BARE_SIDECAR))
+    vllm_up_from: float = 0  # the sidecar first scrapes vLLM successfully
+    vllm_up_until: float | None = None
+    sidecar_scraped_until: float | None = None  # Prometheus stops reaching the sidecar
+    no_vllm_metrics: bool = False  # --disable-log-stats: vLLM answers without vllm:* series
+    api_requests: bool = False  # vLLM's http_requests_total for its API handlers
+
+    def vllm_up(self, t: float) -> bool:
+        return t >= self.vllm_up_from and (self.vllm_up_until is None or t < self.vllm_up_until)
+
+    def series(self, c: Clock) -> list[dict[str, str]]:
+        out = [c.series("up", self.labels, lambda t: 1 if self.vllm_up(t) else 0)]
+        if self.api_requests:
+            out.append(c.series("http_requests_total", {**self.labels, "handler": "/v1/models", "method": "GET",
+                                                        "status": "2xx"}, c.counter(1 / 60)))
+        s = self.sidecar
+        if s is None:
+            return out
+
+        def scraped(v: Fn) -> Fn:
+            return lambda t: v(t) if self.sidecar_scraped_until is None or t < self.sidecar_scraped_until else None
+
+        ok = (lambda t: 0.0) if self.no_vllm_metrics else (lambda t: 1.0 if self.vllm_up(t) else 0.0)
+        first_up = None if self.no_vllm_metrics else self.vllm_up_from
+        out += [
+            c.series("up", s, lambda t: 1 if self.sidecar_scraped_until is None or t < self.sidecar_scraped_until
+                     else 0),
+            c.series("vllm_headroom_up", s, scraped(ok)),
+            c.series("process_start_time_seconds", s, scraped(lambda t: 0.0)),
+            c.series("vllm_headroom_scrape_errors_total", {**s, "reason": "no_vllm_metrics"},
+                     scraped(c.counter(0.2 if self.no_vllm_metrics else 0))),
+        ]
+        out.append(c.series("vllm_headroom_target_seen_up", s,
+                            scraped(lambda t: 1.0 if first_up is not None and t >= first_up else 0.0)))
+        return out
+
+    def alert_labels(self, which: str) -> Labels:
+        base = self.labels if which == "vllm" else (self.sidecar or {})
+        return {**base, "host": base["instance"].rsplit(":", 1)[0]}
 
 
-def _healthy_sidecar() -> list[dict[str, str]]:
-    return [_up(SIDECAR, 1), _series("vllm_headroom_up", SIDECAR, _const(1)),
-            _series("vllm_headroom_scrape_errors_total", {**SIDECAR, "reason": "no_vllm_metrics"}, _const(0))]
+@dataclass
+class Expect:
+    alert: str
+    labels: Labels
+    value: float | None = None
+    severity: str | None = None  # when the alert has rules of several severities
 
 
 @dataclass
 class Case:
     name: str
-    series: list[dict[str, str]]
-    fires: dict[str, tuple[str, list[dict[str, str]]]]  # alert -> (eval time, label sets of the firing alerts)
-    silent: list[str]  # alerts that must not fire at the end
+    engines: list[Engine]
+    pods: list[Pod]
+    fires: list[Expect] = field(default_factory=list)  # exactly these alerts fire at END; all others are silent
+    also_at: list[str] = field(default_factory=list)  # eval times where `fires` must already hold (no flapping)
     early: dict[str, str] = field(default_factory=dict)  # alert -> a time before its `for:` has elapsed
-    exprs: list[tuple[str, str, list[tuple[dict[str, str], float]]]] = field(default_factory=list)
+    exprs: list[tuple[str, list[tuple[Labels, float]]]] = field(default_factory=list)  # checked at END
 
 
-ALL = [a.name for a in alerts(Config())]
-END = "29m"
+def _cases() -> list[tuple[Case, Case]]:
+    """(firing, quiet) twins."""
+    ff = {"usage": 0.26, "waiting": 50}
+    k8s_pod = Pod(labels=dict(K8S), sidecar=dict(K8S_SIDECAR))
 
+    def osc(t: float) -> Value:  # one minute each side of the threshold
+        return 0.79 if int(t // 60) % 2 == 0 else 0.81
 
-def cases() -> list[Case]:
-    eng = ENGINE
+    e_ff = Engine(**ff)  # type: ignore[arg-type]
+    eng = e_ff.alert_labels
+    cap = {**BARE, "engine": "0"}
+    two_cluster = [{**K8S, "cluster": c} for c in ("a", "b")]
+    two_models = [{**K8S, "instance": f"10.0.0.5:{p}", "container": f"vllm-{m}"}
+                  for p, m in ((8000, "m1"), (8001, "m2"))]
+    dp = {**K8S}
     rec = "instance_engine:"
-    capacity_labels = {**POD, "engine": "0"}
     return [
-        Case("false-full: 26 % used, 50 waiting, all slots taken",
-             [*Engine(usage=0.26, waiting=50).series(), _up(POD, 1), *_healthy_sidecar()],
-             fires={"VLLMKVFalseFull": (END, [eng])},
-             silent=[a for a in ALL if a != "VLLMKVFalseFull"],
-             early={"VLLMKVFalseFull": "4m"},
-             exprs=[
-                 (f"{rec}vllm_kv_capacity_blocks:usable", END, [(capacity_labels, 39)]),
-                 (f"{rec}vllm_kv_capacity_tokens:usable", END, [(capacity_labels, 39 * 32)]),
-                 (f"{rec}vllm_block_size_tokens:max", END, [(capacity_labels, 32)]),
-                 (f"{rec}vllm_kv_used_blocks:round", END, [(eng, 10)]),
-                 (f"{rec}vllm_kv_free_blocks:sub", END, [(eng, 29)]),
-                 (f"{rec}vllm_request_prompt_tokens:bucket_quantile", END, [(eng, 20)]),
-                 (f"{rec}vllm_request_max_tokens:bucket_quantile", END, [(eng, 100)]),
-                 (f"{rec}vllm_prompt_blocks:ceil", END, [(eng, 1)]),
-                 (f"{rec}vllm_worst_case_blocks_per_request:ceil", END, [(eng, 4)]),
-                 (f"{rec}vllm_max_concurrency_requests:floor", END, [(eng, 9)]),
-                 (f"{rec}vllm_kv_admission_headroom_requests:floor", END, [(eng, 29)]),
-                 (f"{rec}vllm_safe_headroom_requests:floor", END, [(eng, 1)]),
-                 (f"{rec}vllm_kv_false_full:bool", END, [(eng, 1)]),
-                 (f"{rec}vllm_kv_full:bool", END, [(eng, 0)]),
-                 (f"{rec}vllm_num_preemptions:rate5m", END, [(eng, 0)]),
-                 ("model_name:vllm_kv_false_full_engines:sum", END,
-                  [({"namespace": "llm", "model_name": "tiny-llama"}, 1)]),
-             ]),
-        Case("healthy busy server: 60 % used, nothing waits",
-             [*Engine().series(), _up(POD, 1), *_healthy_sidecar()],
-             fires={}, silent=ALL,
-             exprs=[(f"{rec}vllm_kv_false_full:bool", END, [(eng, 0)]),
-                    (f"{rec}vllm_safe_headroom_requests:floor", END, [(eng, 1)])]),
-        Case("truly full: 95 % used, 20 waiting",
-             [*Engine(usage=0.95, waiting=20).series(), _up(POD, 1), *_healthy_sidecar()],
-             fires={"VLLMKVCacheFull": (END, [eng])},
-             silent=[a for a in ALL if a not in ("VLLMKVCacheFull", "VLLMKVOversubscribed")],
-             early={"VLLMKVCacheFull": "9m"}),
-        Case("preemption storm: 2 preemptions/s",
-             [*Engine(usage=0.97, waiting=5, preemptions_per_sample=30).series(), _up(POD, 1), *_healthy_sidecar()],
-             fires={"VLLMPreemptionStorm": (END, [eng])},
-             silent=["VLLMKVFalseFull", "VLLMSchedulerStuck", "VLLMKVBlockLeak", "VLLMMetricsAbsent"],
-             early={"VLLMPreemptionStorm": "4m"}),
-        Case("oversubscribed: 8 running x 22 worst-case blocks > 39 blocks, nothing waits yet",
-             [*Engine(usage=0.5, prompt_le="200.0", max_tokens_le="500.0").series(), _up(POD, 1), *_healthy_sidecar()],
-             fires={"VLLMKVOversubscribed": (END, [eng])},
-             silent=[a for a in ALL if a != "VLLMKVOversubscribed"],
-             early={"VLLMKVOversubscribed": "14m"},
-             exprs=[(f"{rec}vllm_worst_case_blocks_per_request:ceil", END, [(eng, 22)]),
-                    (f"{rec}vllm_safe_headroom_requests:floor", END, [(eng, -7)])]),
-        Case("stuck: 10 waiting, no engine step",
-             [*Engine(usage=0.1, running=0, waiting=10, steps_per_sample=0).series(), _up(POD, 1), *_healthy_sidecar()],
-             fires={"VLLMSchedulerStuck": (END, [eng]), "VLLMKVFalseFull": (END, [eng])},
-             silent=["VLLMKVCacheFull", "VLLMPreemptionStorm", "VLLMKVBlockLeak", "VLLMHeadroomTargetDown"],
-             early={"VLLMSchedulerStuck": "5m"}),
-        Case("block leak: 30 % used with nothing running or waiting",
-             [*Engine(usage=0.3, running=0, waiting=0, steps_per_sample=0).series(), _up(POD, 1), *_healthy_sidecar()],
-             fires={"VLLMKVBlockLeak": (END, [eng])},
-             silent=[a for a in ALL if a != "VLLMKVBlockLeak"],
-             early={"VLLMKVBlockLeak": "14m"}),
-        Case("idle server: nothing in use",
-             [*Engine(usage=0.0, running=0, waiting=0, steps_per_sample=0).series(), _up(POD, 1), *_healthy_sidecar()],
-             fires={}, silent=ALL),
-        Case("sidecar down and sidecar's target down",
-             [*Engine().series(), _up(POD, 1), _up(SIDECAR, 0), _series("vllm_headroom_up", SIDECAR_B, _const(0))],
-             fires={"VLLMHeadroomSidecarDown": (END, [SIDECAR]),
-                    "VLLMHeadroomTargetDown": (END, [SIDECAR_B])},
-             silent=["VLLMKVFalseFull", "VLLMKVCacheFull", "VLLMMetricsAbsent"],
-             early={"VLLMHeadroomSidecarDown": "4m", "VLLMHeadroomTargetDown": "2m"}),
-        Case("--disable-log-stats: vLLM up without engine metrics, the sidecar counts no_vllm_metrics",
-             [_up(POD, 1), _up(SIDECAR, 1), _series("vllm_headroom_up", SIDECAR, _const(0)),
-              _series("vllm_headroom_scrape_errors_total", {**SIDECAR, "reason": "no_vllm_metrics"}, _ramp(1))],
-             fires={"VLLMMetricsAbsent": (END, [POD, {**SIDECAR, "reason": "no_vllm_metrics"}]),
-                    "VLLMHeadroomTargetDown": (END, [SIDECAR])},
-             silent=["VLLMKVFalseFull", "VLLMKVCacheFull", "VLLMHeadroomSidecarDown"],
-             early={"VLLMMetricsAbsent": "9m"}),
-        Case("two data-parallel engines: num_gpu_blocks is their sum",
-             Engine(num_gpu_blocks="80").series()
-             + Engine(num_gpu_blocks="80", usage=0.26, labels={**ENGINE, "engine": "1"}).series()
-             + [_up(POD, 1), *_healthy_sidecar()],
-             fires={}, silent=ALL,
-             exprs=[(f"{rec}vllm_kv_capacity_blocks:usable", END,
-                     [(capacity_labels, 39), ({**capacity_labels, "engine": "1"}, 39)]),
-                    (f"{rec}vllm_kv_used_blocks:round", END, [(eng, 23), ({**eng, "engine": "1"}, 10)])]),
+        (Case("false-full: 26 % used, 50 waiting, all slots taken", [e_ff], [Pod()],
+              fires=[Expect("VLLMKVFalseFull", eng, 50)], early={"VLLMKVFalseFull": "4m"},
+              exprs=[(f"{rec}vllm_kv_capacity_blocks:usable", [(cap, 39)]),
+                     (f"{rec}vllm_kv_capacity_tokens:usable", [(cap, 39 * 32)]),
+                     (f"{rec}vllm_kv_used_blocks:round", [(e_ff.engine_labels, 10)]),
+                     (f"{rec}vllm_kv_free_blocks:sub", [(e_ff.engine_labels, 29)]),
+                     (f"{rec}vllm_request_prompt_tokens:bucket_quantile", [(e_ff.engine_labels, 20)]),
+                     (f"{rec}vllm_worst_case_blocks_per_request:ceil", [(e_ff.engine_labels, 4)]),
+                     (f"{rec}vllm_max_concurrency_requests:floor", [(e_ff.engine_labels, 9)]),
+                     (f"{rec}vllm_kv_admission_headroom_requests:floor", [(e_ff.engine_labels, 29)]),
+                     (f"{rec}vllm_safe_headroom_requests:floor", [(e_ff.engine_labels, 1)]),
+                     (f"{rec}vllm_kv_false_full:bool", [(e_ff.engine_labels, 1)]),
+                     (f"{rec}vllm_kv_full:bool", [(e_ff.engine_labels, 0)])]),
+         Case("healthy busy server: 60 % used, nothing waits", [Engine()], [Pod()])),
+        (Case("nothing finished for the whole window: false-full on the max_model_len basis",
+              [Engine(**ff, finished_per_s=0)], [Pod()],  # type: ignore[arg-type]
+              fires=[Expect("VLLMKVFalseFull", eng, 50), Expect("VLLMKVOversubscribed", eng, -6, "info")],
+              exprs=[(f"{rec}vllm_prompt_blocks:ceil", [(e_ff.engine_labels, 16)]),
+                     (f"{rec}vllm_worst_case_blocks_per_request:ceil", [(e_ff.engine_labels, 16)])]),
+         Case("nothing finished, nothing waits: W on the max_model_len basis, an over-commit note only",
+              [Engine(usage=0.26, finished_per_s=0)], [Pod()],
+              fires=[Expect("VLLMKVOversubscribed", eng, -6, "info")])),
+        (Case("truly full: 95 % used, 20 waiting", [Engine(usage=0.95, waiting=20)], [Pod()],
+              fires=[Expect("VLLMKVCacheFull", eng, 20)], early={"VLLMKVCacheFull": "9m"}),
+         Case("95 % used, nothing waits", [Engine(usage=0.95)], [Pod()])),
+        (Case("usage oscillating 0.79/0.81 with a standing queue pages once (KV-full)",
+              [Engine(usage=osc, waiting=50)], [Pod()], fires=[Expect("VLLMKVCacheFull", eng, 50)],
+              also_at=["20m", "25m"]),
+         Case("usage oscillating 0.79/0.81 without a queue", [Engine(usage=osc)], [Pod()])),
+        (Case("preemption storm: 2 preemptions per finished request, KV full, oversubscribed: one page",
+              [Engine(usage=0.97, waiting=5, preempt_per_s=2, finished_per_s=1, prompt_le="200.0",
+                      max_tokens_le="500.0")], [Pod()],
+              fires=[Expect("VLLMPreemptionStorm", eng, 2)], early={"VLLMPreemptionStorm": "4m"}),
+         Case("a few preemptions at high throughput (0.5 %)", [Engine(preempt_per_s=0.05, finished_per_s=10)],
+              [Pod()])),
+        (Case("over-commit under pressure: 85 % used, worst case 8 x 16 blocks > 39",
+              [Engine(usage=0.85, prompt_le="200.0", max_tokens_le="500.0", preempt_per_s=0.01)], [Pod()],
+              fires=[Expect("VLLMKVOversubscribed", eng, -6, "warning")]),
+         Case("healthy over-commit: 50 % used, no preemption: info only, no page",
+              [Engine(usage=0.5, prompt_le="200.0", max_tokens_le="500.0")], [Pod()],
+              fires=[Expect("VLLMKVOversubscribed", eng, -6, "info")])),
+        (Case("stuck: 10 waiting, no engine step: the stuck page, not false-full",
+              [Engine(usage=0.1, running=0, waiting=10, steps_per_s=0, finished_per_s=0)], [Pod()],
+              fires=[Expect("VLLMSchedulerStuck", eng, 10)]),
+         Case("deferred waiters (KV transfer) without steps are not stuck: false-full",
+              [Engine(usage=0.1, running=0, waiting=10, deferred=10, steps_per_s=0, finished_per_s=0)], [Pod()],
+              fires=[Expect("VLLMKVFalseFull", eng, 10)])),
+        (Case("sleeping engine with a queue: its own warning, not stuck",
+              [Engine(usage=0.0, running=0, waiting=4, steps_per_s=0, finished_per_s=0, asleep=True)], [Pod()],
+              fires=[Expect("VLLMEngineAsleepWithQueue", eng, 4)]),
+         Case("sleeping engine, nothing waits",
+              [Engine(usage=0.0, running=0, steps_per_s=0, finished_per_s=0, asleep=True)], [Pod()])),
+        (Case("block leak: 30 % used with nothing running or waiting",
+              [Engine(usage=0.3, running=0, steps_per_s=0, finished_per_s=0)], [Pod()],
+              fires=[Expect("VLLMKVBlockLeak", eng, 12)], early={"VLLMKVBlockLeak": "14m"}),
+         Case("idle server: nothing in use", [Engine(usage=0.0, running=0, steps_per_s=0, finished_per_s=0)],
+              [Pod()])),
+        (Case("0.10-style leak: usage counts the null block, 13/40", [Engine(
+            usage=13 / 40, running=0, steps_per_s=0, finished_per_s=0, version="0.10")], [Pod()],
+              fires=[Expect("VLLMKVBlockLeak", eng, 12)]),
+         Case("idle 0.10-style exposition: 1/40 is the null block, no leak",
+              [Engine(usage=1 / 40, running=0, steps_per_s=0, finished_per_s=0, version="0.10")], [Pod()])),
+        (Case("0.8-style exposition (old usage name, no engine label): false-full",
+              [Engine(**ff, engine=None, version="0.8")], [Pod()],  # type: ignore[arg-type]
+              fires=[Expect("VLLMKVFalseFull", Engine(engine=None).alert_labels, 50)]),
+         Case("0.8-style exposition, healthy", [Engine(engine=None, version="0.8")], [Pod()])),
+        (Case("double scrape: one pod, two jobs, false-full pages once",
+              [Engine(**ff, labels=dict(K8S)), Engine(**ff, labels={**K8S, "job": "vllm"})],  # type: ignore[arg-type]
+              [k8s_pod, Pod(labels={**K8S, "job": "vllm"}, sidecar=None)],
+              fires=[Expect("VLLMKVFalseFull", Engine(labels=dict(K8S)).alert_labels, 50)],
+              exprs=[("model_name:vllm_num_requests_waiting:sum", [({"namespace": "llm", "model_name": MODEL}, 50)])]),
+         Case("double scrape, healthy",
+              [Engine(labels=dict(K8S)), Engine(labels={**K8S, "job": "vllm"})],
+              [k8s_pod, Pod(labels={**K8S, "job": "vllm"}, sidecar=None)])),
+        (Case("two clusters, same pod IP: only cluster a's false-full",
+              [Engine(**ff, labels=two_cluster[0]), Engine(labels=two_cluster[1])],  # type: ignore[arg-type]
+              [Pod(labels=two_cluster[0], sidecar={**K8S_SIDECAR, "cluster": "a"}),
+               Pod(labels=two_cluster[1], sidecar={**K8S_SIDECAR, "cluster": "b"})],
+              fires=[Expect("VLLMKVFalseFull", Engine(labels=two_cluster[0]).alert_labels, 50)],
+              exprs=[(f"{rec}vllm_kv_free_blocks:sub", [(Engine(labels=two_cluster[0]).engine_labels, 29),
+                                                         (Engine(labels=two_cluster[1]).engine_labels, 16)])]),
+         Case("two clusters, same pod IP, both healthy", [Engine(labels=two_cluster[0]), Engine(labels=two_cluster[1])],
+              [Pod(labels=two_cluster[0], sidecar={**K8S_SIDECAR, "cluster": "a"}),
+               Pod(labels=two_cluster[1], sidecar={**K8S_SIDECAR, "cluster": "b"})])),
+        (Case("two models in one pod: only m1's false-full",
+              [Engine(**ff, labels=two_models[0], model="m1"),  # type: ignore[arg-type]
+               Engine(labels=two_models[1], model="m2")],
+              [Pod(labels=two_models[0], sidecar=dict(K8S_SIDECAR)), Pod(labels=two_models[1], sidecar=None)],
+              fires=[Expect("VLLMKVFalseFull", Engine(labels=two_models[0], model="m1").alert_labels, 50)]),
+         Case("two models in one pod, both healthy",
+              [Engine(labels=two_models[0], model="m1"), Engine(labels=two_models[1], model="m2")],
+              [Pod(labels=two_models[0], sidecar=dict(K8S_SIDECAR)), Pod(labels=two_models[1], sidecar=None)])),
+        (Case("two data-parallel engines (num_gpu_blocks is their sum): engine 1 false-full",
+              [Engine(labels=dp, num_gpu_blocks="80"),
+               Engine(**ff, labels=dp, engine="1", num_gpu_blocks="80")],  # type: ignore[arg-type]
+              [k8s_pod], fires=[Expect("VLLMKVFalseFull", Engine(labels=dp, engine="1").alert_labels, 50)],
+              exprs=[(f"{rec}vllm_kv_capacity_blocks:usable",
+                      [({**dp, "engine": "0"}, 39), ({**dp, "engine": "1"}, 39)])]),
+         Case("two data-parallel engines, healthy",
+              [Engine(labels=dp, num_gpu_blocks="80"), Engine(labels=dp, engine="1", num_gpu_blocks="80")],
+              [k8s_pod])),
+        (Case("counter reset (vLLM restart at 15 min) during false-full",
+              [Engine(**ff, reset_at=900)], [Pod()],  # type: ignore[arg-type]
+              fires=[Expect("VLLMKVFalseFull", eng, 50)]),
+         Case("counter reset of a healthy server: no storm, no stuck", [Engine(reset_at=900)], [Pod()])),
+        (Case("vLLM not up 40 minutes after the pod started: a warning after the start-up limit, not a page",
+              [Engine(up_from=10**6)], [Pod(vllm_up_from=10**6)],
+              fires=[Expect("VLLMStartupSlow", Pod().alert_labels("sidecar"))]),
+         Case("a 6-minute reload (pod restart, weights loading): quiet", [Engine(up_from=360)],
+              [Pod(vllm_up_from=360)])),
+        (Case("vLLM down after it had been up: critical, and nothing below it",
+              [Engine(**ff, up_until=600)], [Pod(vllm_up_until=600)],  # type: ignore[arg-type]
+              fires=[Expect("VLLMHeadroomTargetDown", Pod().alert_labels("sidecar"))],
+              early={"VLLMHeadroomTargetDown": "14m"}),
+         Case("vLLM up all along", [Engine()], [Pod()])),
+        (Case("sidecar no longer scraped", [Engine()], [Pod(sidecar_scraped_until=600)],
+              fires=[Expect("VLLMHeadroomSidecarDown", Pod().alert_labels("sidecar"))]),
+         Case("sidecar scraped", [Engine()], [Pod()])),
+        (Case("--disable-log-stats under an operator job name: one page from the sidecar and vLLM's API series",
+              [], [Pod(labels={**K8S, "job": "llm/my-podmonitor"}, sidecar=dict(K8S_SIDECAR), no_vllm_metrics=True,
+                       api_requests=True)],
+              fires=[Expect("VLLMMetricsAbsent", {"namespace": "llm", "pod": "vllm-0", "host": "10.0.0.5"})]),
+         Case("same operator job name with engine metrics", [Engine(labels={**K8S, "job": "llm/my-podmonitor"})],
+              [Pod(labels={**K8S, "job": "llm/my-podmonitor"}, sidecar=dict(K8S_SIDECAR), api_requests=True)])),
+        (Case("--disable-log-stats without a sidecar: recognised by vLLM's API handlers",
+              [], [Pod(labels={**BARE, "job": "kserve-predictor"}, sidecar=None, api_requests=True)],
+              fires=[Expect("VLLMMetricsAbsent", {"host": "host-a"})]),
+         Case("a non-vLLM target under a vllm-like job name", [],
+              [Pod(labels={**BARE, "job": "vllm-router"}, sidecar=None)])),
     ]
 
 
-def _expected(cfg: Config, alert: Alert, labels: dict[str, str]) -> dict[str, Any]:
+def cases() -> list[Case]:
+    return [c for pair in _cases() for c in pair]
+
+
+def twins() -> list[tuple[Case, Case]]:
+    return _cases()
+
+
+def _expected(cfg: Config, by_key: dict[tuple[str, str], Alert], e: Expect) -> dict[str, Any]:
+    options = [a for (n, _s), a in by_key.items() if n == e.alert and (e.severity is None or a.severity == e.severity)]
+    assert len(options) == 1, (e.alert, e.severity)
+    alert = options[0]
     rule = alert_rule(cfg, alert)
-    ann = dict(rule["annotations"])
-    ann["description"] = render(ann["description"], labels)
-    return {"exp_labels": {**labels, "severity": alert.severity}, "exp_annotations": ann}
+    ann = {k: render(v, e.labels, e.value) for k, v in rule["annotations"].items()}
+    return {"exp_labels": {**e.labels, "severity": alert.severity}, "exp_annotations": ann}
 
 
-def promtool_tests(cfg: Config, rule_file: str) -> dict[str, Any]:
-    by_name = {a.name: a for a in alerts(cfg)}
+def _labels(metric: str, lb: Labels) -> str:
+    return metric + "{" + ",".join(f'{k}="{v}"' for k, v in sorted(lb.items())) + "}"
+
+
+def promtool_tests(cfg: Config, rule_file: str, intervals: tuple[str, ...] = INTERVALS) -> dict[str, Any]:
+    all_alerts = alerts(cfg)
+    names = sorted({a.name for a in all_alerts})
+    by_key = {(a.name, a.severity): a for a in all_alerts}
     tests: list[dict[str, Any]] = []
-    for c in cases():
-        checks: list[dict[str, Any]] = []
-        for name, t in c.early.items():
-            checks.append({"eval_time": t, "alertname": name, "exp_alerts": []})
-        for name, (t, label_sets) in c.fires.items():
-            checks.append({"eval_time": t, "alertname": name,
-                           "exp_alerts": [_expected(cfg, by_name[name], lb) for lb in label_sets]})
-        for name in c.silent:
-            checks.append({"eval_time": END, "alertname": name, "exp_alerts": []})
-        test: dict[str, Any] = {"name": c.name, "interval": INTERVAL, "input_series": c.series,
-                                "alert_rule_test": checks}
-        if c.exprs:
-            test["promql_expr_test"] = [
-                {"expr": expr, "eval_time": t, "exp_samples": [
-                    {"labels": expr + "{" + ",".join(f'{k}="{v}"' for k, v in sorted(lb.items())) + "}", "value": v}
-                    for lb, v in samples]}
-                for expr, t, samples in c.exprs
-            ]
-        tests.append(test)
-    return {"rule_files": [rule_file], "evaluation_interval": "15s", "tests": tests}
+    for interval in intervals:
+        clock = Clock(parse_duration(interval))
+        for c in cases():
+            series = [s for e in c.engines for s in e.series(clock)] + [s for p in c.pods for s in p.series(clock)]
+            checks: list[dict[str, Any]] = []
+            for name, t in c.early.items():
+                checks.append({"eval_time": t, "alertname": name, "exp_alerts": []})
+            for t in [*c.also_at, END]:
+                for name in names:
+                    exp = [_expected(cfg, by_key, e) for e in c.fires if e.alert == name]
+                    if t == END or exp:
+                        checks.append({"eval_time": t, "alertname": name, "exp_alerts": exp})
+            test: dict[str, Any] = {"name": f"{c.name} [scrape {interval}]", "interval": interval,
+                                    "input_series": series, "alert_rule_test": checks}
+            if c.exprs:
+                test["promql_expr_test"] = [
+                    {"expr": expr, "eval_time": END,
+                     "exp_samples": [{"labels": _labels(expr, lb), "value": v} for lb, v in samples]}
+                    for expr, samples in c.exprs]
+            tests.append(test)
+    return {"rule_files": [rule_file], "evaluation_interval": "1m", "tests": tests}

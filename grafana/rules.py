@@ -1,16 +1,24 @@
 """Prometheus recording and alerting rules of the bundle, computed from vLLM's own metrics inside Prometheus.
 
-The recording rules mirror exporter/derive.py where raw vLLM data allows it (vLLM >= 0.11 usage semantics):
+The recording rules mirror exporter/pipeline/derive.py where raw vLLM data allows it:
 
   N  = num_gpu_blocks of one engine  = label of vllm:cache_config_info / engines of the API server
   B  = usable blocks                 = N - 1 (block 0 is vLLM's null block)
-  used = round(u * (N - 1)), free = B - used
-  P, M = profile prompt / max_tokens = upper bound of the histogram bucket holding the q-quantile over the window
-  W  = worst-case blocks per request = ceil((P + M) / bs)
+  used = round(u * (B + c)) - c      c = 1 where usage counts the null block (V1 <= 0.10, recognised by the
+                                     deprecated vllm:gpu_cache_usage_perc beside it), else 0; free = B - used
+  P, M = profile prompt / max_tokens = upper bound of the histogram bucket holding the q-quantile over the window,
+                                       else over the server's lifetime, else the top finite bucket (max_model_len)
+  W  = worst-case blocks per request = ceil(min(P + M, top finite bucket) / bs)
 
-Prometheus cannot see max_model_len (it is in no vLLM metric), so W is not bounded by it here, and a quantile in
-the +Inf bucket reads as the highest finite bucket (vLLM's buckets end at or below max_model_len). The sidecar
-bounds both by max_model_len; see docs/runbook.md.
+Identity: every aggregation keeps cluster, namespace, job, instance, pod and container (whichever are present), and
+every join matches on all of them, so one pod scraped by two jobs, two clusters with the same pod IP, two API
+servers in one pod and data-parallel engines never collide. Alerts drop `job` (`max without`), so a pod scraped by
+two jobs pages once, and carry `host` (the instance without its port), the label an engine alert shares with its
+sidecar's alerts outside Kubernetes (inside, namespace and pod).
+
+Windows: every range is WINDOW (5m), at least four samples at a 60 s scrape interval. Usage is classified on
+max_over_time over that window (hysteresis), so usage hovering at the threshold does not flip false-full and
+KV-full on every evaluation.
 
 Label values become numbers with histogram_quantile: a pair of buckets {le="<value>"} = 1 and {le="+Inf"} = 1
 has its 1.0-quantile exactly at <value>. The same trick turns "first bucket whose cumulative share reaches q"
@@ -19,14 +27,24 @@ into that bucket's upper bound: feed histogram_quantile(1, ...) the 0/1 indicato
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
 
-from .config import Config
+from exporter.core.units import parse_duration
+
+from .config import WINDOW, Config
 
 # ---------------------------------------------------------------------------------------------------------------
 # Recording rules
+
+R = "instance_engine:"
+INF, NOT_INF = 'le="+Inf"', 'le!="+Inf"'
+DEFERRED = 'reason="deferred"'
+ASLEEP = 'sleep_state!="awake"'
+PREEMPTIONS = '__name__=~"vllm:num_preemptions(_total)?"'
+API_HANDLERS = 'handler=~"/v1/(models|completions|chat/completions)"'
 
 
 def _label_value(cfg: Config, label: str) -> str:
@@ -40,11 +58,22 @@ def _label_value(cfg: Config, label: str) -> str:
     )
 
 
-def _bucket_quantile(cfg: Config, histogram: str) -> str:
-    """Upper bound of the bucket holding the profile quantile over the window; lifetime when nothing finished."""
-    by = cfg.by("model_name", "engine")
+def _top_bucket(cfg: Config, histogram: str) -> str:
+    """The highest finite bucket bound of a length histogram: vLLM sizes them to max_model_len (1-2-5 steps)."""
+    by = cfg.by("model_name", "engine", "le")
+    return (
+        f"histogram_quantile(1, max by ({by}) (\n"
+        f"  {histogram}_bucket{cfg.sel(NOT_INF)} * 0\n"
+        f"  or {histogram}_bucket{cfg.sel(INF)} * 0 + 1\n"
+        f"))"
+    )
 
-    inf = cfg.sel('le="+Inf"')
+
+def _bucket_quantile(cfg: Config, histogram: str) -> str:
+    """Upper bound of the bucket holding the profile quantile over the window; lifetime when nothing finished in
+    it; the top finite bucket (max_model_len) when nothing ever finished."""
+    by = cfg.by("model_name", "engine")
+    inf = cfg.sel(INF)
 
     def over(rng: str) -> str:
         if rng:
@@ -61,88 +90,130 @@ def _bucket_quantile(cfg: Config, histogram: str) -> str:
             f") >= bool {cfg.profile_quantile})"
         )
 
-    return f"(\n{over(cfg.profile_window)} > 0\n)\nor\n(\n{over('')} > 0\n)"
+    return f"(\n{over(cfg.profile_window)} > 0\n)\nor\n(\n{over('')} > 0\n)\nor\n{_top_bucket(cfg, histogram)}"
+
+
+def _host(expr: str) -> str:
+    """`expr` with a `host` label: the instance without its port (shared by vLLM and its sidecar in one pod)."""
+    return f'label_replace(\n{expr}\n, "host", "$1", "instance", "(.*):[0-9]+")'
 
 
 def recording_rules(cfg: Config) -> list[dict[str, str]]:
-    """`level:metric:operation` rules; every name starts with instance_engine: (per API server and engine)."""
+    """`level:metric:operation` rules; instance_engine: = per API server (full identity) and engine."""
     s = cfg.sel()
-    by = cfg.by("model_name", "engine")
-    demand = "instance_engine:vllm_num_requests_running:max * instance_engine:vllm_worst_case_blocks_per_request:ceil"
+    e = cfg.by("engine")
+    me = cfg.by("model_name", "engine")
+    w = WINDOW
+    extra = "," + cfg.vllm_selector if cfg.vllm_selector else ""
+    demand = f"{R}vllm_num_requests_running:max * {R}vllm_worst_case_blocks_per_request:ceil"
     r: list[tuple[str, str]] = [
         ("instance:vllm_engines:count", f"count by ({cfg.by()}) (vllm:cache_config_info{s})"),
         # From 0.9 num_gpu_blocks is the sum over the data-parallel engines of one API server.
-        ("instance_engine:vllm_num_gpu_blocks:per_engine",
-         _label_value(cfg, "num_gpu_blocks") + "\n/ on (instance) group_left ()\ninstance:vllm_engines:count"),
-        ("instance_engine:vllm_block_size_tokens:max", _label_value(cfg, "block_size")),
-        ("instance_engine:vllm_kv_capacity_blocks:usable", "instance_engine:vllm_num_gpu_blocks:per_engine - 1"),
-        ("instance_engine:vllm_kv_capacity_tokens:usable",
-         "instance_engine:vllm_kv_capacity_blocks:usable\n* on (instance, engine) group_left ()\n"
-         "instance_engine:vllm_block_size_tokens:max"),
-        ("instance_engine:vllm_kv_usage_ratio:max", f"max by ({by}) (vllm:kv_cache_usage_perc{s})"),
-        ("instance_engine:vllm_num_requests_running:max", f"max by ({by}) (vllm:num_requests_running{s})"),
-        ("instance_engine:vllm_num_requests_waiting:max", f"max by ({by}) (vllm:num_requests_waiting{s})"),
-        # vLLM >= 0.11: usage = 1 - free / (N - 1), so used = u * (N - 1).
-        ("instance_engine:vllm_kv_used_blocks:round",
-         "clamp_min(round(\n  instance_engine:vllm_kv_usage_ratio:max\n  * on (instance, engine) group_left ()\n"
-         "  instance_engine:vllm_kv_capacity_blocks:usable\n), 0)"),
-        ("instance_engine:vllm_kv_free_blocks:sub",
-         "clamp_min(\n  instance_engine:vllm_kv_capacity_blocks:usable\n  - on (instance, engine) group_right ()\n"
-         "  instance_engine:vllm_kv_used_blocks:round\n, 0)"),
-        ("instance_engine:vllm_request_prompt_tokens:bucket_quantile",
-         _bucket_quantile(cfg, "vllm:request_prompt_tokens")),
-        ("instance_engine:vllm_request_max_tokens:bucket_quantile",
-         _bucket_quantile(cfg, "vllm:request_params_max_tokens")),
-        ("instance_engine:vllm_prompt_blocks:ceil",
-         "clamp_min(ceil(\n  instance_engine:vllm_request_prompt_tokens:bucket_quantile\n"
-         "  / on (instance, engine) group_left ()\n  instance_engine:vllm_block_size_tokens:max\n), 1)"),
-        # Not bounded by max_model_len, which Prometheus cannot see.
-        ("instance_engine:vllm_worst_case_blocks_per_request:ceil",
-         "clamp_min(ceil(\n  (instance_engine:vllm_request_prompt_tokens:bucket_quantile\n"
-         "   + instance_engine:vllm_request_max_tokens:bucket_quantile)\n"
-         "  / on (instance, engine) group_left ()\n  instance_engine:vllm_block_size_tokens:max\n), 1)"),
-        ("instance_engine:vllm_max_concurrency_requests:floor",
-         "floor(\n  (instance_engine:vllm_kv_used_blocks:round + instance_engine:vllm_kv_free_blocks:sub)\n"
-         "  / instance_engine:vllm_worst_case_blocks_per_request:ceil\n)"),
-        ("instance_engine:vllm_kv_admission_headroom_requests:floor",
-         "floor(instance_engine:vllm_kv_free_blocks:sub / instance_engine:vllm_prompt_blocks:ceil)"),
+        (f"{R}vllm_num_gpu_blocks:per_engine",
+         _label_value(cfg, "num_gpu_blocks") + f"\n/ on ({cfg.by()}) group_left ()\ninstance:vllm_engines:count"),
+        (f"{R}vllm_block_size_tokens:max", _label_value(cfg, "block_size")),
+        (f"{R}vllm_kv_capacity_blocks:usable", f"{R}vllm_num_gpu_blocks:per_engine - 1"),
+        (f"{R}vllm_kv_capacity_tokens:usable",
+         f"{R}vllm_kv_capacity_blocks:usable\n* on ({e}) group_left ()\n{R}vllm_block_size_tokens:max"),
+        # vllm:kv_cache_usage_perc from 0.9, vllm:gpu_cache_usage_perc before (both in 0.9-0.10: the new one wins).
+        (f"{R}vllm_kv_usage_ratio:max",
+         f"max by ({me}) (vllm:kv_cache_usage_perc{s})\nor\nmax by ({me}) (vllm:gpu_cache_usage_perc{s})"),
+        (f"{R}vllm_kv_usage_ratio:max_over_time{w}",
+         f"max by ({me}) (max_over_time(vllm:kv_cache_usage_perc{s}[{w}]))\n"
+         f"or\nmax by ({me}) (max_over_time(vllm:gpu_cache_usage_perc{s}[{w}]))"),
+        # 1 where usage divides by num_gpu_blocks (null block counted as used): the servers that still export the
+        # deprecated name (V1 <= 0.10, and V0); 0 from 0.11.
+        (f"{R}vllm_kv_usage_counts_null_block:bool",
+         f"max by ({me}) (vllm:gpu_cache_usage_perc{s} * 0 + 1)\nor\nmax by ({me}) (vllm:kv_cache_usage_perc{s} * 0)"),
+        (f"{R}vllm_num_requests_running:max", f"max by ({me}) (vllm:num_requests_running{s})"),
+        (f"{R}vllm_num_requests_waiting:max", f"max by ({me}) (vllm:num_requests_waiting{s})"),
+        # Waiting minus vLLM's deferred waiters (LoRA, grammar, KV transfer; labelled from 0.20).
+        (f"{R}vllm_num_requests_waiting_schedulable:max",
+         f"(\n  {R}vllm_num_requests_waiting:max\n  - on ({me})\n"
+         f'  max by ({me}) (vllm:num_requests_waiting_by_reason{cfg.sel(DEFERRED)})\n)\n'
+         f"or\n{R}vllm_num_requests_waiting:max"),
+        (f"{R}vllm_kv_used_blocks:round",
+         f"clamp_min(\n  round(\n"
+         f"    {R}vllm_kv_usage_ratio:max * on ({e}) group_left () {R}vllm_kv_capacity_blocks:usable\n"
+         f"    + {R}vllm_kv_usage_ratio:max * {R}vllm_kv_usage_counts_null_block:bool\n  )\n"
+         f"  - {R}vllm_kv_usage_counts_null_block:bool\n, 0)"),
+        (f"{R}vllm_kv_free_blocks:sub",
+         f"clamp_min(\n  {R}vllm_kv_capacity_blocks:usable\n  - on ({e}) group_right ()\n"
+         f"  {R}vllm_kv_used_blocks:round\n, 0)"),
+        (f"{R}vllm_request_prompt_tokens:bucket_quantile", _bucket_quantile(cfg, "vllm:request_prompt_tokens")),
+        (f"{R}vllm_request_max_tokens:bucket_quantile", _bucket_quantile(cfg, "vllm:request_params_max_tokens")),
+        (f"{R}vllm_request_tokens:max_bucket", _top_bucket(cfg, "vllm:request_prompt_tokens")),
+        (f"{R}vllm_prompt_blocks:ceil",
+         f"clamp_min(ceil(\n  {R}vllm_request_prompt_tokens:bucket_quantile\n"
+         f"  / on ({e}) group_left ()\n  {R}vllm_block_size_tokens:max\n), 1)"),
+        # ceil(min(P + M, max_model_len) / bs), max_model_len read as the top finite bucket.
+        (f"{R}vllm_worst_case_blocks_per_request:ceil",
+         f"clamp_min(ceil(\n  (\n"
+         f"    ({R}vllm_request_prompt_tokens:bucket_quantile + {R}vllm_request_max_tokens:bucket_quantile)\n"
+         f"    <= {R}vllm_request_tokens:max_bucket\n    or {R}vllm_request_tokens:max_bucket\n  )\n"
+         f"  / on ({e}) group_left ()\n  {R}vllm_block_size_tokens:max\n), 1)"),
+        (f"{R}vllm_max_concurrency_requests:floor",
+         f"floor(\n  ({R}vllm_kv_used_blocks:round + {R}vllm_kv_free_blocks:sub)\n"
+         f"  / {R}vllm_worst_case_blocks_per_request:ceil\n)"),
+        (f"{R}vllm_kv_admission_headroom_requests:floor",
+         f"floor({R}vllm_kv_free_blocks:sub / {R}vllm_prompt_blocks:ceil)"),
         # floor((B - max(used, running * W)) / W); negative = oversubscribed, preemption ahead.
-        ("instance_engine:vllm_safe_headroom_requests:floor",
-         "floor(\n  (\n    instance_engine:vllm_kv_used_blocks:round + instance_engine:vllm_kv_free_blocks:sub\n"
-         "    - (\n      (instance_engine:vllm_kv_used_blocks:round\n"
+        (f"{R}vllm_safe_headroom_requests:floor",
+         f"floor(\n  (\n    {R}vllm_kv_used_blocks:round + {R}vllm_kv_free_blocks:sub\n"
+         f"    - (\n      ({R}vllm_kv_used_blocks:round\n"
          f"        > {demand})\n"
          f"      or {demand}\n"
-         "    )\n  )\n  / instance_engine:vllm_worst_case_blocks_per_request:ceil\n)"),
-        ("instance_engine:vllm_num_preemptions:rate1m", f"sum by ({by}) (rate(vllm:num_preemptions_total{s}[1m]))"),
-        ("instance_engine:vllm_num_preemptions:rate5m", f"sum by ({by}) (rate(vllm:num_preemptions_total{s}[5m]))"),
-        ("instance_engine:vllm_engine_steps:rate2m",
-         f"sum by ({by}) (rate(vllm:iteration_tokens_total_count{s}[2m]))"),
-        # The sidecar's false-full condition from raw data: requests wait, usage < full_usage, the next profile
-        # prompt fits in free blocks, and no preemption in the last minute. The alert's `for:` is the hold time.
-        ("instance_engine:vllm_kv_false_full:bool",
-         "(instance_engine:vllm_num_requests_waiting:max > bool 0)\n"
-         f"* (instance_engine:vllm_kv_usage_ratio:max < bool {cfg.full_usage})\n"
-         "* (instance_engine:vllm_kv_free_blocks:sub >= bool instance_engine:vllm_prompt_blocks:ceil)\n"
-         "* (instance_engine:vllm_num_preemptions:rate1m == bool 0)"),
-        # Truly full: requests wait and the pool is what holds them (high usage or the next prompt does not fit).
-        ("instance_engine:vllm_kv_full:bool",
-         "(instance_engine:vllm_num_requests_waiting:max > bool 0)\n"
+         "    )\n  )\n"
+         f"  / {R}vllm_worst_case_blocks_per_request:ceil\n)"),
+        # `vllm:num_preemptions_total` in every version; the bare name covers expositions that drop the suffix.
+        (f"{R}vllm_num_preemptions:rate{w}",
+         f"sum by ({me}) (rate({{{PREEMPTIONS}{extra}}}[{w}]))"),
+        (f"{R}vllm_request_success:rate{w}", f"sum by ({me}) (rate(vllm:request_success_total{s}[{w}]))"),
+        # Preemptions per finished request; +Inf when requests are preempted and none finishes.
+        (f"{R}vllm_preemptions_per_request:ratio{w}",
+         f"{R}vllm_num_preemptions:rate{w} / {R}vllm_request_success:rate{w}"),
+        (f"{R}vllm_engine_steps:rate{w}",
+         f"sum by ({me}) (rate(vllm:iteration_tokens_total_count{s}[{w}]))\n"
+         f"or\nsum by ({me}) (rate(vllm:generation_tokens_total{s}[{w}]))"),
+        # vllm:engine_sleep_state (0.12+): 1 while weights are offloaded or discarded (sleep mode).
+        (f"{R}vllm_engine_asleep:bool",
+         f'max by ({me}) (vllm:engine_sleep_state{cfg.sel(ASLEEP)})'),
+        # The sidecar's false-full condition from raw data: requests wait, usage stayed under full_usage over the
+        # window, the next profile prompt fits in free blocks, and no preemption in the window.
+        (f"{R}vllm_kv_false_full:bool",
+         f"({R}vllm_num_requests_waiting:max > bool 0)\n"
+         f"* ({R}vllm_kv_usage_ratio:max_over_time{w} < bool {cfg.full_usage})\n"
+         f"* ({R}vllm_kv_free_blocks:sub >= bool {R}vllm_prompt_blocks:ceil)\n"
+         f"* ({R}vllm_num_preemptions:rate{w} == bool 0)"),
+        # Truly full: requests wait and the pool is what holds them (usage reached full_usage within the window,
+        # or the next prompt does not fit).
+        (f"{R}vllm_kv_full:bool",
+         f"({R}vllm_num_requests_waiting:max > bool 0)\n"
          "* (\n  (\n"
-         f"    (instance_engine:vllm_kv_usage_ratio:max >= bool {cfg.full_usage})\n"
-         "    + (instance_engine:vllm_kv_free_blocks:sub < bool instance_engine:vllm_prompt_blocks:ceil)\n"
+         f"    ({R}vllm_kv_usage_ratio:max_over_time{w} >= bool {cfg.full_usage})\n"
+         f"    + ({R}vllm_kv_free_blocks:sub < bool {R}vllm_prompt_blocks:ceil)\n"
          "  ) > bool 0\n)"),
+        # Scheduler makes no step while schedulable requests wait, and the engine is not asleep.
+        (f"{R}vllm_stuck:bool",
+         f"(\n  ({R}vllm_num_requests_waiting_schedulable:max > 0)\n  and on ({me})\n"
+         f"  ({R}vllm_engine_steps:rate{w} == 0)\n  unless on ({me})\n  ({R}vllm_engine_asleep:bool > 0)\n) * 0 + 1"),
+        # The sidecar could not scrape its vLLM (down, or never up yet); `host` joins it to the engine's alerts.
+        ("instance:vllm_headroom_target_down:bool", _host("vllm_headroom_up == 0")),
     ]
-    fleet_by = ", ".join(lbl for lbl in cfg.pod_labels if lbl in ("cluster", "namespace")) + ", model_name"
+    # Per model; a pod scraped by two jobs counts once (max over the identity without job).
+    fleet_by = ", ".join(lbl for lbl in cfg.identity if lbl in ("cluster", "namespace")) + ", model_name"
+
+    def per_model(expr: str) -> str:
+        return f"sum by ({fleet_by}) (max by ({cfg.dedup('model_name', 'engine')}) ({expr}))"
+
     r += [
         ("model_name:vllm_kv_capacity_blocks:sum",
-         f"sum by ({fleet_by}) (instance_engine:vllm_kv_used_blocks:round + instance_engine:vllm_kv_free_blocks:sub)"),
-        ("model_name:vllm_kv_free_blocks:sum", f"sum by ({fleet_by}) (instance_engine:vllm_kv_free_blocks:sub)"),
-        ("model_name:vllm_num_requests_waiting:sum",
-         f"sum by ({fleet_by}) (instance_engine:vllm_num_requests_waiting:max)"),
-        ("model_name:vllm_kv_false_full_engines:sum", f"sum by ({fleet_by}) (instance_engine:vllm_kv_false_full:bool)"),
-        ("model_name:vllm_kv_full_engines:sum", f"sum by ({fleet_by}) (instance_engine:vllm_kv_full:bool)"),
-        ("model_name:vllm_num_preemptions:rate5m",
-         f"sum by ({fleet_by}) (instance_engine:vllm_num_preemptions:rate5m)"),
+         per_model(f"{R}vllm_kv_used_blocks:round + {R}vllm_kv_free_blocks:sub")),
+        ("model_name:vllm_kv_free_blocks:sum", per_model(f"{R}vllm_kv_free_blocks:sub")),
+        ("model_name:vllm_num_requests_waiting:sum", per_model(f"{R}vllm_num_requests_waiting:max")),
+        ("model_name:vllm_kv_false_full_engines:sum", per_model(f"{R}vllm_kv_false_full:bool")),
+        ("model_name:vllm_kv_full_engines:sum", per_model(f"{R}vllm_kv_full:bool")),
+        (f"model_name:vllm_num_preemptions:rate{w}", per_model(f"{R}vllm_num_preemptions:rate{w}")),
     ]
     return [{"record": name, "expr": expr} for name, expr in r]
 
@@ -158,65 +229,133 @@ class Alert:
     for_: str
     severity: str
     summary: str
-    description: str  # may use {{ $labels.<name> }} only, so tests can render it
+    description: str  # Prometheus template: $labels, if/else/end, $value | humanize / humanizePercentage
 
 
-ENGINE = "{{ $labels.instance }} engine {{ $labels.engine }} ({{ $labels.model_name }})"
+# Which pod: namespace/pod in Kubernetes, the scrape address elsewhere.
+WHERE = "{{ if $labels.pod }}{{ $labels.namespace }}/{{ $labels.pod }}{{ else }}{{ $labels.instance }}{{ end }}"
+ENGINE = f"{WHERE} ({{{{ $labels.model_name }}}}, engine {{{{ $labels.engine }}}})"
+
+
+def _minutes(d: str) -> str:
+    s = parse_duration(d)
+    return f"{s / 60:g} minutes" if s >= 60 else f"{s:g} seconds"
 
 
 def alerts(cfg: Config) -> list[Alert]:
-    s = cfg.sel()
-    pct = round(cfg.full_usage * 100)
+    """The alerts, each with its own `unless` against the alert that explains it (one fault, one page)."""
+    me = cfg.by("model_name", "engine")
+    ded = cfg.dedup("model_name", "engine", "host")
+    pod = "cluster, namespace, pod, host"
+    w = WINDOW
+    full = f"{cfg.full_usage:g}"
+
+    def f(name: str, default: str) -> str:
+        return cfg.for_.get(name, default)
+
+    def engine(expr: str) -> str:
+        """Per engine, one series per pod whatever the number of scraping jobs, with `host`, unless the sidecar
+        says the target is down."""
+        return (f"max by ({ded}) (\n{_host(expr)}\n)\n"
+                f"unless on ({pod})\ninstance:vllm_headroom_target_down:bool")
+
+    storm = f"({R}vllm_preemptions_per_request:ratio{w} >= {cfg.preemption_ratio:g})"
+    pressure = (f"(\n  ({R}vllm_kv_usage_ratio:max_over_time{w} >= {full})\n  or on ({me})\n"
+                f"  ({R}vllm_num_preemptions:rate{w} > 0)\n)")
+    sidecar_id = cfg.by("target")
+    no_metrics = ('increase(vllm_headroom_scrape_errors_total{reason="no_vllm_metrics"}[' + w + "]) > 0")
+    t_ff, t_full, t_storm, t_over = (f("VLLMKVFalseFull", "5m"), f("VLLMKVCacheFull", "10m"),
+                                     f("VLLMPreemptionStorm", "5m"), f("VLLMKVOversubscribed", "15m"))
+    t_stuck, t_sleep, t_leak = f("VLLMSchedulerStuck", "5m"), f("VLLMEngineAsleepWithQueue", "10m"), \
+        f("VLLMKVBlockLeak", "15m")
+    t_sd, t_td, t_start, t_abs = (f("VLLMHeadroomSidecarDown", "5m"), f("VLLMHeadroomTargetDown", "5m"),
+                                  f("VLLMStartupSlow", "1m"), f("VLLMMetricsAbsent", "10m"))
+    limit = parse_duration(cfg.startup_limit)
     a = [
-        Alert("VLLMKVFalseFull", "instance_engine:vllm_kv_false_full:bool == 1", "5m", "warning",
+        Alert("VLLMKVFalseFull",
+              engine(f"{R}vllm_num_requests_waiting:max\nand on ({me})\n({R}vllm_kv_false_full:bool == 1)\n"
+                     f"unless on ({me})\n{R}vllm_stuck:bool\nunless on ({me})\n({R}vllm_engine_asleep:bool > 0)"),
+              t_ff, "warning",
               "vLLM requests wait although the KV cache has room (false-full).",
-              f"{ENGINE}: requests have waited for 5 minutes while KV usage stayed under {pct} % and the next "
-              "request's prompt fits in free blocks. Memory is not what holds them back: look at max_num_seqs slots, "
-              "max_num_batched_tokens, deferred (LoRA/grammar) requests or a stuck scheduler; "
+              f"{ENGINE}: {{{{ $value | humanize }}}} requests have waited for {_minutes(t_ff)} while KV usage stayed "
+              f"under {full} and the next request's prompt fits in free blocks. Memory is not what holds them back: "
+              "look at max_num_seqs slots, max_num_batched_tokens, deferred (LoRA/grammar) requests; "
               "the sidecar's vllm_headroom_verdict names the cause."),
-        Alert("VLLMKVCacheFull", "instance_engine:vllm_kv_full:bool == 1", "10m", "warning",
+        Alert("VLLMKVCacheFull",
+              engine(f"{R}vllm_num_requests_waiting:max\nand on ({me})\n({R}vllm_kv_full:bool == 1)\n"
+                     f"unless on ({me})\n{storm}"),
+              t_full, "warning",
               "vLLM's KV cache is truly full: requests wait for blocks.",
-              f"{ENGINE}: requests have waited for 10 minutes while KV usage is at or above {pct} % or the next "
-              "prompt does not fit in free blocks. Add KV memory or replicas, or lower max_model_len / max_num_seqs."),
-        Alert("VLLMPreemptionStorm", f"instance_engine:vllm_num_preemptions:rate5m > {cfg.preemption_storm_per_second}",
-              "5m", "critical", "vLLM is preempting requests continuously (KV thrash).",
-              f"{ENGINE}: more than {cfg.preemption_storm_per_second} preemptions per second over 5 minutes. "
-              "Running requests outgrow the KV pool and are recomputed; latency and throughput collapse."),
-        Alert("VLLMKVOversubscribed", "instance_engine:vllm_safe_headroom_requests:floor < 0", "15m", "warning",
-              "Running vLLM requests cannot all reach max_tokens: preemption ahead.",
-              f"{ENGINE}: running requests times worst-case blocks per request (p99 prompt + max_tokens) exceed "
-              "the usable KV blocks. If they run to max_tokens vLLM will preempt. Lower max_num_seqs or max_tokens, "
-              "or add KV memory."),
+              f"{ENGINE}: {{{{ $value | humanize }}}} requests have waited for {_minutes(t_full)} while KV usage "
+              f"reached {full} or the next prompt does not fit in free blocks. Add KV memory or replicas, or lower "
+              "max_model_len / max_num_seqs."),
+        Alert("VLLMPreemptionStorm", engine(f"{R}vllm_preemptions_per_request:ratio{w}\nand\n{storm}"),
+              t_storm, "critical", "vLLM preempts a large share of its requests (KV thrash).",
+              f"{ENGINE}: {{{{ $value | humanizePercentage }}}} preemptions per finished request over {w} "
+              f"(threshold {cfg.preemption_ratio:g}), for {_minutes(t_storm)}. Running requests outgrow the KV pool "
+              "and are recomputed; latency and throughput collapse."),
+        Alert("VLLMKVOversubscribed",
+              engine(f"{R}vllm_safe_headroom_requests:floor < 0\nand on ({me})\n{pressure}\nunless on ({me})\n{storm}"),
+              t_over, "warning", "vLLM's running requests outgrow the KV pool under pressure: preemption ahead.",
+              f"{ENGINE}: safe headroom {{{{ $value | humanize }}}} requests (running × worst-case blocks exceed the "
+              f"pool) with KV usage at {full} or preemptions, for {_minutes(t_over)}. Lower max_num_seqs or "
+              "max_tokens, or add KV memory."),
+        Alert("VLLMKVOversubscribed",
+              engine(f"{R}vllm_safe_headroom_requests:floor < 0\nunless on ({me})\n{pressure}"),
+              t_over, "info", "vLLM over-commits its KV pool (normal; no pressure yet).",
+              f"{ENGINE}: safe headroom {{{{ $value | humanize }}}} requests: if every running request reached "
+              f"max_tokens vLLM would preempt. No pressure now (usage under {full}, no preemptions)."),
         Alert("VLLMSchedulerStuck",
-              "instance_engine:vllm_num_requests_waiting:max > 0\nand\ninstance_engine:vllm_engine_steps:rate2m == 0",
-              "5m", "critical", "vLLM has queued requests but makes no engine steps.",
-              f"{ENGINE}: requests wait and the engine made no step for minutes (vllm:iteration_tokens_total_count "
-              "flat). The engine is stuck or asleep; requests will time out."),
+              engine(f"{R}vllm_num_requests_waiting_schedulable:max\nand on ({me})\n{R}vllm_stuck:bool"),
+              t_stuck, "critical", "vLLM has queued requests but makes no engine steps.",
+              f"{ENGINE}: {{{{ $value | humanize }}}} schedulable requests wait and the engine made no step for "
+              f"{w} plus {_minutes(t_stuck)} (vllm:iteration_tokens_total_count flat). Requests will time out."),
+        Alert("VLLMEngineAsleepWithQueue",
+              engine(f"{R}vllm_num_requests_waiting:max > 0\nand on ({me})\n({R}vllm_engine_asleep:bool > 0)"),
+              t_sleep, "warning", "vLLM is in sleep mode while requests wait.",
+              f"{ENGINE}: {{{{ $value | humanize }}}} requests wait while the engine sleeps (vllm:engine_sleep_state), "
+              f"for {_minutes(t_sleep)}. Wake it (POST /wake_up) or route elsewhere."),
         Alert("VLLMKVBlockLeak",
-              "instance_engine:vllm_kv_used_blocks:round > 0\n"
-              "and instance_engine:vllm_num_requests_running:max == 0\n"
-              "and instance_engine:vllm_num_requests_waiting:max == 0",
-              "15m", "warning", "vLLM keeps KV blocks in use with no request running.",
-              f"{ENGINE}: KV blocks have stayed in use for 15 minutes with nothing running or waiting. "
-              "Blocks are leaking (they are not free for new requests); restart the engine and report it."),
-        Alert("VLLMHeadroomSidecarDown", f"up{{{cfg.sidecar_up_selector}}} == 0", "5m", "warning",
-              "The vllm-headroom sidecar is not scraped.",
-              "Prometheus cannot scrape the vllm-headroom sidecar {{ $labels.instance }} (job {{ $labels.job }}): "
-              "verdict, admission headroom and max_num_seqs panels are empty. Rules from vLLM's metrics still work."),
-        Alert("VLLMHeadroomTargetDown", "vllm_headroom_up == 0", "3m", "critical",
-              "The vllm-headroom sidecar cannot scrape its vLLM.",
-              "The sidecar {{ $labels.instance }} (job {{ $labels.job }}) cannot scrape vLLM: vLLM is down, "
+              engine(f"{R}vllm_kv_used_blocks:round > 0\n"
+                     f"and on ({me}) {R}vllm_num_requests_running:max == 0\n"
+                     f"and on ({me}) {R}vllm_num_requests_waiting:max == 0"),
+              t_leak, "warning", "vLLM keeps KV blocks in use with no request running.",
+              f"{ENGINE}: {{{{ $value | humanize }}}} KV blocks have stayed in use for {_minutes(t_leak)} with nothing "
+              "running or waiting. Blocks are leaking (they are not free for new requests); restart the engine and "
+              "report it."),
+        # Recognised by what it exported lately (vllm_headroom_up), not by its job name.
+        Alert("VLLMHeadroomSidecarDown",
+              _host(f"up == 0\nand on ({cfg.by()})\ngroup by ({cfg.by()}) (last_over_time(vllm_headroom_up[6h]))"),
+              t_sd, "warning", "The vllm-headroom sidecar is not scraped.",
+              f"Prometheus cannot scrape the vllm-headroom sidecar of {WHERE} (job {{{{ $labels.job }}}}) for "
+              f"{_minutes(t_sd)}: verdict, admission headroom and max_num_seqs panels are empty. Rules from vLLM's "
+              "metrics still work."),
+        # Critical only once vLLM has been up since the sidecar started: loading weights is not an outage.
+        Alert("VLLMHeadroomTargetDown",
+              _host(f"vllm_headroom_up == 0\nand on ({sidecar_id})\n(vllm_headroom_target_seen_up == 1)\n"
+                    f"unless on ({sidecar_id})\n({no_metrics})"),
+              t_td, "critical", "vLLM stopped answering its sidecar after it had been up.",
+              f"The sidecar of {WHERE} cannot scrape vLLM for {_minutes(t_td)} after vLLM had been up: vLLM is down, "
               "unreachable or returns a broken exposition. /readyz of the sidecar says why."),
+        Alert("VLLMStartupSlow",
+              _host(f"vllm_headroom_up == 0\nand on ({sidecar_id})\n(vllm_headroom_target_seen_up == 0)\n"
+                    f"unless on ({sidecar_id})\n({no_metrics})\n"
+                    f"and on ({cfg.by()})\n(time() - process_start_time_seconds > {limit:g})"),
+              t_start, "warning", "vLLM has not come up since its pod started.",
+              f"{WHERE}: vLLM has not answered its sidecar once in the {_minutes(cfg.startup_limit)} since the pod "
+              "started (loading weights and compiling take 5-15 minutes for large models). Check vLLM's log for a "
+              "failed start."),
+        # vLLM recognised by what it exports: its API handlers, or the sidecar's no_vllm_metrics; one per pod.
         Alert("VLLMMetricsAbsent",
-              f"(\n  up{{{cfg.vllm_up_selector}}} == 1\n  unless on (job, instance)\n"
-              f"  vllm:num_requests_running{s}\n)\n"
-              "or\n"
-              '(\n  increase(vllm_headroom_scrape_errors_total{reason="no_vllm_metrics"}[5m]) > 0\n)',
-              "10m", "warning", "vLLM answers but exports no engine metrics (--disable-log-stats?).",
-              "{{ $labels.instance }} (job {{ $labels.job }}) is up but exports no vllm:* engine metrics. "
+              f"max by ({pod}) (\n" + _host(
+                  f"  group by ({cfg.by()}) (http_requests_total{{{API_HANDLERS}}})\n"
+                  f"  unless on ({cfg.by()})\n  group by ({cfg.by()}) (vllm:num_requests_running{cfg.sel()})\n"
+                  f"or\n  {no_metrics}") + "\n)",
+              t_abs, "warning", "vLLM answers but exports no engine metrics (--disable-log-stats?).",
+              f"{WHERE} serves vLLM's API but has exported no vllm:* engine metrics for {_minutes(t_abs)}. "
               "vLLM started with --disable-log-stats exports none: KV, queue and headroom are blind."),
     ]
-    return [Alert(x.name, x.expr, cfg.for_.get(x.name, x.for_), x.severity, x.summary, x.description) for x in a]
+    return a
 
 
 def anchor(name: str) -> str:
@@ -262,6 +401,78 @@ def prometheus_rule(cfg: Config) -> dict[str, Any]:
     }
 
 
-def render(template: str, labels: dict[str, str]) -> str:
-    """Prometheus' rendering of `{{ $labels.x }}` (missing labels render empty), for promtool expectations."""
-    return re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels.get(m.group(1), ""), template)
+# Alertmanager: the same one-fault-one-page policy for alerts that reach it from several rule evaluations.
+INHIBIT_EQUAL_POD = ["cluster", "namespace", "pod", "host"]
+
+
+def inhibit_rules() -> list[dict[str, Any]]:
+    engine = [*INHIBIT_EQUAL_POD, "model_name", "engine"]
+    return [
+        {"source_matchers": ['alertname="VLLMHeadroomTargetDown"'],
+         "target_matchers": ['alertname=~"VLLMKV.*|VLLMPreemptionStorm|VLLMSchedulerStuck|VLLMEngineAsleepWithQueue'
+                             '|VLLMMetricsAbsent"'],
+         "equal": INHIBIT_EQUAL_POD},
+        {"source_matchers": ['alertname="VLLMPreemptionStorm"'],
+         "target_matchers": ['alertname=~"VLLMKVCacheFull|VLLMKVOversubscribed"'], "equal": engine},
+        {"source_matchers": ['alertname="VLLMSchedulerStuck"'],
+         "target_matchers": ['alertname="VLLMKVFalseFull"'], "equal": engine},
+        {"source_matchers": ['alertname="VLLMKVOversubscribed"', 'severity="warning"'],
+         "target_matchers": ['alertname="VLLMKVOversubscribed"', 'severity="info"'], "equal": engine},
+    ]
+
+
+def alertmanager_example(receiver_url: str = "http://127.0.0.1:5001/") -> dict[str, Any]:
+    """A complete Alertmanager config around the inhibit rules (route by pod, info alerts to no receiver)."""
+    return {
+        "route": {
+            "receiver": "oncall",
+            "group_by": ["alertname", *INHIBIT_EQUAL_POD, "model_name", "engine"],
+            "group_wait": "30s", "group_interval": "5m", "repeat_interval": "4h",
+            "routes": [{"receiver": "null", "matchers": ['severity="info"']}],
+        },
+        "receivers": [{"name": "oncall", "webhook_configs": [{"url": receiver_url}]}, {"name": "null"}],
+        "inhibit_rules": inhibit_rules(),
+    }
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Prometheus' template rendering, enough for the annotations above (promtool expectations need exact text).
+
+
+def _go_g(v: float) -> str:
+    if math.isinf(v):
+        return "+Inf" if v > 0 else "-Inf"
+    if math.isnan(v):
+        return "NaN"
+    return f"{v:.4g}".replace("e+0", "e+").replace("e-0", "e-")
+
+
+def humanize(v: float) -> str:
+    if v == 0 or math.isnan(v) or math.isinf(v):
+        return _go_g(v)
+    prefix = ""
+    if abs(v) >= 1:
+        for p in ("k", "M", "G", "T", "P", "E", "Z", "Y"):
+            if abs(v) < 1000:
+                break
+            prefix, v = p, v / 1000
+    else:
+        for p in ("m", "u", "n", "p", "f", "a", "z", "y"):
+            if abs(v) >= 1:
+                break
+            prefix, v = p, v * 1000
+    return _go_g(v) + prefix
+
+
+def render(template: str, labels: dict[str, str], value: float | None = None) -> str:
+    """Render the subset of Prometheus' alert templates the bundle uses."""
+
+    def cond(m: re.Match[str]) -> str:
+        return m.group(2) if labels.get(m.group(1)) else m.group(3)
+
+    out = re.sub(r"\{\{ if \$labels\.(\w+) \}\}(.*?)\{\{ else \}\}(.*?)\{\{ end \}\}", cond, template)
+    out = re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels.get(m.group(1), ""), out)
+    if value is not None:
+        out = out.replace("{{ $value | humanize }}", humanize(value))
+        out = out.replace("{{ $value | humanizePercentage }}", _go_g(value * 100) + "%")
+    return out

@@ -68,6 +68,9 @@ class HeadroomCollector(Collector):
 
     def __init__(self, targets: Sequence[Target]) -> None:
         self.targets = targets
+        # Targets (by URL) seen up since this process started: lets the alerts tell a vLLM still loading its
+        # weights from one that went down after serving.
+        self.seen_up: set[str] = set()
 
     def describe(self) -> Iterable[GaugeMetricFamily]:
         return []  # collect() is cheap but needs live targets; skip registration-time collection
@@ -107,9 +110,14 @@ class HeadroomCollector(Collector):
             labels=[*el, "reason"])
         info_rows: list[tuple[dict[str, str], float]] = []
 
+        seen_up = GaugeMetricFamily(P + "target_seen_up", "1 once a scrape of the target has succeeded since the "
+                                    "sidecar started, 0 before (vLLM still loading).", labels=tl)
         for t in self.targets:
             r = t.last
             up.add_metric(tv(t), 1.0 if r.up else 0.0)
+            if r.up:
+                self.seen_up.add(t.settings.url)
+            seen_up.add_metric(tv(t), 1.0 if t.settings.url in self.seen_up else 0.0)
             if r.scrape_duration_seconds is not None:
                 duration.add_metric(tv(t), r.scrape_duration_seconds)
             for reason in SCRAPE_ERROR_REASONS:
@@ -150,6 +158,7 @@ class HeadroomCollector(Collector):
                     row[key + "_source"] = str(val["source"])
                 info_rows.append((row, 1.0))
         yield up
+        yield seen_up
         yield duration
         yield errors
         # A family with no samples (e.g. byte figures without --model-config) would only advertise a name.

@@ -122,3 +122,29 @@ def test_values_file_documents_every_key() -> None:
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     schema = json.loads((CHART / "values.schema.json").read_text())
     assert set(values) == set(schema["properties"]) - {"global"}
+
+
+def test_schema_refuses_two_scrape_paths(helm: Helm) -> None:
+    """PodMonitor and ServiceMonitor together would scrape every pod twice."""
+    both = {"podMonitor": {"enabled": True}, "serviceMonitor": {"enabled": True}}
+    assert helm(both)["schema_error"]
+    assert helm({"podMonitor": {"enabled": False}, "serviceMonitor": {"enabled": True}})["schema_error"] is None
+
+
+def test_relabel_knobs_reach_both_endpoints(helm: Helm) -> None:
+    relabel = [{"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node"}]
+    drop = [{"sourceLabels": ["__name__"], "regex": "http_request_size_bytes.*", "action": "drop"}]
+    docs = objects(helm({"podMonitor": {"relabelings": relabel, "metricRelabelings": drop, "honorLabels": True}}))
+    endpoints = find(docs, "PodMonitor")["spec"]["podMetricsEndpoints"]
+    assert len(endpoints) == 2
+    for e in endpoints:
+        assert e["relabelings"][1:] == relabel and e["relabelings"][0]["targetLabel"] == "job"
+        assert e["metricRelabelings"] == drop and e["honorLabels"] is True
+    plain = find(objects(helm({})), "PodMonitor")["spec"]["podMetricsEndpoints"]
+    assert all("metricRelabelings" not in e and "honorLabels" not in e for e in plain)
+
+
+def test_monitoring_objects_can_be_left_to_another_release(helm: Helm) -> None:
+    """One release per cluster ships the rules and dashboards; the others turn them off."""
+    docs = objects(helm({"prometheusRule": {"enabled": False}, "dashboards": {"enabled": False}}))
+    assert {d["kind"] for d in docs} == {"PodMonitor", "Service"}

@@ -1,8 +1,9 @@
-"""The kustomize and Helm trees hold byte-identical copies of the monitoring bundle (deploy/sync-monitoring)."""
+"""The kustomize and Helm trees carry the monitoring bundle written by the one generator (`make generate`)."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -11,32 +12,50 @@ from typing import Any
 
 import yaml
 
+from grafana import generate
+from grafana.config import Config
+
 from .conftest import DEPLOY, ROOT, Doc, find
 
-RULE_SOURCES = sorted((ROOT / "deploy/prometheus/kubernetes").glob("*.yaml"))
-DASHBOARD_SOURCES = sorted((ROOT / "grafana/dashboards").glob("*.json"))
-
-
-def test_sources_exist() -> None:
-    assert RULE_SOURCES, "deploy/prometheus/kubernetes/*.yaml (the generated PrometheusRule) is missing"
-    assert DASHBOARD_SOURCES, "grafana/dashboards/*.json is missing"
-
-
-def test_copies_are_fresh() -> None:
-    proc = subprocess.run([sys.executable, str(DEPLOY / "sync-monitoring"), "--check"], capture_output=True,
-                          text=True, timeout=60)
-    assert proc.returncode == 0, f"stale copies, run deploy/sync-monitoring:\n{proc.stderr}"
+Helm = Callable[[dict[str, Any]], dict[str, Any]]
 
 
 def _source_rule() -> Doc:
-    rules = [yaml.safe_load(p.read_text()) for p in RULE_SOURCES]
-    assert len(rules) == 1 and rules[0]["kind"] == "PrometheusRule"
-    rule: Doc = rules[0]
+    rule: Doc = yaml.safe_load((ROOT / generate.PROMETHEUS_RULE).read_text())
+    assert rule["kind"] == "PrometheusRule"
     return rule
 
 
 def _dashboards() -> dict[str, Any]:
-    return {p.name: json.loads(p.read_text()) for p in DASHBOARD_SOURCES}
+    return {p.name: json.loads(p.read_text()) for p in sorted((ROOT / "grafana/dashboards").glob("*.json"))}
+
+
+def test_every_generated_copy_is_fresh() -> None:
+    proc = subprocess.run([sys.executable, "-m", "grafana.generate", "--check"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, f"stale generated files, run `make generate`:\n{proc.stderr}"
+
+
+def test_the_old_sync_command_runs_the_generator() -> None:
+    proc = subprocess.run([str(DEPLOY / "sync-monitoring"), "--check"], capture_output=True, text=True, timeout=300,
+                          env={"PYTHON": sys.executable, "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_check_detects_a_stale_and_a_leftover_copy(tmp_path: Path) -> None:
+    """--check fails on an edited Helm copy and on a file the generator no longer writes; a write fixes both."""
+    for rel in generate.outputs():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / rel, tmp_path / rel)
+    assert generate.stale(tmp_path) == []
+    copy = tmp_path / generate.HELM_FILES / "dashboards" / "vllm-kv-admission.json"
+    copy.write_text(copy.read_text() + "\n")
+    leftover = tmp_path / generate.KUSTOMIZE / "dashboards" / "old.json"
+    leftover.write_text("{}")
+    assert generate.stale(tmp_path) == sorted([str(copy.relative_to(tmp_path)), str(leftover.relative_to(tmp_path))])
+    assert generate.main(["--check", "--root", str(tmp_path)]) == 1
+    generate.write(tmp_path)
+    assert generate.stale(tmp_path) == [] and not leftover.exists()
 
 
 def test_kustomize_objects_carry_the_bundle(kustomize: Callable[[str], list[Doc]]) -> None:
@@ -49,7 +68,7 @@ def test_kustomize_objects_carry_the_bundle(kustomize: Callable[[str], list[Doc]
     assert {k: json.loads(v) for k, v in cm["data"].items()} == _dashboards()
 
 
-def test_helm_objects_carry_the_bundle(helm: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+def test_helm_objects_carry_the_bundle(helm: Helm) -> None:
     from .test_helm import objects
 
     docs = objects(helm({}))
@@ -59,21 +78,15 @@ def test_helm_objects_carry_the_bundle(helm: Callable[[dict[str, Any]], dict[str
     assert {k: json.loads(v) for k, v in cm["data"].items()} == _dashboards()
 
 
-def test_sync_detects_a_stale_copy(tmp_path: Path) -> None:
-    """--check fails on an edited copy (run on a scratch clone of the files it reads and writes)."""
-    for rel in ("deploy/sync-monitoring", "deploy/prometheus/kubernetes", "grafana/dashboards",
-                "deploy/kubernetes/components/monitoring", "deploy/helm/vllm-headroom/files"):
-        src, dst = ROOT / rel, tmp_path / rel
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        if src.is_dir():
-            subprocess.run(["cp", "-r", str(src), str(dst)], check=True)
-        else:
-            dst.write_bytes(src.read_bytes())
-    script = [sys.executable, str(tmp_path / "deploy/sync-monitoring")]
-    assert subprocess.run([*script, "--check"], capture_output=True).returncode == 0
-    copy = next((tmp_path / "deploy/helm/vllm-headroom/files/dashboards").glob("*.json"))
-    copy.write_text(copy.read_text() + "\n")
-    proc = subprocess.run([*script, "--check"], capture_output=True, text=True)
-    assert proc.returncode == 1 and copy.name in proc.stderr
-    assert subprocess.run(script, capture_output=True).returncode == 0
-    assert subprocess.run([*script, "--check"], capture_output=True).returncode == 0
+def test_helm_values_reach_the_prometheusrule(helm: Helm) -> None:
+    """Thresholds and the runbook base URL are templated into the chart's rules, not a frozen copy."""
+    from grafana.rules import prometheus_rule
+
+    from .test_helm import objects
+
+    url = "https://wiki.example/vllm/runbook"
+    docs = objects(helm({"thresholds": {"fullUsage": 0.9}, "prometheusRule": {"runbookBaseUrl": url}}))
+    want = prometheus_rule(Config(full_usage=0.9, runbook_url=url))["spec"]
+    got = find(docs, "PrometheusRule")["spec"]
+    assert got == want
+    assert got != _source_rule()["spec"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import promql_parser
@@ -11,12 +12,13 @@ import yaml
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from exporter.core.units import parse_duration
 from exporter.expose.server import Sidecar
 from exporter.pipeline.target import Settings, one_shot
 from grafana import generate
 from grafana.config import DEFAULT
 from grafana.dashboards import dashboards
-from grafana.promtool_tests import cases
+from grafana.promtool_tests import cases, twins
 from grafana.rules import alerts, anchor, rule_groups
 from tests import fixtures
 from tests.monitoring.promql import dashboard_queries, metric_names, require, rules, substitute
@@ -24,8 +26,11 @@ from tests.monitoring.promql import dashboard_queries, metric_names, require, ru
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "vllm-0.32.0"
 REQUIRED_ALERTS = {"VLLMKVFalseFull", "VLLMKVCacheFull", "VLLMPreemptionStorm", "VLLMKVOversubscribed",
-                   "VLLMSchedulerStuck", "VLLMKVBlockLeak", "VLLMHeadroomSidecarDown", "VLLMHeadroomTargetDown",
-                   "VLLMMetricsAbsent"}
+                   "VLLMSchedulerStuck", "VLLMEngineAsleepWithQueue", "VLLMKVBlockLeak", "VLLMHeadroomSidecarDown",
+                   "VLLMHeadroomTargetDown", "VLLMStartupSlow", "VLLMMetricsAbsent"}
+# Names the rules read that the recorded vLLM 0.32.0 does not export: older versions' (see
+# ../shared/reference/vllm-metrics-and-admission.md) and Prometheus' own.
+OLDER_VERSIONS = {"vllm:gpu_cache_usage_perc"}  # V0 and V1 <= 0.10 (hidden in 0.11, gone from 0.12)
 
 
 def test_generated_files_match_the_generator() -> None:
@@ -55,30 +60,75 @@ def test_prometheusrule_carries_the_plain_rules() -> None:
 def test_alerts_are_complete_and_link_the_runbook() -> None:
     runbook = (ROOT / "docs" / "runbook.md").read_text()
     headings = {anchor(h) for h in re.findall(r"^#{2,3} (\S+)\s*$", runbook, re.M)}
-    groups = rule_groups(DEFAULT)["groups"]
-    found = {r["alert"]: r for g in groups for r in g["rules"] if "alert" in r}
-    assert set(found) >= REQUIRED_ALERTS
-    for name, r in found.items():
+    found = [r for g in rule_groups(DEFAULT)["groups"] for r in g["rules"] if "alert" in r]
+    assert {r["alert"] for r in found} == REQUIRED_ALERTS
+    for r in found:
+        name = r["alert"]
         assert re.fullmatch(r"\d+[smh]", r["for"]), name
         assert r["labels"]["severity"] in {"critical", "warning", "info"}, name
-        assert r["annotations"]["summary"] and "{{ $labels." in r["annotations"]["description"], name
+        assert r["annotations"]["summary"], name
+        assert "$labels.pod" in r["annotations"]["description"] or "$labels.instance" in r["annotations"]["description"]
         url = r["annotations"]["runbook_url"]
         assert url.startswith(DEFAULT.runbook_url + "#"), name
         assert url.split("#")[1] in headings, f"{name}: no heading for {url} in docs/runbook.md"
-        for section in ("Meaning", "Confirm", "Fix"):
-            body = runbook.split(f"## {name}", 1)[1].split("\n## ", 1)[0]
+        body = runbook.split(f"## {name}", 1)[1].split("\n## ", 1)[0]
+        for section in ("Urgency", "Meaning", "Confirm", "Fix"):
             assert f"**{section}**" in body, f"runbook section {name} lacks {section}"
+    engine_alerts = [r for r in found if "model_name" in r["annotations"]["description"]]
+    assert all("$value" in r["annotations"]["description"] for r in engine_alerts)
 
 
-def test_every_alert_fires_in_one_case_and_stays_silent_in_another() -> None:
-    fired = {a for c in cases() for a in c.fires}
-    silent = {a for c in cases() for a in c.silent}
+def test_every_alert_fires_in_one_case_and_each_case_has_a_quiet_twin() -> None:
     names = {a.name for a in alerts(DEFAULT)}
+    fired = {e.alert for c in cases() for e in c.fires}
     assert names == fired, f"alerts without a firing case: {names - fired}"
-    assert names == silent, f"alerts without a silent case: {names - silent}"
+    for firing, quiet in twins():
+        assert firing.fires, firing.name
+        assert {(e.alert, e.severity) for e in firing.fires} != {(e.alert, e.severity) for e in quiet.fires}, \
+            (firing.name, quiet.name)
     titles = " ".join(c.name for c in cases())
-    for must in ("26 %", "healthy busy", "truly full"):
-        assert must in titles
+    for must in ("double scrape", "two clusters", "two models", "data-parallel", "counter reset", "6-minute reload",
+                 "--disable-log-stats under an operator job name", "oscillating 0.79/0.81", "idle 0.10-style",
+                 "healthy over-commit", "preemption storm", "0.8-style", "nothing finished"):
+        assert must in titles, must
+    suite = yaml.safe_load((ROOT / generate.RULE_TESTS).read_text())
+    assert {t["interval"] for t in suite["tests"]} == {"15s", "30s", "60s"}
+    assert len(suite["tests"]) == 3 * len(cases())
+
+
+def test_every_range_window_holds_four_samples_at_60s() -> None:
+    for r in rules():
+        for rng in re.findall(r"\[(\w+)\]", r["expr"]):
+            assert parse_duration(rng) >= 4 * 60, (r.get("record") or r.get("alert"), rng)
+
+
+def test_amtool_accepts_the_inhibit_rules() -> None:
+    for path in (generate.ALERTMANAGER_EXAMPLE,):
+        done = subprocess.run([require("amtool"), "check-config", str(ROOT / path)], capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout + done.stderr
+    snippet = yaml.safe_load((ROOT / generate.INHIBIT).read_text())
+    example = yaml.safe_load((ROOT / generate.ALERTMANAGER_EXAMPLE).read_text())
+    assert snippet["inhibit_rules"] == example["inhibit_rules"]
+    sources = {m for r in snippet["inhibit_rules"] for m in r["source_matchers"]}
+    assert 'alertname="VLLMHeadroomTargetDown"' in sources and 'alertname="VLLMPreemptionStorm"' in sources
+
+
+def test_sidecar_exports_whether_its_target_was_ever_up() -> None:
+    """The start-up rule needs it: 0 while vLLM loads, 1 from the first good scrape on, even after it goes down."""
+    from prometheus_client import CollectorRegistry
+
+    from exporter.expose.collector import HeadroomCollector
+
+    scenario = "false-full"
+    t = one_shot(Settings(f"http://{scenario}:8000", vllm_args=fixtures.vllm_argv(scenario), discover_cmdline=False))
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(HeadroomCollector([t]))
+    assert reg.get_sample_value("vllm_headroom_target_seen_up") == 0
+    t.last = t.observe(1.0, fixtures.snapshot(scenario))
+    assert reg.get_sample_value("vllm_headroom_target_seen_up") == 1
+    t.last = replace(t.last, up=False)
+    assert reg.get_sample_value("vllm_headroom_up") == 0
+    assert reg.get_sample_value("vllm_headroom_target_seen_up") == 1
 
 
 def test_recording_rule_names_are_level_metric_operation() -> None:
@@ -102,13 +152,15 @@ def test_dashboards_are_well_formed() -> None:
     assert set(ds) == {"vllm-kv-admission", "vllm-kv-fleet"}
     assert len({d["title"] for d in ds.values()}) == 2
     adm = ds["vllm-kv-admission"]
-    variables = {v["name"] for v in adm["templating"]["list"]}
-    assert {"datasource", "namespace", "job", "instance", "model_name", "engine"} <= variables
+    variables = {v["name"]: v for v in adm["templating"]["list"]}
+    assert set(variables) == {"datasource", "cluster", "namespace", "pod", "job", "model_name", "engine"}
+    assert "$namespace" in variables["pod"]["query"] and "$cluster" in variables["pod"]["query"]
     types = {p["type"] for p in adm["panels"]}
     assert {"stat", "timeseries", "state-timeline", "table", "text"} <= types
     assert any("runbook.md" in p.get("options", {}).get("content", "") for p in adm["panels"] if p["type"] == "text")
     for uid, d in ds.items():
-        assert d["schemaVersion"] >= 39, uid  # Grafana 11+
+        assert d["schemaVersion"] == 39, uid  # Grafana 11.0, the oldest the README promises
+        assert d["graphTooltip"] == 1, uid  # shared crosshair
         defined = {v["name"] for v in d["templating"]["list"]}
         ids = [p["id"] for p in d["panels"]]
         assert len(ids) == len(set(ids)), uid
@@ -119,13 +171,35 @@ def test_dashboards_are_well_formed() -> None:
             assert p["targets"] and p.get("description"), (uid, p["title"])
             refs = [t["refId"] for t in p["targets"]]
             assert len(refs) == len(set(refs)), (uid, p["title"])
+            if p["type"] == "timeseries":
+                assert p["options"]["tooltip"]["mode"] == "multi", (uid, p["title"])
             for t in p["targets"]:
                 used = set(re.findall(r"\$\{?([a-z_]+)", t["expr"])) - {"__rate_interval", "__range", "__interval"}
                 assert used <= defined, (uid, p["title"], used - defined)
                 if "vllm_headroom_" in t["expr"]:
                     assert "Needs the vllm-headroom sidecar" in p["description"], (uid, p["title"])
+                    assert 'pod=~"$pod"' in t["expr"], (uid, p["title"])  # the one pod picker reaches the sidecar
+                if "model_name:" in t["expr"].split("{")[0]:
+                    assert "job=~" not in t["expr"], (uid, p["title"])  # per-model rules carry no job
+                if "legendFormat" in t and "/{{engine}}" in t["legendFormat"]:
+                    assert "{{pod}}" in t["legendFormat"], (uid, p["title"])
     fleet_exprs = " ".join(t["expr"] for p in ds["vllm-kv-fleet"]["panels"] for t in p.get("targets", []))
     assert "vllm_headroom_" not in fleet_exprs  # the fleet view works from the recording rules alone
+    by_title = {p["title"]: p for p in adm["panels"]}
+    verdict = by_title["Verdict"]["fieldConfig"]["defaults"]["mappings"][0]["options"]
+    assert verdict["stuck"]["color"] != "green" and verdict["ok"]["color"] == "green"
+    assert set(verdict) == {"ok", "kv_full", "slots_full", "preempting", "head_of_line", "deferred", "stuck", "leak",
+                            "target_down"}
+    main = next(p for t, p in by_title.items() if t.startswith("Waiting vs admission headroom"))
+    exprs = " ".join(t["expr"] for t in main["targets"])
+    assert "kv_free_blocks" not in exprs  # free blocks (tens of thousands) get their own panel
+    assert "admission_headroom" in exprs and "worst_case_blocks" in exprs and "waiting" in exprs
+    assert any("kv_free_blocks" in t["expr"] for p in adm["panels"] for t in p.get("targets", []))
+    steps = [s["value"] for o in main["fieldConfig"]["overrides"] for prop in o["properties"]
+             if prop["id"] == "thresholds" for s in prop["value"]["steps"]]
+    assert DEFAULT.full_usage in steps
+    symptom = " ".join(t["expr"] for p in adm["panels"] for t in p.get("targets", []))
+    assert "vllm:request_queue_time_seconds_bucket" in symptom and "vllm:time_to_first_token_seconds_bucket" in symptom
 
 
 def _recorded_names() -> set[str]:
@@ -148,7 +222,7 @@ def _recorded_names() -> set[str]:
 
 
 def test_every_metric_name_exists_in_a_recorded_exposition() -> None:
-    recorded = _recorded_names() | {"up"}  # `up` is Prometheus' own
+    recorded = _recorded_names() | {"up"} | OLDER_VERSIONS  # `up` is Prometheus' own
     assert "vllm:num_preemptions_total" in recorded and "vllm_headroom_scrape_errors_total" in recorded
     produced = {r["record"] for r in rules() if "record" in r}
     exprs = [r["expr"] for r in rules()] + [substitute(e) for _u, _t, e in dashboard_queries()]

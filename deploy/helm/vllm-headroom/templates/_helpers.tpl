@@ -88,17 +88,37 @@ spec:
   path: /metrics
   interval: {{ $m.interval }}
   scrapeTimeout: {{ $m.scrapeTimeout }}
+  {{- with $m.honorLabels }}
+  honorLabels: {{ . }}
+  {{- end }}
   relabelings:
     - targetLabel: job
       replacement: vllm-headroom
+    {{- with $m.relabelings }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+  {{- with $m.metricRelabelings }}
+  metricRelabelings:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
 {{- if $m.scrapeVllm }}
 - port: {{ .vllmPort }}
   path: /metrics
   interval: {{ $m.interval }}
   scrapeTimeout: {{ $m.scrapeTimeout }}
+  {{- with $m.honorLabels }}
+  honorLabels: {{ . }}
+  {{- end }}
   relabelings:
     - targetLabel: job
       replacement: vllm
+    {{- with $m.relabelings }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+  {{- with $m.metricRelabelings }}
+  metricRelabelings:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
 {{- end }}
 {{- end -}}
 

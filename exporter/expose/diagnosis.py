@@ -9,9 +9,10 @@ from __future__ import annotations
 from typing import Any
 
 from .. import __version__
-from ..pipeline.config import value
+from ..core import defaults
 from ..pipeline.target import EngineGap, EngineReport, TargetReport
 from ..pipeline.verdict import Verdict
+from ..planning import advice
 from . import headline
 
 SCHEMA_VERSION = 1
@@ -27,10 +28,36 @@ def _pct(x: float) -> str:
 
 
 def _profile_text(e: EngineReport) -> str:
-    if e.prompt is None:
-        return "no finished request yet, so a prompt is taken as one block"
-    basis = {"window": "over the window", "lifetime": "since start", "max_model_len": "max_model_len"}
-    return f"prompt p-quantile {e.prompt.tokens} tokens {basis.get(e.prompt.basis, e.prompt.basis)}"
+    p = e.prompt
+    if p is None:
+        return "no finished request yet and max_model_len unknown, so a prompt is taken as one block"
+    if p.basis == "in_flight":
+        return f"no finished request yet: {p.tokens} prompt tokens computed per request started"
+    if p.basis == "max_model_len":
+        return f"no finished request yet: a prompt may be as long as max_model_len ({p.tokens} tokens)"
+    basis = {"window": "over the window", "lifetime": "since start"}
+    rng = "" if p.lower is None or p.upper is None else f", between {p.lower} and {p.upper}"
+    return f"prompt p-quantile {p.tokens} tokens{rng} {basis.get(p.basis, p.basis)}, {p.samples} requests"
+
+
+def profile_text(e: EngineReport) -> str:
+    """How many finished requests back the profile, over which window, and whether it is used."""
+    q = e.profile
+    if q is None:
+        return "no request profile"
+    if q.samples == 0:
+        base = "no finished request backs the profile"
+    else:
+        span = {"window": f"over the last {q.span:.0f} s" if q.span is not None else "over the window",
+                "lifetime": "since the server started" + ("" if e.gauges_only else " (none finished in the window)"),
+                }.get(q.basis, q.basis)
+        base = f"{q.samples} finished requests {span}"
+    if q.thin:
+        base += f"; thin (< {defaults.PROFILE_MIN_REQUESTS}): worst case taken at max_model_len"
+    if q.stale:
+        base += (f"; stale: requests in flight hold {q.held_blocks_per_running} blocks each, more than the profile's "
+                 f"{e.headroom.worst_case_blocks_profile_only}: worst case floored by them")
+    return base
 
 
 def explain(e: EngineReport) -> str:
@@ -41,15 +68,23 @@ def explain(e: EngineReport) -> str:
     v = e.verdict
     if v is Verdict.SLOTS_FULL:
         if e.slots_inferred:
+            cap = e.max_num_seqs or e.running
             return (f"{used}, {e.running} requests run and {e.waiting} wait although {h.kv_free_blocks} blocks are "
-                    "free, enough for the longest prompt vLLM has served or with running pinned at its maximum: "
-                    f"most likely all slots of a max_num_seqs of {e.running} are taken (max_num_seqs is not known; "
+                    f"free: all slots of an inferred max_num_seqs of {cap} are taken (not stated; inferred as the "
+                    "highest running count seen while requests waited beside free blocks, outside preemption; "
                     "supply it to confirm). Requests wait for a slot, not for memory.")
         return (f"{used}, but all {e.max_num_seqs} slots{slots} are taken; {e.waiting} requests wait for a slot, "
                 f"not for memory ({h.kv_free_blocks} of {h.kv_capacity_blocks} blocks are free).")
     if v is Verdict.KV_FULL:
         return (f"{used}: {h.kv_free_blocks} blocks are free and the next request needs about {h.prompt_blocks} "
                 f"({_profile_text(e)}); {e.waiting} requests wait for KV cache.")
+    if v is Verdict.PREEMPTING and e.preemption_inferred:
+        how = ("no block is free while requests decode and others wait: the next block vLLM needs preempts the "
+               "newest running request" if h.kv_free_blocks == 0 else
+               "running fell and waiting rose while no request finished: a running request went back to the queue")
+        return (f"Preemption inferred from the gauges ({how}); vLLM counts a preemption only when the preempted "
+                f"request produces its next token, so num_preemptions_total may rise a scrape or more later. "
+                f"{used}, {e.running} running, {e.waiting} waiting.")
     if v is Verdict.PREEMPTING:
         rate = "" if not e.preemptions_per_second else f" ({e.preemptions_per_second:.2f}/s)"
         return (f"vLLM is preempting running requests{rate}: {e.running} running requests that each grow to "
@@ -66,62 +101,84 @@ def explain(e: EngineReport) -> str:
     if v is Verdict.STUCK:
         return (f"{e.waiting} requests wait and the engine has made no step for a while (or is asleep); "
                 f"{used}. The scheduler is not making progress.")
+    if v is Verdict.LEAK and e.suspected:
+        return (f"Suspected leak: {h.kv_used_blocks} blocks are in use although nothing runs or waits. One "
+                "observation cannot show whether they stay in use; the sidecar reports a leak once it lasts "
+                "--verdict.leak-after.")
     if v is Verdict.LEAK:
         return (f"{h.kv_used_blocks} blocks stay in use although nothing runs or waits: blocks are not being "
                 "returned to the pool.")
+    if v is Verdict.BUDGET_FULL:
+        b = e.budget
+        per = "" if b is None or b.prompt_tokens_per_step is None else f"{b.prompt_tokens_per_step:,.0f} of "
+        budget = "" if b is None else (f"{b.max_num_batched_tokens:,} tokens "
+                                       f"({'assumed: vLLM default' if b.source == 'default' else b.source})")
+        return (f"{used}, {h.kv_free_blocks} blocks and free slots, yet {e.waiting} requests wait: running prefills "
+                f"use {per}the step's token budget of {budget} (max_num_batched_tokens). vLLM schedules running "
+                "requests first and admits waiting ones only while budget is left.")
+    if v is Verdict.NEVER_FITS:
+        wmax = h.worst_case_blocks_max_model_len
+        sure = (" One observation: it may also be the moment between two steps; a second look confirms."
+                if e.suspected else "")
+        return (f"Nothing runs and all {h.kv_capacity_blocks} blocks are free, yet {e.waiting} requests wait: the "
+                f"request at the head of the queue needs more blocks than the whole pool (max_model_len needs "
+                f"{wmax} blocks, the pool has {h.kv_capacity_blocks}). vLLM admits in order, so it and every "
+                f"request behind it wait forever.{sure}")
+    if v is Verdict.TRANSIENT:
+        return (f"{used}, {h.kv_free_blocks} blocks are free (a typical request needs {h.prompt_blocks}) and "
+                f"{e.waiting} requests wait: in one observation this is most often the moment between two engine "
+                "steps (vLLM admits them at the next step). If it persists, the head of the queue is larger than "
+                "the free blocks or prefills use up the token budget: watch it with `serve` or diagnose again.")
     return (f"Nothing is held back: {used}, {e.running} running, {e.waiting} waiting; room for "
             f"{h.admission_headroom_requests} more requests now and {max(h.safe_headroom_requests, 0)} more "
             "that could each reach max_tokens without preemption.")
 
 
 def actions(e: EngineReport) -> list[str]:
-    """Concrete changes an operator can make, most useful first."""
-    h = e.headroom
-    out: list[str] = []
-    cfg_len = value(e.config.max_model_len)
-    fits = h.max_concurrency_profile
-    if e.verdict is Verdict.SLOTS_FULL:
-        current = e.max_num_seqs or e.running
-        if fits > current:
-            out.append(f"raise max_num_seqs from {current} to {fits}: the pool holds {fits} requests of the observed "
-                       f"worst case ({h.worst_case_blocks_profile} blocks each) without preemption")
-        else:
-            out.append(f"the pool holds only {fits} worst-case requests, so more slots would preempt: add replicas")
-    if e.verdict in (Verdict.KV_FULL, Verdict.PREEMPTING):
-        observed = None if e.max_tokens is None or e.prompt is None else e.prompt.tokens + e.max_tokens.tokens
-        if observed is not None and cfg_len and observed < cfg_len:
-            out.append(f"lower max_model_len from {cfg_len} towards the observed p-quantile of {observed} tokens "
-                       "(prompt + max_tokens)")
-        out.append("add KV capacity: raise gpu_memory_utilization, use an fp8 KV cache, more tensor parallelism, "
-                   "or more replicas")
-    oversubscribed = e.max_num_seqs is not None and e.max_num_seqs > fits
-    if e.verdict is Verdict.PREEMPTING or h.safe_headroom_requests < 0 or oversubscribed:
-        out.append(f"expect preemption above {fits} concurrent requests (each can grow to "
-                   f"{h.worst_case_blocks_profile} blocks of {h.kv_capacity_blocks}): set max_num_seqs to "
-                   f"{max(fits, 1)} or cap max_tokens")
+    """Concrete changes an operator can make, most useful first (settings from the one advice engine)."""
+    out = [a.text() for a in advice.advise(e)]
     if e.verdict is Verdict.HEAD_OF_LINE:
-        out.append("check max_num_batched_tokens and long prompts: enable chunked prefill, raise "
-                   "max_num_batched_tokens, or route very long prompts to a separate pool")
+        out.append("route very long prompts to a separate pool or lower max_model_len; the head needs its whole "
+                   "uncached prompt in free blocks (vLLM >= 0.19)")
     if e.verdict is Verdict.DEFERRED:
         out.append("raise max_loras, pre-compile grammars, or check the KV-transfer connector")
     if e.verdict is Verdict.STUCK:
         out.append("check the engine log and the engine_sleep_state metric; restart the pod if the engine is hung")
     if e.verdict is Verdict.LEAK:
         out.append("report the vLLM version; restart the pod to reclaim the blocks")
-    if e.max_num_seqs is None:
+    known = e.config.max_num_seqs
+    if known is None or known.source == "inferred":
         out.append(HOW_TO_SUPPLY)
+    return out
+
+
+def notes(e: EngineReport) -> list[str]:
+    """What the numbers rest on: one observation, inferred values, the profile's backing."""
+    h = e.headroom
+    out: list[str] = []
+    if e.gauges_only:
+        out.append("judged from one observation: no rates or hold times; it can show an exhausted pool, slots "
+                   "taken, a suspected leak or a head that can never fit, but not whether a wait beside free room "
+                   "lasts (transient) nor preemptions over time; false_full is judged without its hold time")
+    if e.suspected:
+        out.append(f"{e.verdict} is suspected from one observation, not confirmed")
+    if e.preemption_inferred:
+        out.append("preemption inferred from the gauges: vLLM's num_preemptions_total counts it late")
+    known = e.config.max_num_seqs
+    if known is not None and known.source == "inferred":
+        out.append(f"max_num_seqs {known.value} is inferred (highest running count beside free room, outside "
+                   "preemption), used for slot and admission headroom alike")
+    out.append("request profile: " + profile_text(e))
+    if h.hybrid:
+        out.append("hybrid KV layout (several KV groups): capacity per request comes from vLLM's own "
+                   "kv_cache_max_concurrency rather than from block arithmetic")
     return out
 
 
 def engine_json(e: EngineReport) -> dict[str, Any]:
     h = e.headroom
-    notes: list[str] = []
-    if e.gauges_only:
-        notes.append("judged from one observation: no rates or hold times, so preemption, stuck and leak "
-                     "cannot be seen and false_full is judged without its hold time")
-    if h.hybrid:
-        notes.append("hybrid KV layout (several KV groups): capacity per request comes from vLLM's own "
-                     "kv_cache_max_concurrency rather than from block arithmetic")
+    q = e.profile
+    b = e.budget
     return {
         "model_name": e.model_name,
         "engine": e.engine,
@@ -129,7 +186,16 @@ def engine_json(e: EngineReport) -> dict[str, Any]:
         "false_full": e.false_full,
         "explanation": explain(e),
         "actions": actions(e),
-        "notes": notes,
+        "advice": [a.as_json() for a in advice.advise(e)],
+        "notes": notes(e),
+        "suspected": e.suspected,
+        "preemption_inferred": e.preemption_inferred,
+        "request_profile": None if q is None else {
+            "finished_requests": q.samples, "basis": q.basis, "window_seconds": q.span, "thin": q.thin,
+            "stale": q.stale, "held_blocks_per_running": q.held_blocks_per_running},
+        "token_budget": None if b is None else {
+            "max_num_batched_tokens": b.max_num_batched_tokens, "source": b.source,
+            "prompt_tokens_per_step": None if b.prompt_tokens_per_step is None else round(b.prompt_tokens_per_step, 1)},
         "requests_running": e.running,
         "requests_waiting": e.waiting,
         "requests_waiting_by_reason": e.waiting_by_reason,
@@ -167,6 +233,13 @@ def engine_json(e: EngineReport) -> dict[str, Any]:
     }
 
 
+def _down_json(r: TargetReport, model: str, engine: str) -> dict[str, Any]:
+    """An engine seen before its target went down: listed with verdict target_down, as in /metrics."""
+    return {"model_name": model, "engine": engine, "verdict": str(Verdict.TARGET_DOWN), "false_full": False,
+            "explanation": f"the last scrape failed ({r.error_reason}): {r.error}; numbers would be stale",
+            "actions": ["check that vLLM is running and reachable from the sidecar"], "advice": [], "notes": []}
+
+
 def _gap_json(g: EngineGap) -> dict[str, str | None]:
     return {"model_name": g.model_name, "engine": g.engine, "missing": g.missing or None,
             "config_error": g.config_error, "explanation": g.explanation}
@@ -179,7 +252,7 @@ def target_json(r: TargetReport) -> dict[str, Any]:
         "error_reason": r.error_reason,
         "error": r.error,
         "vllm_version": r.version,
-        "engines": [engine_json(e) for e in r.engines],
+        "engines": [engine_json(e) for e in r.engines] if r.up else [_down_json(r, m, e) for m, e in r.known_engines],
         "undetermined_engines": [_gap_json(g) for g in r.gaps],
     }
 
@@ -223,8 +296,8 @@ def render_text(reports: list[TargetReport]) -> str:
             lines.append(f"  config: {cfg}")
             for a in actions(e):
                 lines.append(f"  - {a}")
-            if e.gauges_only:
-                lines.append("  note: judged from one observation (gauges only): no rates or hold times.")
+            for n in notes(e):
+                lines.append(f"  note: {n}")
         for g in r.gaps:
             lines.append(f"{r.url}  model={g.model_name} engine={g.engine}: {g.explanation}")
     return "\n".join(lines)

@@ -172,6 +172,7 @@ class TargetReport:
     gaps: list[EngineGap] = field(default_factory=list)
     scrape_duration_seconds: float | None = None
     observed_at: float = 0.0
+    known_engines: list[tuple[str, str]] = field(default_factory=list)  # when down: the engines last seen up
 
 
 class Target:
@@ -455,6 +456,8 @@ class Target:
         report.scrape_duration_seconds = time.perf_counter() - started
         if report.up:
             self.known_engines = {(e.model_name, e.engine) for e in report.engines}
+        else:
+            report.known_engines = sorted(self.known_engines)
         self.last = report
         return report
 

@@ -15,8 +15,7 @@ from ..pipeline import derive, vllm
 from ..pipeline.config import value
 from ..pipeline.profile import bucket_quantile
 from ..pipeline.target import EngineReport
-
-SHARE_LOW, SHARE_HIGH = 0.70, 0.80  # max_num_seqs as a share of the worst-case concurrency the pool allows
+from . import advice
 
 
 @dataclass(frozen=True)
@@ -91,14 +90,18 @@ def recommend(e: EngineReport, min_requests: int) -> dict[str, Any]:
         })
     out["max_model_len"] = lengths
     fits = h.max_concurrency_profile
-    low, high = max(1, math.floor(SHARE_LOW * fits)), max(1, math.floor(SHARE_HIGH * fits))
+    low, high = advice.seqs_range(fits)
+    seqs = advice.max_num_seqs(e)  # the same advice diagnose gives on the same exposition
     out["max_num_seqs"] = {
         "range": [low, high],
+        "current": e.max_num_seqs,
+        "direction": None if seqs is None else seqs.direction,
+        "advice": None if seqs is None else seqs.as_json(),
         "worst_case_concurrency": fits,
         "worst_case_blocks_per_request": h.worst_case_blocks_profile,
         "why": f"the pool holds {fits} requests of the observed worst case ({h.worst_case_blocks_profile} blocks each)"
-               f"; {int(100 * SHARE_LOW)}-{int(100 * SHARE_HIGH)} % of that leaves room for longer outliers "
-               "without preemption",
+               f"; {int(100 * advice.SHARE_LOW)}-{int(100 * advice.SHARE_HIGH)} % of that leaves room for longer "
+               "outliers without preemption",
         "concurrency_change": None if e.max_num_seqs is None else high - e.max_num_seqs,
     }
     return out
@@ -118,5 +121,8 @@ def render_text(advice: list[dict[str, Any]]) -> str:
                              f"(at most {100 * item['exceed_share_at_most']:.2f} % of requests longer; "
                              f"max concurrency {item['max_concurrency']}, {item['max_concurrency_change']:+d})")
         m = a["max_num_seqs"]
-        lines.append(f"  max_num_seqs: {m['range'][0]}-{m['range'][1]} ({m['why']})")
+        if m.get("advice"):
+            lines.append(f"  max_num_seqs: {m['advice']['text']}")
+        else:
+            lines.append(f"  max_num_seqs: {m['range'][0]}-{m['range'][1]} ({m['why']})")
     return "\n".join(lines)

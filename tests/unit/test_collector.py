@@ -83,5 +83,5 @@ def test_diagnosis_fields_are_named_like_the_metrics() -> None:
                  "vllm_headroom_up", "vllm_headroom_scrape_duration_seconds", "vllm_headroom_scrape_errors",
                  "vllm_headroom_config_info", "vllm_headroom_verdict", "vllm_headroom_request_profile_tokens")}
     assert names - set(engine) == set()
-    assert engine["worst_case_blocks_per_request"] == {"profile": 4, "max_model_len": 16}
+    assert engine["worst_case_blocks_per_request"] == {"profile": 3, "max_model_len": 16}  # 16 + 64 tokens
     assert engine["verdict"] == "slots_full" and engine["false_full"] is True

@@ -23,7 +23,15 @@ def test_recommend_from_the_false_full_recording(capsys: pytest.CaptureFixture[s
     assert (p99["quantile"], p99["max_model_len"]) == (0.99, 128)  # 120 rounded up to whole 32-token blocks
     assert p99["max_concurrency"] == 9 and p99["max_concurrency_change"] == 9 - 2
     assert advice["max_model_len"][1]["max_model_len"] == 128  # p99.9 needs 1,000 requests: 1,072 is enough
-    assert advice["max_num_seqs"]["range"] == [6, 7]  # 70-80 % of floor(39 / 4) = 9
+    # Worst case 16 + 64 = 80 tokens = 3 blocks (the bucket means, not the bounds 20 + 100 = 4 blocks):
+    # 70-80 % of floor(39 / 3) = 13, stated as a raise from the current 8, the same advice diagnose gives.
+    m = advice["max_num_seqs"]
+    assert (m["range"], m["current"], m["direction"]) == ([9, 10], 8, "raise")
+    assert cli.main(["diagnose", str(ROOT / "false-full" / "snapshot.prom"), "--json",
+                     "--vllm-args", "--max-model-len 512 --max-num-seqs 8"]) == 0
+    engine = json.loads(capsys.readouterr().out)["targets"][0]["engines"][0]
+    [seqs] = [a for a in engine["advice"] if a["setting"] == "max_num_seqs"]
+    assert seqs == m["advice"]
 
 
 def test_recommend_refuses_from_too_few_requests(capsys: pytest.CaptureFixture[str]) -> None:

@@ -229,6 +229,7 @@ def engine_json(e: EngineReport) -> dict[str, Any]:
             "max_tokens": None if e.max_tokens is None else e.max_tokens.__dict__,
         },
         "config": e.config.as_json(),
+        "vllm_cmdline": None if e.cmdline_pid is None else {"pid": e.cmdline_pid, "found_by": e.cmdline_found_by},
         **({} if e.kv_bytes is None else dict(e.kv_bytes.__dict__)),
     }
 
@@ -294,6 +295,9 @@ def render_text(reports: list[TargetReport]) -> str:
                 f"{'?' if h.max_concurrency_max_model_len is None else h.max_concurrency_max_model_len}")
             cfg = ", ".join(f"{k}={v['value']} ({v['source']})" for k, v in e.config.as_json().items())
             lines.append(f"  config: {cfg}")
+            if e.cmdline_pid is not None:
+                lines.append(f"  cmdline values read from /proc/{e.cmdline_pid}/cmdline "
+                             f"(found by its {e.cmdline_found_by})")
             for a in actions(e):
                 lines.append(f"  - {a}")
             for n in notes(e):

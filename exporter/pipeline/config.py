@@ -121,27 +121,102 @@ def _is_vllm_server(argv: list[str]) -> bool:
     return ("vllm" in joined) and ("serve" in argv or any("api_server" in a for a in argv[:4]))
 
 
-def find_vllm_cmdline(port: int, proc: Path = Path("/proc")) -> list[str] | None:
-    """The argv of the local vLLM server listening on `port` (default 8000 when it sets none)."""
-    candidates: list[list[str]] = []
+def is_ours(argv: list[str]) -> bool:
+    """A vllm-headroom process (`vllm-headroom serve`, `python -m exporter ...`): never a source of vLLM flags."""
+    if any(a.rsplit("/", 1)[-1].startswith("vllm-headroom") for a in argv[:3]):
+        return True
+    return any(a == "-m" and i + 1 < len(argv) and argv[i + 1].split(".")[0] == "exporter"
+               for i, a in enumerate(argv[:4]))
+
+
+def listening_inodes(port: int, proc: Path = Path("/proc")) -> set[int]:
+    """Inodes of the TCP sockets in LISTEN state on `port` (any address), from /proc/net/tcp and tcp6.
+
+    Each line: `sl local_address rem_address st ... inode`; local_address is HEXIP:HEXPORT, st 0A is LISTEN
+    (Linux include/net/tcp_states.h). Namespaced: a pod sees its own network namespace's sockets.
+    """
+    out: set[int] = set()
+    for name in ("tcp", "tcp6"):
+        try:
+            lines = (proc / "net" / name).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            cols = line.split()
+            if len(cols) < 10 or cols[3] != "0A":
+                continue
+            try:
+                if int(cols[1].rsplit(":", 1)[1], 16) == port:
+                    out.add(int(cols[9]))
+            except ValueError:
+                continue
+    return out
+
+
+def socket_owner(inodes: set[int], proc: Path = Path("/proc")) -> int | None:
+    """The pid holding one of `inodes` open (`/proc/<pid>/fd/N -> socket:[inode]`); the lowest such pid."""
+    if not inodes:
+        return None
+    wanted = {f"socket:[{i}]" for i in inodes}
     try:
-        entries = list(proc.iterdir())
+        pids = sorted(int(e.name) for e in proc.iterdir() if e.name.isdigit())
+    except OSError:
+        return None
+    for pid in pids:
+        try:
+            fds = list((proc / str(pid) / "fd").iterdir())
+        except OSError:
+            continue  # another user's process (needs the same uid or CAP_SYS_PTRACE): not readable
+        for fd in fds:
+            try:
+                if os.readlink(fd) in wanted:
+                    return pid
+            except OSError:
+                continue
+    return None
+
+
+def _argv(pid: int, proc: Path) -> list[str] | None:
+    try:
+        raw = (proc / str(pid) / "cmdline").read_bytes()
+    except OSError:
+        return None
+    return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
+
+
+@dataclass(frozen=True)
+class FoundCmdline:
+    """vLLM's command line read from /proc, the pid it came from and how that process was found."""
+
+    argv: list[str]
+    pid: int
+    found_by: str  # "listening socket" | "command line port"
+
+
+def find_vllm_cmdline(port: int, proc: Path = Path("/proc")) -> FoundCmdline | None:
+    """The command line of the process that listens on `port` (the target's): its socket inode in
+    /proc/net/tcp{,6}, the pid whose /proc/<pid>/fd holds it. Never a vllm-headroom process.
+
+    When the sockets cannot be matched to a process (another user's /proc/<pid>/fd is not readable), a vLLM
+    server process whose own `--port` equals `port` (vLLM's default 8000 when it sets none) is taken, if
+    exactly one matches; None otherwise, rather than a guess.
+    """
+    owner = socket_owner(listening_inodes(port, proc), proc)
+    if owner is not None:
+        argv = _argv(owner, proc)
+        if argv and not is_ours(argv) and owner != os.getpid():
+            return FoundCmdline(argv, owner, "listening socket")
+        return None
+    matches: list[FoundCmdline] = []
+    try:
+        entries = [e for e in proc.iterdir() if e.name.isdigit() and int(e.name) != os.getpid()]
     except OSError:
         return None
     for entry in entries:
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            raw = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        argv = [a.decode(errors="replace") for a in raw.split(b"\0") if a]
-        if argv and _is_vllm_server(argv):
-            candidates.append(argv)
-    for argv in candidates:
-        if parse_vllm_args(argv).get("port", 8000) == port:
-            return argv
-    return None
+        argv = _argv(int(entry.name), proc)
+        if argv and _is_vllm_server(argv) and not is_ours(argv) and parse_vllm_args(argv).get("port", 8000) == port:
+            matches.append(FoundCmdline(argv, int(entry.name), "command line port"))
+    return matches[0] if len(matches) == 1 else None
 
 
 def split_args(text: str) -> list[str]:

@@ -20,7 +20,17 @@ from ..core import defaults
 from ..model.kv_layout import bytes_per_block, served_kv_bytes_per_token
 from ..model.shape import ModelShape
 from . import derive, exposition, vllm
-from .config import Known, Overrides, ServingConfig, Source, find_vllm_cmdline, parse_vllm_args, resolve, value
+from .config import (
+    FoundCmdline,
+    Known,
+    Overrides,
+    ServingConfig,
+    Source,
+    find_vllm_cmdline,
+    parse_vllm_args,
+    resolve,
+    value,
+)
 from .derive import Headroom
 from .profile import Quantile, Window, histogram_quantile, profile_value
 from .scrape import ModelsInfo, ScrapeError, fetch, parse_models, parse_version
@@ -74,6 +84,8 @@ class EngineReport:
     suspected: bool = False  # a one-shot verdict one observation cannot confirm (leak, never_fits, preemption)
     profile: ProfileQuality | None = None
     budget: BudgetUse | None = None
+    cmdline_pid: int | None = None  # the vLLM process whose /proc/<pid>/cmdline gave the `cmdline` values
+    cmdline_found_by: str | None = None
 
 
 @dataclass(frozen=True)
@@ -185,7 +197,7 @@ class Target:
         self.models: ModelsInfo | None = None
         self.version: str | None = None
         self._models_at: float | None = None
-        self._cmdline: list[str] | None = None
+        self._cmdline: FoundCmdline | None = None
         self._cmdline_at: float | None = None
         self._cmdline_args: dict[str, object] | None = None
         self._given_args: dict[str, object] | None = None
@@ -205,9 +217,10 @@ class Target:
             return None, Source.CMDLINE
         if self._cmdline_at is None or now - self._cmdline_at >= self.settings.models_interval:
             self._cmdline_at = now
-            port = urlsplit(self.settings.url).port or 80
+            parts = urlsplit(self.settings.url)
+            port = parts.port or (443 if parts.scheme == "https" else 80)
             self._cmdline = find_vllm_cmdline(port)
-            self._cmdline_args = parse_vllm_args(self._cmdline) if self._cmdline else None
+            self._cmdline_args = parse_vllm_args(self._cmdline.argv) if self._cmdline else None
         return self._cmdline_args, Source.CMDLINE
 
     # -- the synchronous core ------------------------------------------------------------------
@@ -366,7 +379,9 @@ class Target:
             held_blocks_per_running=held)
         report = self._report(e, cfg, headroom, judgement, false_full, prompt, max_tokens, tracker, max_num_seqs,
                               gauges_only)
-        report = replace(report, profile=quality, budget=budget)
+        found = self._cmdline if self.settings.vllm_args is None and self.settings.discover_cmdline else None
+        report = replace(report, profile=quality, budget=budget, cmdline_pid=found.pid if found else None,
+                         cmdline_found_by=found.found_by if found else None)
         shape = self.settings.model_shape
         if shape is None:
             return report

@@ -73,8 +73,13 @@ def test_find_vllm_cmdline_matches_the_port(tmp_path: Path) -> None:
     _fake_proc(tmp_path, 11, ["/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server", "--port", "8001",
                               "--max-num-seqs", "3"])
     _fake_proc(tmp_path, 12, ["vllm", "serve", "m", "--max-num-seqs", "8"])
+    _fake_proc(tmp_path, 13, ["/usr/bin/vllm-headroom", "serve", "--max-model-len", "99999", "--port", "8001"])
     (tmp_path / "self").mkdir()
-    assert config.find_vllm_cmdline(8001, tmp_path) == [
-        "/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server", "--port", "8001", "--max-num-seqs", "3"]
-    assert config.find_vllm_cmdline(8000, tmp_path) == ["vllm", "serve", "m", "--max-num-seqs", "8"]
+    # No /proc/net here: the fallback matches a vLLM server's own --port, never a vllm-headroom process.
+    found = config.find_vllm_cmdline(8001, tmp_path)
+    assert found == config.FoundCmdline(
+        ["/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server", "--port", "8001", "--max-num-seqs", "3"],
+        11, "command line port")
+    found = config.find_vllm_cmdline(8000, tmp_path)
+    assert found is not None and found.argv == ["vllm", "serve", "m", "--max-num-seqs", "8"] and found.pid == 12
     assert config.find_vllm_cmdline(9999, tmp_path) is None

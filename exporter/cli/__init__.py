@@ -1,8 +1,9 @@
 """Command line: `serve`, `diagnose`, `recommend`, `estimate`, `demo`, `replay`.
 
 The CLI only parses arguments (`flags`), builds settings in one place (`settings`), calls one wing and
-prints; one module per subcommand group. Exit codes: 0 ok, 1 runtime failure (e.g. a target down),
-2 usage error (one sentence on stderr).
+prints; one module per subcommand group. Exit codes: 0 ok, 1 runtime failure (a target down, a port
+taken: one sentence on stderr), 2 usage error (a bad flag or value: one sentence on stderr), the same with
+and without --json.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ import sys
 from collections.abc import Sequence
 
 from .. import __version__
+from ..expose.server import PortInUse
 from . import estimate, oneshot, replay, serve
-from .flags import Parser, UsageError
+from .flags import Parser, RuntimeFailure, UsageError, unknown_env
 
 
 def build_parser() -> Parser:
@@ -30,6 +32,8 @@ def build_parser() -> Parser:
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         parser = build_parser()
+        for warning in unknown_env():
+            print(f"vllm-headroom: warning: {warning}", file=sys.stderr)
         args = parser.parse_args(argv)
         run = getattr(args, "run", None)
         if run is None:
@@ -39,6 +43,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         print(f"vllm-headroom: {exc}", file=sys.stderr)
         return 2
+    except (RuntimeFailure, PortInUse) as exc:
+        print(f"vllm-headroom: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # `vllm-headroom diagnose ... | head`

@@ -8,17 +8,35 @@ A bad value raises `UsageError` (one sentence, exit code 2).
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from ..core import defaults, units
 
 ENV_PREFIX = "VLLM_HEADROOM_"
+# Environment variables of ours that are no flag: the API key itself, and the scripts' cache folder.
+OTHER_ENV = {ENV_PREFIX + "TARGET_API_KEY", ENV_PREFIX + "CACHE"}
+ENV_NAMES: set[str] = set()  # every flag's variable, filled as the parsers are built
+
+# Flags people type from habit (other tools, vLLM itself) and the flag of ours that does the job.
+HABITS = {
+    "--interval": "--scrape.interval", "--scrape-interval": "--scrape.interval",
+    "--timeout": "--scrape.timeout", "--scrape-timeout": "--scrape.timeout",
+    "--port": "--web.listen-address :PORT", "--listen": "--web.listen-address HOST:PORT",
+    "--host": "--web.listen-address HOST:PORT", "--listen-address": "--web.listen-address HOST:PORT",
+    "--tp": "--tensor-parallel-size", "--url": "--target", "--targets": "--target", "--endpoint": "--target",
+}
 
 
 class UsageError(Exception):
     """A bad flag or value: one sentence for the user, exit code 2."""
+
+
+class RuntimeFailure(Exception):
+    """The command was right but could not be carried out (target down, port taken): one sentence, exit 1."""
 
 
 def _arg_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
@@ -95,8 +113,80 @@ params = _arg_type(units.parse_params)
 
 
 class Parser(argparse.ArgumentParser):
+    """argparse with one-sentence errors (UsageError) that name the nearest flag for an unknown one."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)  # `--targets` must not silently mean `--targets-file`
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{message} (see '{self.prog} --help')")
+
+    def parse_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                   namespace: argparse.Namespace | None = None) -> argparse.Namespace:
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            sub = self._subparser(getattr(parsed, "command", None)) or self
+            raise UsageError(sub.unknown(extras))
+        return parsed
+
+    def _subparser(self, command: str | None) -> Parser | None:
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+                found = action.choices[command]
+                return found if isinstance(found, Parser) else None
+        return None
+
+    def flags(self) -> list[str]:
+        return [o for a in self._actions for o in a.option_strings if o.startswith("--")]
+
+    def unknown(self, extras: list[str]) -> str:
+        """One sentence for unknown arguments: the nearest flag of this (sub)command, and where help is."""
+        flag = next((x for x in extras if x.startswith("-")), None)
+        where = f"see '{self.prog} --help'"
+        if flag is None:
+            return f"unexpected argument {extras[0]!r} ({where})"
+        name = flag.split("=", 1)[0]
+        known = [f for f in self.flags() if f != "--help"]
+        habit = HABITS.get(name)
+        if habit is not None and habit.split()[0] in known:
+            hint = f"did you mean {habit}?"
+        else:
+            close = difflib.get_close_matches(name, known, n=1, cutoff=0.7)
+            if not close:  # --interval → --scrape.interval: match the flag's last dotted part too
+                tails = {k.rsplit(".", 1)[-1].lstrip("-"): k for k in known}
+                close = [tails[t] for t in difflib.get_close_matches(name.lstrip("-"), list(tails), 1, 0.8)]
+            hint = f"did you mean {close[0]}?" if close else ""
+        return f"unknown flag {name}{': ' + hint if hint else ''} ({where})"
+
+
+def unknown_env(environ: dict[str, str] | None = None) -> list[str]:
+    """One warning per VLLM_HEADROOM_* variable that is no setting, with the nearest one when close."""
+    environ = dict(os.environ) if environ is None else environ
+    known = ENV_NAMES | OTHER_ENV
+    out = []
+    for name in sorted(environ):
+        if name.startswith(ENV_PREFIX) and name not in known:
+            close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.8)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            out.append(f"environment variable {name} is not a vllm-headroom setting{hint}; it is ignored")
+    return out
+
+
+_HOST_PORT = re.compile(r"^(localhost|\[?[0-9a-fA-F:.]+\]?|[A-Za-z0-9][A-Za-z0-9.-]*):\d{1,5}(/.*)?$")
+
+
+def looks_like_host_port(text: str) -> bool:
+    """`127.0.0.1:8000`, `vllm:8000/metrics`: an address written without its http:// scheme."""
+    return _HOST_PORT.match(text) is not None
+
+
+def base_url(url: str) -> tuple[str, bool]:
+    """`url` without a trailing `/metrics` (and slash); True when `/metrics` was removed."""
+    stripped = url.rstrip("/")
+    if stripped.endswith("/metrics"):
+        return stripped[: -len("/metrics")], True
+    return stripped, False
 
 
 def env_name(flag: str) -> str:
@@ -120,6 +210,7 @@ def add(group: Any, flag: str, conv: Callable[[str], Any] | None = None, default
         help: str = "", **kw: Any) -> None:
     """Add a flag whose default comes from its env var, converted and checked like the flag itself."""
     env = env_name(flag)
+    ENV_NAMES.add(env)
     raw = os.environ.get(env)
     if raw is not None and raw != "":
         try:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+from pathlib import Path
 from typing import Any
 
 from ..core import defaults
@@ -11,14 +13,25 @@ from ..expose import diagnosis
 from ..pipeline import oneshot
 from ..pipeline.target import TargetReport
 from ..planning.recommend import recommend, render_text
-from .flags import UsageError, add, add_config_flags, add_target_access_flags, positive_int
+from .flags import (
+    RuntimeFailure,
+    UsageError,
+    add,
+    add_config_flags,
+    add_target_access_flags,
+    base_url,
+    looks_like_host_port,
+    positive_int,
+)
 from .settings import settings_for
 
 
 def register(sub: Any) -> None:
     d = sub.add_parser("diagnose", help="one-shot diagnosis of a vLLM URL or a saved /metrics exposition",
-                       description="Fetch (or read) one exposition and say why requests wait. One observation has "
-                       "no rates or hold times; the output says what it cannot show.",
+                       description="Fetch vLLM's /metrics (or read a saved copy) once and say why requests wait: "
+                       "the verdict, the false-full flag, the headroom numbers and what to change. One observation "
+                       "has no rates or hold times; the output says what it cannot show. Exit code 1 when the "
+                       "target is down, 2 for a usage mistake.",
                        epilog="example:\n  curl -s http://vllm:8000/metrics > m.prom\n  vllm-headroom diagnose "
                        "m.prom --vllm-args \"vllm serve M --max-num-seqs 8\"",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -30,7 +43,9 @@ def register(sub: Any) -> None:
 
     r = sub.add_parser("recommend", help="recommend max_model_len and max_num_seqs from observed traffic",
                        description="Recommend max_model_len and max_num_seqs from a server's length histograms "
-                       "(requests finished since it started).",
+                       "(requests finished since it started): max_model_len at p99 and p99.9 of prompt + generated "
+                       "tokens, max_num_seqs at 70-80 %% of the worst-case concurrency the pool allows. Refuses "
+                       "(exit code 1) below --min-requests finished requests.",
                        epilog="example:\n  vllm-headroom recommend http://127.0.0.1:8000 --max-num-seqs 64",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     r.add_argument("source", help="vLLM base URL or a file holding a /metrics exposition with its histograms")
@@ -42,7 +57,22 @@ def register(sub: Any) -> None:
     r.set_defaults(run=run_recommend)
 
 
+def source(text: str) -> str:
+    """The source as the pipeline takes it: a URL ending in /metrics becomes its base URL (said on stderr);
+    an address without http:// is refused with the URL it probably meant (UsageError)."""
+    if oneshot.is_url(text):
+        base, stripped = base_url(text)
+        if stripped:
+            print(f"vllm-headroom: {text} ends in /metrics: reading {base} (its /metrics, /v1/models and "
+                  "/version)", file=sys.stderr)
+        return base
+    if not Path(text).exists() and looks_like_host_port(text):
+        raise UsageError(f"{text} is neither a file nor a URL: did you mean http://{text}?")
+    return text
+
+
 def _observe(args: argparse.Namespace) -> TargetReport:
+    args.source = source(args.source)
     try:
         return oneshot.observe(args.source, settings_for(args.source, args))
     except ValueError as exc:
@@ -63,12 +93,12 @@ def run_diagnose(args: argparse.Namespace) -> int:
 def run_recommend(args: argparse.Namespace) -> int:
     report = _observe(args)
     if not report.up:
-        raise UsageError(report.error or "the target is down")
+        raise RuntimeFailure(report.error or "the target is down")
     try:
         if not report.engines:
             raise ValueError("no engine with a known capacity in the exposition")
         advice = [recommend(e, args.min_requests) for e in report.engines]
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    except ValueError as exc:  # the traffic cannot support a recommendation: not a usage error
+        raise RuntimeFailure(str(exc)) from None
     print(json.dumps(advice, indent=2) if args.json else render_text(advice))
     return 0

@@ -7,26 +7,37 @@ from pathlib import Path
 from typing import Any
 
 from ..core import defaults
-from ..expose.server import parse_listen_address
+from ..expose.server import bind, parse_listen_address
 from ..replay import demo, recording
 from .flags import UsageError, add, hold, multiple, opt
 
 
 def register(sub: Any) -> None:
     d = sub.add_parser("demo", help="replay a recorded real false-full incident through the sidecar",
-                       description="Replay expositions recorded from a real vLLM while 100 short requests met "
-                       "--max-num-seqs 8, through a real sidecar; print what the panel says next to the verdict.",
-                       epilog="example:\n  vllm-headroom demo --once",
+                       description="Replay expositions recorded from a real vLLM 0.32.0 while 100 short requests "
+                       "met --max-num-seqs 8, through a real sidecar: a table of what the usual panel says next to "
+                       "what the sidecar says, sparklines of the whole incident, then the diagnosis. The status "
+                       "page, /metrics and /api/v1/* are up on --web.listen-address during the replay and after "
+                       "it until Ctrl-C (not with --once). Needs no vLLM and no network.",
+                       epilog="examples:\n  vllm-headroom demo              # then open http://127.0.0.1:9478/\n"
+                       "  vllm-headroom demo --once --json | python3 -m json.tool",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    d.add_argument("--once", action="store_true", help="run to the end, print the final diagnosis, exit")
-    d.add_argument("--json", action="store_true", help="with --once: print the JSON diagnosis")
+    d.add_argument("--once", action="store_true", help="run to the end at once, print the diagnosis, exit "
+                   "(serves nothing)")
+    d.add_argument("--json", action="store_true", help="print only the JSON diagnosis on stdout")
     add(d, "--speed", multiple, defaults.DEMO_SPEED, help="replay speed-up factor")
-    add(d, "--web.listen-address", default=defaults.DEMO_LISTEN_ADDRESS, help="address of the sidecar's /metrics")
+    add(d, "--web.listen-address", default=defaults.DEMO_LISTEN_ADDRESS,
+        help="address of the sidecar's status page, /metrics and /api/v1/*")
     d.set_defaults(run=run_demo)
 
     r = sub.add_parser("replay", help="serve a recorded vLLM timeline as if it were vLLM (tests, benchmarks)",
-                       description="Serve a recording's /metrics, /v1/models and /version on its own clock.",
-                       epilog="example:\n  vllm-headroom replay tests/fixtures/vllm-0.32.0/false-full --speed 2",
+                       description="Serve a recorded vLLM timeline as if it were that vLLM: /metrics (the "
+                       "recorded exposition of the moment), /v1/models, /version and /health, on the recording's "
+                       "own clock, so a sidecar, a Prometheus or a test can scrape a real incident again. Without "
+                       "a folder it serves the demo's embedded false-full incident. It says what it serves and "
+                       "where on start.",
+                       epilog="example:\n  vllm-headroom replay tests/fixtures/vllm-0.32.0/false-full --speed 2 &\n"
+                       "  vllm-headroom serve --target http://127.0.0.1:8000 --web.listen-address :9478",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     r.add_argument("recording", nargs="?", help="recording folder (default: the embedded demo incident)")
     add(r, "--speed", multiple, 1.0, help="replay speed-up factor")
@@ -55,5 +66,11 @@ def run_replay(args: argparse.Namespace) -> int:
         rec = recording.load(Path(args.recording)) if args.recording else recording.embedded_incident()
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    recording.serve(recording.Player(rec, speed=args.speed, loop=args.loop, start_at=args.start_at), host, port)
+    sock = bind(host, port)
+    meta = rec.meta
+    print(f"Serving recording {meta.get('scenario', args.recording or 'incident')} (vLLM "
+          f"{meta.get('vllm_version', '?')}, {len(rec.frames)} frames over {rec.duration:.1f} s) at speed "
+          f"{args.speed:g}{', looping' if args.loop else ''} as vLLM on http://{host}:{port}: /metrics, /v1/models, "
+          "/version, /health (Ctrl-C to stop).", flush=True)
+    recording.serve(recording.Player(rec, speed=args.speed, loop=args.loop, start_at=args.start_at), sock)
     return 0

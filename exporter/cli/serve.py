@@ -9,10 +9,20 @@ from typing import Any
 
 from .. import __version__
 from ..core import defaults
-from ..expose.server import Sidecar, parse_listen_address, serve
+from ..expose.server import Sidecar, bind, parse_listen_address, serve
 from ..pipeline.oneshot import check_url
 from ..pipeline.target import Target
-from .flags import UsageError, add, add_config_flags, add_target_access_flags, duration, opt, size
+from .flags import (
+    UsageError,
+    add,
+    add_config_flags,
+    add_target_access_flags,
+    base_url,
+    duration,
+    looks_like_host_port,
+    opt,
+    size,
+)
 from .settings import settings_for
 
 EXAMPLE = """example:
@@ -22,8 +32,9 @@ EXAMPLE = """example:
 
 def register(sub: Any) -> None:
     p = sub.add_parser("serve", help="run the sidecar next to one or more vLLM servers",
-                       description="Scrape vLLM's /metrics every interval and serve our /metrics, "
-                       "/api/v1/diagnosis, /healthz and /readyz. One target's faults never stop the others.",
+                       description="Scrape vLLM's /metrics every interval and serve a status page at /, our "
+                       "/metrics, /api/v1/diagnosis, /api/v1/history, /healthz and /readyz. Every flag is also an "
+                       "environment variable (shown with it). One target's faults never stop the others.",
                        epilog=EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter)
     g = p.add_argument_group("targets")
     add(g, "--target", action="append", help="vLLM base URL; repeat for several servers", metavar="URL")
@@ -43,7 +54,9 @@ def register(sub: Any) -> None:
     p.set_defaults(run=run)
 
 
-def target_urls(args: argparse.Namespace) -> list[str]:
+def target_urls(args: argparse.Namespace, notes: list[str] | None = None) -> list[str]:
+    """The checked base URLs of every target; a URL ending in /metrics is taken as its base URL (a note
+    saying so is appended to `notes`). Raises UsageError for a URL that cannot be used."""
     urls = list(args.target or [])
     if args.targets_file:
         try:
@@ -52,6 +65,16 @@ def target_urls(args: argparse.Namespace) -> list[str]:
             raise UsageError(f"cannot read --targets-file {args.targets_file}: {exc.strerror}") from None
         urls += [ln.split("#", 1)[0].strip() for ln in lines if ln.split("#", 1)[0].strip()]
     urls = urls or [defaults.TARGET]
+    for u in urls:
+        if looks_like_host_port(u):
+            raise UsageError(f"target {u!r} has no scheme: did you mean http://{u}?")
+    bases = []
+    for u in urls:
+        base, stripped = base_url(u)
+        if stripped and notes is not None:
+            notes.append(f"target {u} ends in /metrics: watching {base} (its /metrics, /v1/models and /version)")
+        bases.append(base)
+    urls = bases
     try:
         checked = [check_url(u) for u in urls]
     except ValueError as exc:
@@ -69,12 +92,17 @@ def run(args: argparse.Namespace) -> int:
         host, port = parse_listen_address(opt(args, "web.listen_address"))
     except ValueError as exc:
         raise UsageError(f"--web.listen-address: {exc}") from None
-    targets = [Target(settings_for(u, args)) for u in target_urls(args)]
+    notes: list[str] = []
+    targets = [Target(settings_for(u, args)) for u in target_urls(args, notes)]
+    sock = bind(host, port)  # a taken port is said in one sentence, before any "listening" line
     logging.basicConfig(level=getattr(logging, opt(args, "log.level").upper()),
                         format="%(asctime)s %(levelname)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request would drown our own
-    logging.getLogger("vllm_headroom").info(
-        "vllm-headroom %s watching %s, listening on %s:%d", __version__,
-        ", ".join(t.settings.url for t in targets), host, port)
-    serve(Sidecar(targets, interval), host, port)
+    log = logging.getLogger("vllm_headroom")
+    for note in notes:
+        log.info("%s", note)
+    log.info("vllm-headroom %s watching %s, listening on %s:%d (status page http://%s:%d/)", __version__,
+             ", ".join(t.settings.url for t in targets), host, port,
+             "127.0.0.1" if host in ("0.0.0.0", "::") else host, port)
+    serve(Sidecar(targets, interval), sock)
     return 0

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
+import socket
 import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -163,7 +165,31 @@ def parse_listen_address(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def serve(sidecar: Sidecar, host: str, port: int) -> None:
-    config = uvicorn.Config(make_app(sidecar), host=host, port=port, log_level="warning", access_log=False,
-                            lifespan="on")
-    uvicorn.Server(config).run()
+class PortInUse(OSError):
+    """The listen address cannot be had: one sentence for the user (exit code 1)."""
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on host:port, bound before anything says "listening".
+
+    Raises PortInUse with one sentence when the port is taken or the address cannot be used.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise PortInUse(f"port {port} on {host} is already in use (another vllm-headroom?): stop it or pick "
+                            "another with --web.listen-address HOST:PORT") from None
+        raise PortInUse(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    sock.listen(128)
+    return sock
+
+
+def serve(sidecar: Sidecar, sock: socket.socket) -> None:
+    """Serve the sidecar's HTTP surface and run its scrape loop on a socket from `bind`, until stopped."""
+    config = uvicorn.Config(make_app(sidecar), log_level="warning", access_log=False, lifespan="on")
+    uvicorn.Server(config).run(sockets=[sock])

@@ -113,6 +113,24 @@ def _fold_ray(text: str) -> str:
     return text.replace("\nray_vllm:", "\nvllm:").replace("\nray_vllm_", "\nvllm:")[1:]
 
 
+def sniff(text: str) -> str | None:
+    """One sentence naming a body that is no text exposition at all (gzip data, an HTML page), else None.
+
+    Such bodies would otherwise be reported by their symptom (no vllm: series, a line cut short), which
+    sends people looking at vLLM's flags instead of at the URL or the file.
+    """
+    head = text[:512].lstrip("\ufeff \t\r\n")
+    if text.startswith("\x1f\x8b") or text.startswith("\x1f\ufffd"):
+        return ("the body is gzip-compressed data, not a text exposition: decompress it first "
+                "(gunzip the file, or fetch with curl --compressed)")
+    lowered = head[:64].lower()
+    if lowered.startswith(("<!doctype html", "<html", "<head", "<body")) or (
+            lowered.startswith("<") and "<html" in head.lower()):
+        return ("the body is an HTML page, not a Prometheus exposition: is this vLLM's address (it serves "
+                "/metrics as text), or a proxy, login or error page in front of it?")
+    return None
+
+
 def parse(text: str, wanted: Iterable[str] | None = None) -> Exposition:
     """Parse `text`; keep samples whose normalized name is in `wanted` (all when None).
 
@@ -120,6 +138,9 @@ def parse(text: str, wanted: Iterable[str] | None = None) -> Exposition:
     is what keeps a scrape cheap; lines of other families are not validated, so junk in a family we do not
     use cannot take the sidecar down (Prometheus, scraping vLLM itself, reports such lines).
     """
+    sniffed = sniff(text)
+    if sniffed is not None:
+        raise ExpositionError(sniffed, reason="malformed")
     if text and not text.endswith("\n"):
         # The format requires a final line feed; its absence means the body was cut off.
         raise ExpositionError("the exposition ends mid-line (truncated body)", reason="truncated")

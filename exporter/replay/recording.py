@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import socket
 import time
 from dataclasses import dataclass
 from importlib import resources
@@ -111,8 +112,9 @@ def make_app(player: Player) -> FastAPI:
     return app
 
 
-def serve(player: Player, host: str, port: int) -> None:
-    """Serve `make_app(player)` until interrupted (`vllm-headroom replay`)."""
+def serve(player: Player, sock: socket.socket) -> None:
+    """Serve `make_app(player)` on a bound socket until interrupted (`vllm-headroom replay`)."""
     import uvicorn
 
-    uvicorn.run(make_app(player), host=host, port=port, log_level="warning", access_log=False)
+    config = uvicorn.Config(make_app(player), log_level="warning", access_log=False, lifespan="off")
+    uvicorn.Server(config).run(sockets=[sock])

@@ -15,10 +15,11 @@ from exporter.cli import flags, serve, settings
     [
         (["serve", "--scrape.interval", "soon"], "'soon' is not a duration"),
         (["serve", "--max-num-seqs", "0"], "must be greater than 0"),
-        (["serve", "--target", "localhost:8000"], "is not an http(s) URL"),
+        (["serve", "--target", "localhost:8000"], "has no scheme: did you mean http://localhost:8000?"),
+        (["serve", "--target", "ftp://a:1"], "is not an http(s) URL"),
         (["serve", "--web.listen-address", "nowhere"], "is not host:port"),
         (["serve", "--profile.quantile", "99"], "must be between 0 and 1"),
-        (["serve", "--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+        (["serve", "--no-such-flag"], "unknown flag --no-such-flag (see 'vllm-headroom serve --help')"),
         (["serve", "--targets-file", "/nonexistent/targets"], "cannot read --targets-file"),
         (["serve", "--target", "http://a:1", "--target", "http://a:1/"], "the same target is given twice"),
         (["diagnose", "/nonexistent/metrics.prom"], "cannot read /nonexistent/metrics.prom"),

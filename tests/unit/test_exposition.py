@@ -47,7 +47,8 @@ def test_wanted_filter_skips_other_families_but_still_counts_vllm_lines() -> Non
         ("vllm:a\n", "malformed", "no value"),
         ('vllm:a{x=1} 1\n', "malformed", "malformed label set"),
         ('vllm:a{x="1"y="2"} 1\n', "malformed", "malformed label set"),
-        ("<html><body>502 Bad Gateway</body></html>\n", "malformed", "not a metric line"),
+        ("<html><body>502 Bad Gateway</body></html>\n", "malformed", "the body is an HTML page"),
+        ("\x1f\ufffd\x08\x00", "malformed", "the body is gzip-compressed data"),
         ("vllm:a 1 2 3\n", "malformed", "value [timestamp]"),
     ],
 )

@@ -2,9 +2,14 @@
 #   docker build -t vllm-headroom:0.1.0 .
 # Runs `vllm-headroom serve` as uid 65532 on port 9478; every setting is an env var VLLM_HEADROOM_* (see README),
 # e.g. VLLM_HEADROOM_TARGET=http://127.0.0.1:8000. Nothing at run time needs a shell or a writable filesystem.
+# The entrypoint is the CLI and `serve` only its default command: `docker run IMAGE diagnose http://vllm:8000`.
+# Labels: pass --build-arg SOURCE=<repository URL> --build-arg REVISION=$(git rev-parse HEAD) when publishing.
 # BASE_IMAGE must be a Debian-based Python 3.11 image with `python` on PATH; CI builds a local stand-in
 # (deploy/build-base-image) because it reaches no registry.
 ARG BASE_IMAGE=python:3.11-slim-bookworm
+ARG VERSION=0.1.0
+ARG SOURCE=""
+ARG REVISION=""
 
 FROM ${BASE_IMAGE} AS build
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
@@ -18,8 +23,14 @@ RUN python -m venv /opt/vllm-headroom \
 COPY deploy/docker/healthcheck.py /opt/vllm-headroom/healthcheck.py
 
 FROM ${BASE_IMAGE}
+ARG VERSION
+ARG SOURCE
+ARG REVISION
 LABEL org.opencontainers.image.title="vllm-headroom" \
       org.opencontainers.image.description="Sidecar that tells why vLLM requests wait: KV admission headroom, worst-case blocks and a verdict as Prometheus metrics" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.source="${SOURCE}" \
+      org.opencontainers.image.revision="${REVISION}" \
       org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=build /opt/vllm-headroom /opt/vllm-headroom
 ENV PATH=/opt/vllm-headroom/bin:/usr/local/bin:/usr/bin:/bin \
@@ -32,4 +43,5 @@ WORKDIR /
 EXPOSE 9478
 HEALTHCHECK --interval=30s --timeout=5s --start-period=15s --retries=3 \
     CMD ["/opt/vllm-headroom/bin/python", "/opt/vllm-headroom/healthcheck.py"]
-ENTRYPOINT ["/opt/vllm-headroom/bin/vllm-headroom", "serve"]
+ENTRYPOINT ["/opt/vllm-headroom/bin/vllm-headroom"]
+CMD ["serve"]

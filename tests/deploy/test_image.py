@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from exporter import __version__
 from tests.net import free_port
 
 from .conftest import DEPLOY, ROOT, Tools
@@ -30,6 +31,12 @@ def test_hadolint_clean(tools: Tools) -> None:
 def test_dockerignore_keeps_the_context_small() -> None:
     lines = (ROOT / ".dockerignore").read_text().splitlines()
     assert lines[lines.index("*")] == "*" and "!exporter/" in lines and "!pyproject.toml" in lines
+
+
+def test_dockerfile_labels_the_package_version() -> None:
+    text = (ROOT / "Dockerfile").read_text()
+    assert f"ARG VERSION={__version__}\n" in text
+    assert 'ENTRYPOINT ["/opt/vllm-headroom/bin/vllm-headroom"]\nCMD ["serve"]\n' in text
 
 
 def _get(url: str) -> tuple[int, str]:
@@ -93,8 +100,8 @@ def image(docker: Docker) -> str:
     base = subprocess.run([str(DEPLOY / "build-base-image")], env=docker.env, capture_output=True, text=True,
                           timeout=900)
     assert base.returncode == 0, base.stderr[-3000:]
-    docker("build", "--network", "host", "--build-arg", f"BASE_IMAGE={base.stdout.strip()}", "-t", IMAGE, str(ROOT),
-           timeout=900)
+    docker("build", "--network", "host", "--build-arg", f"BASE_IMAGE={base.stdout.strip()}", "--build-arg",
+           "SOURCE=https://example.org/vllm-headroom.git", "-t", IMAGE, str(ROOT), timeout=900)
     return IMAGE
 
 
@@ -103,8 +110,14 @@ def test_image_config(docker: Docker, image: str) -> None:
     cfg = json.loads(docker("image", "inspect", image).stdout)[0]["Config"]
     assert cfg["User"] == "65532:65532"
     assert "9478/tcp" in cfg["ExposedPorts"]
-    assert cfg["Entrypoint"] == ["/opt/vllm-headroom/bin/vllm-headroom", "serve"]
-    assert not cfg.get("Cmd")
+    # The CLI is the entrypoint and `serve` its default command, so `docker run IMAGE diagnose URL` works.
+    assert cfg["Entrypoint"] == ["/opt/vllm-headroom/bin/vllm-headroom"]
+    assert cfg["Cmd"] == ["serve"]
+    labels = cfg["Labels"]
+    assert labels["org.opencontainers.image.version"] == __version__
+    assert labels["org.opencontainers.image.licenses"] == "Apache-2.0"
+    assert labels["org.opencontainers.image.source"] == "https://example.org/vllm-headroom.git"  # from --build-arg
+    assert labels["org.opencontainers.image.title"] == "vllm-headroom"
     assert cfg["Healthcheck"]["Test"][0] == "CMD"  # exec form: no shell
     assert "/healthz" in (ROOT / "deploy/docker/healthcheck.py").read_text()
     # The venv holds the runtime dependencies and the package, not the build tools.
@@ -119,7 +132,7 @@ def test_image_config(docker: Docker, image: str) -> None:
 def test_image_serves_the_demo_replay_and_stops_on_sigterm(docker: Docker, image: str) -> None:
     vllm_port, our_port = free_port(), free_port()
     # The replayed vLLM runs from the same image; both use the host's loopback.
-    docker("run", "-d", "--name", "replay", "--network", "host", "--read-only", "--entrypoint", "vllm-headroom", image,
+    docker("run", "-d", "--name", "replay", "--network", "host", "--read-only", image,
            "replay", "--web.listen-address", f"127.0.0.1:{vllm_port}", "--speed", "4")
     docker("run", "-d", "--name", "sidecar", "--network", "host", "--read-only", "--cap-drop", "ALL",
            "--security-opt", "no-new-privileges", "--health-interval", "1s", "--health-start-period", "1s",
@@ -138,6 +151,12 @@ def test_image_serves_the_demo_replay_and_stops_on_sigterm(docker: Docker, image
     assert any(line.startswith("vllm_headroom_verdict{") and line.endswith(" 1.0") for line in body.splitlines())
     status, diagnosis = _get(f"http://127.0.0.1:{our_port}/api/v1/diagnosis")
     assert status == 200 and json.loads(diagnosis)["targets"][0]["engines"]
+    status, page = _get(f"http://127.0.0.1:{our_port}/")
+    assert status == 200 and "<svg" in page and "data-verdict=" in page  # the status page, offline in the image
+    # Any subcommand through the same entrypoint: a one-shot diagnosis of the replayed vLLM.
+    oneshot = docker("run", "--rm", "--network", "host", "--read-only", image, "diagnose", "--json",
+                     f"http://127.0.0.1:{vllm_port}")
+    assert json.loads(oneshot.stdout)["targets"][0]["up"] is True
     # Non-root: every process of the container runs as 65532.
     top = docker("top", "sidecar", "-eo", "uid,pid,args").stdout.splitlines()[1:]
     assert top and all(line.split()[0] == "65532" for line in top), top

@@ -287,7 +287,7 @@ class Tracker:
             # Still inside the window: inferred when the gauges showed it after the counter last rose.
             counted, guessed = self._last_counted_rise, self._last_inferred
             if guessed is not None and (counted is None or guessed > counted):
-                judgement = replace(judgement, preemption_inferred=True)
+                judgement = replace(judgement, preemption_inferred=True, suspected=self.one_shot)
         self._previous = judgement.verdict
         self._hol_before = judgement.head_of_line_candidate
         self._pool_empty_before = o.running == 0 and o.waiting > 0 and o.headroom.kv_used_blocks == 0

@@ -108,7 +108,8 @@ def max_num_seqs(e: EngineReport, advisable: bool | None = None) -> Advice | Non
     w = h.worst_case_blocks_profile
     margin = (f"{int(100 * SHARE_LOW)}-{int(100 * SHARE_HIGH)} % of the {fits} requests of {w} blocks the pool of "
               f"{h.kv_capacity_blocks} holds")
-    if fits < 2:
+    if high < 2:
+        # "max_num_seqs 1" serves nobody: the pool is too small for the workload's worst case.
         return kv_capacity(e, max(2, current or 2))
     if current is None:
         return Advice("max_num_seqs", "check", None, None, [low, high], margin,

@@ -22,6 +22,11 @@ golden:
 generate:
 	$(PYTHON) -m grafana.generate
 
+# Verdicts against the engine's own truth on every recorded timeline: tests/fixtures/SCORE.md (issue 11).
+.PHONY: score
+score:
+	$(PYTHON) -m tests.truth
+
 # Build (first time, ~3 min) or reuse the cached venv holding vLLM 0.32.0 CPU; prints its python.
 vllm-venv:
 	scripts/vllm-venv

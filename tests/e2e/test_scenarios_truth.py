@@ -1,0 +1,141 @@
+"""Issue 11's scenarios on a real vLLM 0.32.0 with our sidecar as a real process: what the engine did (its own
+/metrics, sampled beside ours) against what we said. Servers and loads: tests/e2e/scenarios_truth.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from .load import Load, Wave
+from .scenarios_truth import BUDGET, SCENARIOS, SLOTS4, SMALL_POOL, TruthLoad
+from .sidecar import SidecarProcess
+from .test_scenarios import FAST, Sample, Watch, report
+from .vllm_server import VllmServer
+
+pytestmark = pytest.mark.e2e
+
+
+def _serve(flags: dict[str, Any]) -> Iterator[VllmServer]:
+    with VllmServer(**flags) as server:
+        server.pin_self()
+        try:
+            yield server
+        finally:
+            server.unpin_self()
+
+
+@pytest.fixture(scope="module")
+def vllm_slots4() -> Iterator[VllmServer]:
+    yield from _serve(SLOTS4)
+
+
+@pytest.fixture(scope="module")
+def vllm_budget() -> Iterator[VllmServer]:
+    yield from _serve(BUDGET)
+
+
+@pytest.fixture(scope="module")
+def vllm_small_pool() -> Iterator[VllmServer]:
+    yield from _serve(SMALL_POOL)
+
+
+def _n(s: Sample, key: str) -> float:
+    return s.engine.get(key) or 0.0
+
+
+def _load(server: VllmServer, waves: list[Wave], timeout: float) -> Load:
+    load = TruthLoad(server.url, server.served_model_name, waves, 0.0).start()
+    if not load.wait(timeout):
+        load.cancel()
+    return load
+
+
+def _idle(sidecar: SidecarProcess) -> None:
+    sidecar.wait_for(lambda e: e["requests_running"] == 0 and e["requests_waiting"] == 0, 60)
+
+
+def _ours(samples: list[Sample]) -> list[dict[str, Any]]:
+    return [s.ours for s in samples if s.ours is not None]
+
+
+# (d) ------------------------------------------------------------------------------------------------------
+def test_inferred_max_num_seqs_equals_the_real_one(vllm_slots4: VllmServer) -> None:
+    waves = [dataclasses.replace(w, duration=6.0) for w in SCENARIOS["false-full-inferred"].waves]
+    with SidecarProcess(vllm_slots4.url, [*FAST, "--no-vllm-cmdline-discovery"]) as sidecar, \
+            Watch(vllm_slots4, sidecar) as watch:
+        _idle(sidecar)
+        _load(vllm_slots4, waves, 60)
+    slots = [s for s in watch.samples if s.ours and s.ours["requests_waiting"] > 0 and s.ours["requests_running"] == 4]
+    assert len(slots) >= 5
+    cfgs = {(s.ours or {})["config"].get("max_num_seqs", {}).get("value") for s in slots[2:]}
+    assert cfgs == {4}, cfgs
+    assert all((s.ours or {})["slot_headroom_requests"] == 0 for s in slots[2:])
+    report("d inferred cap", slots[-1].engine, slots[-1].ours or {})
+
+
+# (a) ------------------------------------------------------------------------------------------------------
+def test_workload_switch_no_raise_before_the_storm(vllm_slots4: VllmServer) -> None:
+    with SidecarProcess(vllm_slots4.url, FAST) as sidecar, Watch(vllm_slots4, sidecar, period=0.25) as watch:
+        _idle(sidecar)
+        _load(vllm_slots4, SCENARIOS["workload-switch"].waves, 120)
+    base = _n(watch.samples[0], "num_preemptions_total")
+    rise = next((s for s in watch.samples if _n(s, "num_preemptions_total") > base), None)
+    assert rise is not None, "the engine never preempted"
+    before = [s for s in watch.samples if s.t < rise.t and s.ours is not None]
+    for s in before:
+        raised = [a for a in (s.ours or {}).get("advice", [])
+                  if a["direction"] == "raise" and a["setting"] == "max_num_seqs"]
+        assert not raised, raised
+    said = next((s for s in watch.samples
+                 if s.t >= rise.t - 1.0 and s.ours and s.ours["verdict"] == "preempting"), None)
+    assert said is not None and said.t - rise.t <= 1.0 + 0.5  # at most one scrape (1 s) after the counter rose
+    report("a workload switch", {**rise.engine, "said_after_s": round(said.t - rise.t, 2)}, said.ours or {})
+
+
+# (b) ------------------------------------------------------------------------------------------------------
+def test_budget_bound_queue_is_named(vllm_budget: VllmServer) -> None:
+    waves = [dataclasses.replace(w, duration=8.0) for w in SCENARIOS["budget-bound"].waves]
+    with SidecarProcess(vllm_budget.url, FAST) as sidecar, Watch(vllm_budget, sidecar) as watch:
+        _idle(sidecar)
+        _load(vllm_budget, waves, 90)
+    waiting = [o for o in _ours(watch.samples) if o["requests_waiting"] > 0 and o["requests_running"] < 8]
+    named = [o for o in waiting if o["verdict"] == "budget_full"]
+    assert len(named) >= 3, [o["verdict"] for o in waiting]
+    assert all(o["verdict"] != "slots_full" for o in waiting)
+    assert any(a["setting"] == "max_num_batched_tokens" for a in named[0]["advice"])
+    report("b budget-bound", watch.samples[len(watch.samples) // 2].engine, named[0])
+
+
+# (c) ------------------------------------------------------------------------------------------------------
+def test_a_prompt_larger_than_the_pool_is_never_fits(vllm_small_pool: VllmServer) -> None:
+    with SidecarProcess(vllm_small_pool.url, FAST) as sidecar, Watch(vllm_small_pool, sidecar) as watch:
+        _idle(sidecar)
+        idle = sidecar.engine() or {}
+        assert any(a["setting"] == "max_model_len" and a["direction"] == "lower" for a in idle["advice"])
+        _load(vllm_small_pool, SCENARIOS["never-fits"].waves, 12.0)
+        _idle(sidecar)
+    blocked = [o for o in _ours(watch.samples) if o["requests_running"] == 0 and o["requests_waiting"] > 0]
+    assert sum(o["verdict"] == "never_fits" for o in blocked) >= 3, [o["verdict"] for o in blocked]
+    assert not any(o["false_full"] for o in blocked)
+    report("c never fits", {"blocked_frames": len(blocked)}, next(o for o in blocked if o["verdict"] == "never_fits"))
+
+
+# (e) ------------------------------------------------------------------------------------------------------
+def test_prefix_cached_admission(vllm_small_pool: VllmServer) -> None:
+    waves = SCENARIOS["prefix-shared"].waves
+    with SidecarProcess(vllm_small_pool.url, [*FAST, "--scrape.interval", "0.5s"]) as sidecar, \
+            Watch(vllm_small_pool, sidecar, period=0.1) as watch:
+        _idle(sidecar)
+        _load(vllm_small_pool, waves, 60)
+    peak = max(watch.samples, key=lambda s: (_n(s, "running"), _n(s, "waiting")))
+    steady = [s for s in watch.samples if _n(s, "waiting") > 0 and s.ours and s.ours["requests_waiting"] > 0]
+    assert steady
+    predicted = [(s.ours or {})["requests_running"] + (s.ours or {})["admission_headroom_requests"] for s in steady]
+    admitted = _n(peak, "running")
+    report("e prefix cache", {**peak.engine, "admitted": admitted},
+           {**(steady[-1].ours or {}), "running_plus_admission": predicted[-1]})
+    assert any(abs(p - admitted) <= 1 for p in predicted), (predicted, admitted)

@@ -259,9 +259,9 @@ def shape_from_config(cfg: dict[str, Any]) -> ModelShape:
             raise Unsupported(f"{model_type}: sliding layers in {key} without a sliding_window size")
         return ModelShape(model_type, layers, kv_heads, head_dim, dtype, sliding_window=window,
                           sliding_layers=sliding, kinds=kinds, **common)
-    window, sliding = _sliding_layers(cfg, layers, max_pos)
-    return ModelShape(model_type, layers, kv_heads, head_dim, dtype, sliding_window=window, sliding_layers=sliding,
-                      **common)
+    window, order = _sliding_layers(cfg, layers, max_pos)
+    return ModelShape(model_type, layers, kv_heads, head_dim, dtype, sliding_window=window,
+                      sliding_layers=order.count(SLIDING), kinds=order, **common)
 
 
 def _named_kinds(values: list[Any], key: str, model_type: str, layers: int) -> tuple[str, ...]:
@@ -346,15 +346,16 @@ def _linear_state(cfg: dict[str, Any], model_type: str, key: str | None) -> Line
     raise Unsupported(f"{model_type}: {key} has linear/Mamba layers whose state size this version does not know")
 
 
-def _sliding_layers(cfg: dict[str, Any], layers: int, max_pos: Any) -> tuple[int | None, int]:
-    """The window and how many layers use it, from a Gemma-style pattern, Qwen2's max_window_layers or a plain
-    sliding_window (every layer, Mistral-style)."""
+def _sliding_layers(cfg: dict[str, Any], layers: int, max_pos: Any) -> tuple[int | None, tuple[str, ...]]:
+    """The window and each layer's kind, from a Gemma-style pattern (every pattern-th layer global), Qwen2's
+    max_window_layers (the first layers full) or a plain sliding_window (every layer, Mistral-style)."""
     window = cfg.get("sliding_window") if cfg.get("use_sliding_window", True) is not False else None
     if not isinstance(window, int) or (isinstance(max_pos, int) and window >= max_pos):
-        return None, 0  # no window, or one as long as the context: full attention
+        return None, (FULL,) * layers  # no window, or one as long as the context: full attention
     pattern = cfg.get("sliding_window_pattern")
     if isinstance(pattern, int) and pattern > 1:
-        return window, sum(1 for i in range(layers) if (i + 1) % pattern != 0)  # every pattern-th layer is global
+        return window, tuple(FULL if (i + 1) % pattern == 0 else SLIDING for i in range(layers))
     if cfg.get("use_sliding_window") and isinstance(cfg.get("max_window_layers"), int):
-        return window, max(0, layers - int(cfg["max_window_layers"]))  # Qwen2: the first layers stay full
-    return window, layers
+        full = int(cfg["max_window_layers"])
+        return window, tuple(FULL if i < full else SLIDING for i in range(layers))
+    return window, (SLIDING,) * layers

@@ -26,7 +26,7 @@ from typing import Any
 from ..core import defaults
 from ..core.units import format_size
 from ..model.kv_layout import Plan, dtype_bytes, plan
-from ..model.shape import LINEAR, ModelShape, load_config, resolve_model, shape_from_config
+from ..model.shape import FULL, SLIDING, ModelShape, load_config, resolve_model, shape_from_config
 from . import memory
 
 GiB = memory.GiB
@@ -204,8 +204,7 @@ def estimate(x: Inputs) -> Estimate:
     fit = max(0, largest(lambda n: lay.blocks_per_request(n, in_flight) <= usable, 1, cap)) if usable > 0 else 0
     seqs_fit = max(0, usable) // per_request
     per_token = lay.attention_bytes_per_token
-    attention_layers = max(sum(1 for i in range(lo, hi) if x.shape.layer_kinds[i] != LINEAR
-                               and x.shape.layer_kinds[i] != "none") for lo, hi in lay.stages)
+    attention_layers = max(sum(1 for k in x.shape.layer_kinds[lo:hi] if k in (FULL, SLIDING)) for lo, hi in lay.stages)
     if blocks < 2:
         verdict = "budget_exhausted"
         why = (f"weights ({_gib(weights)}) and the activation reserve ({_gib(activation)}) leave "

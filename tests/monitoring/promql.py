@@ -18,9 +18,12 @@ from grafana.rules import rule_groups
 GRAFANA_VARS = {"$__rate_interval": "1m", "$__interval": "15s", "$__range": "5m"}
 
 
-def substitute(expr: str) -> str:
-    for k, v in GRAFANA_VARS.items():
+def substitute(expr: str, pod: str | None = None, rate_interval: str = "1m") -> str:
+    """Grafana's variables: All for every template variable, or one `pod` picked."""
+    for k, v in {**GRAFANA_VARS, "$__rate_interval": rate_interval}.items():
         expr = expr.replace(k, v)
+    if pod is not None:
+        expr = expr.replace("$pod", pod)  # Grafana puts the picked value in the regex as is
     return re.sub(r"\$\{?([a-z_]+)\}?", ".*", expr)
 
 

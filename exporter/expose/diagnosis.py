@@ -70,9 +70,11 @@ def explain(e: EngineReport) -> str:
         if e.slots_inferred:
             cap = e.max_num_seqs or e.running
             return (f"{used}, {e.running} requests run and {e.waiting} wait although {h.kv_free_blocks} blocks are "
-                    f"free: all slots of an inferred max_num_seqs of {cap} are taken (not stated; inferred as the "
-                    "highest running count seen while requests waited beside free blocks, outside preemption; "
-                    "supply it to confirm). Requests wait for a slot, not for memory.")
+                    f"free: all slots of an inferred max_num_seqs of {cap} are taken (not stated; "
+                    + ("from this one observation: the free blocks would hold the longest prompt vLLM has served, "
+                       "yet requests wait" if e.gauges_only else
+                       "the highest running count seen while requests waited beside free blocks, outside preemption")
+                    + "; supply it to confirm). Requests wait for a slot, not for memory.")
         return (f"{used}, but all {e.max_num_seqs} slots{slots} are taken; {e.waiting} requests wait for a slot, "
                 f"not for memory ({h.kv_free_blocks} of {h.kv_capacity_blocks} blocks are free).")
     if v is Verdict.KV_FULL:

@@ -37,7 +37,9 @@ def interpolated_quantile(hist: Histogram, q: float) -> tuple[float, float, floa
     `_sum` less the other buckets' counts at their midpoints, divided by the bucket's count, kept inside its
     bounds (exact when the bucket holds requests of one size, the common case for one workload; linear
     interpolation would put 352-token prompts at 492 and the bucket bound at 500). Linear interpolation when
-    the sum is not usable (the +Inf bucket, or no `_sum`).
+    the sum is not usable: the +Inf bucket, no `_sum`, or the other buckets' uncertainty (half their widths)
+    spread over this bucket's requests exceeds a quarter of its width (a few long requests among many
+    short ones: their mean cannot be told apart from the short ones' rounding).
     """
     buckets = hist.buckets
     if not buckets or buckets[-1][1] <= 0:
@@ -53,10 +55,10 @@ def interpolated_quantile(hist: Histogram, q: float) -> tuple[float, float, floa
         low = lows[i]
         if math.isinf(bound):
             return bound, low, bound
-        others = sum(n * (lows[j] + b) / 2 for j, ((b, _), n) in enumerate(zip(buckets, counts, strict=True))
-                     if j != i and n > 0 and not math.isinf(b))
-        if hist.sum > 0 and not any(n > 0 and math.isinf(b) for j, ((b, _), n)
-                                    in enumerate(zip(buckets, counts, strict=True)) if j != i):
+        rest = [(lows[j], b, n) for j, ((b, _), n) in enumerate(zip(buckets, counts, strict=True)) if j != i and n > 0]
+        others = sum(n * (lo + b) / 2 for lo, b, n in rest)
+        error = sum(n * (b - lo) / 2 for lo, b, n in rest)  # the others' sum is known to within this
+        if hist.sum > 0 and not any(math.isinf(b) for _lo, b, _n in rest) and error / inside <= (bound - low) / 4:
             mean = (hist.sum - others) / inside
             return min(max(mean, low), bound), low, bound
         return low + (bound - low) * (rank - (cumulative - inside)) / inside, low, bound

@@ -103,11 +103,19 @@ class ProfileQuality:
     thin: bool
     stale: bool
     held_blocks_per_running: int | None  # in-flight floor: blocks in use / running requests
+    window: float | None = None  # the profile window the sidecar keeps; None for one observation (lifetime)
+
+    @property
+    def covers_window(self) -> bool:
+        """The sidecar has watched a whole window (a one-shot's lifetime histograms count as covering)."""
+        return self.window is None or (self.span is not None and self.span >= 0.9 * self.window)
 
     @property
     def advisable(self) -> bool:
-        """Enough current evidence to advise raising max_num_seqs."""
-        return not self.thin and not self.stale and self.samples >= defaults.RECOMMEND_MIN_REQUESTS
+        """Enough current evidence to advise raising max_num_seqs: >= RECOMMEND_MIN_REQUESTS finished requests
+        over a whole profile window, and requests in flight no larger than the profile's worst case."""
+        return (not self.thin and not self.stale and self.samples >= defaults.RECOMMEND_MIN_REQUESTS
+                and self.covers_window)
 
 
 @dataclass(frozen=True)
@@ -140,6 +148,12 @@ class EngineGap:
         if self.config_error:
             return f"cannot derive capacity: {self.config_error}"
         return f"cannot derive capacity: {self.missing} unknown"
+
+
+def under_pressure(h: Headroom) -> bool:
+    """Memory binds soon although usage is low: oversubscribed, or requests in flight beyond the profile."""
+    held = h.held_blocks_per_running
+    return h.safe_headroom_requests < 0 or (held is not None and held > h.worst_case_blocks_profile_only)
 
 
 def in_flight_prompt(prompt_tokens_total: float | None, finished: float | None, running: int,
@@ -359,7 +373,8 @@ class Target:
             running, waiting, None if (d := e.waiting_by_reason.get("deferred")) is None else int(d), e.usage,
             max_num_seqs, e.awake, headroom, self._largest_prompt_blocks(e, max_model_len, block_size),
             finished_total=finished, budget_used=None if budget is None else budget.used,
-            max_model_len_exceeds_pool=w_max is not None and w_max > headroom.kv_capacity_blocks)
+            max_model_len_exceeds_pool=w_max is not None and w_max > headroom.kv_capacity_blocks,
+            memory_pressure=under_pressure(headroom))
         inferred_cap = None
         if max_num_seqs is None and not gauges_only:
             inferred_cap = tracker.infer_max_num_seqs(now, obs, e.preemptions_total)
@@ -368,15 +383,21 @@ class Target:
                 max_num_seqs = inferred_cap
                 headroom = headroom_with(inferred_cap)
                 cfg = replace(cfg, max_num_seqs=Known(inferred_cap, Source.INFERRED))
-                obs = replace(obs, max_num_seqs=inferred_cap, headroom=headroom, max_num_seqs_inferred=True)
+                obs = replace(obs, max_num_seqs=inferred_cap, headroom=headroom, max_num_seqs_inferred=True,
+                              memory_pressure=under_pressure(headroom))
         progress = (e.steps_total, e.generation_tokens_total)
         judgement, false_full = tracker.update(now, obs, e.preemptions_total, progress)
+        if judgement.slots_inferred and max_num_seqs is None and running > 0:
+            # slots_full judged with the cap unknown: the running count is the cap this answer uses throughout.
+            max_num_seqs = running
+            headroom = headroom_with(running)
+            cfg = replace(cfg, max_num_seqs=Known(running, Source.INFERRED))
         held = headroom.held_blocks_per_running
         quality = ProfileQuality(
             samples=samples, basis="none" if prompt is None else prompt.basis,
             span=None if prompt is None else prompt.span, thin=thin,
             stale=held is not None and held > headroom.worst_case_blocks_profile_only,
-            held_blocks_per_running=held)
+            held_blocks_per_running=held, window=None if gauges_only else self.settings.window)
         report = self._report(e, cfg, headroom, judgement, false_full, prompt, max_tokens, tracker, max_num_seqs,
                               gauges_only)
         found = self._cmdline if self.settings.vllm_args is None and self.settings.discover_cmdline else None

@@ -63,6 +63,7 @@ class Observation:
     budget_used: float | None = None  # prompt tokens computed per engine step / max_num_batched_tokens (0..1)
     max_model_len_exceeds_pool: bool = False  # one request of max_model_len needs more blocks than the pool
     max_num_seqs_inferred: bool = False
+    memory_pressure: bool = False  # oversubscribed (safe headroom < 0) or requests in flight beyond the profile
 
 
 @dataclass(frozen=True)
@@ -161,8 +162,13 @@ _WAITING_VERDICTS = frozenset({Verdict.SLOTS_FULL, Verdict.KV_FULL, Verdict.DEFE
 
 
 def false_full_condition(o: Observation, verdict: Verdict, t: Thresholds) -> bool:
-    """Waiting > 0 while u < threshold and the verdict says the pool is not what holds requests back."""
-    return o.waiting > 0 and o.usage < t.full_usage and verdict in FALSE_FULL_VERDICTS
+    """Waiting > 0 while u < threshold and the verdict says the pool is not what holds requests back.
+
+    Not while the pool is under memory pressure the panel does not show yet: running requests that would
+    outgrow it (safe headroom < 0) or that already hold more than the profile's worst case (a new workload,
+    preemption ahead) make memory a limit too, so the panel's low usage is not "false"."""
+    return (o.waiting > 0 and o.usage < t.full_usage and verdict in FALSE_FULL_VERDICTS
+            and not o.memory_pressure)
 
 
 def gauges_show_preemption(running: int, waiting: int, finished: float | None, prev_running: int | None,

@@ -137,6 +137,9 @@ def _why_not(e: EngineReport) -> str:
     if q.thin or q.samples < defaults.RECOMMEND_MIN_REQUESTS:
         span = "" if q.span is None else f" over {q.span:.0f} s"
         return f"the profile has {q.samples} finished requests{span} (fewer than {defaults.RECOMMEND_MIN_REQUESTS})"
+    if not q.covers_window:
+        return (f"the profile covers {q.span or 0:.0f} s of its {q.window or 0:.0f} s window: a workload that "
+                "changes within it would be missed")
     return "the profile is not current"
 
 

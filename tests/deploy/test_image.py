@@ -138,7 +138,7 @@ def test_image_serves_the_demo_replay_and_stops_on_sigterm(docker: Docker, image
            "--security-opt", "no-new-privileges", "--health-interval", "1s", "--health-start-period", "1s",
            "-e", f"VLLM_HEADROOM_TARGET=http://127.0.0.1:{vllm_port}",
            "-e", f"VLLM_HEADROOM_WEB_LISTEN_ADDRESS=127.0.0.1:{our_port}",
-           "-e", "VLLM_HEADROOM_SCRAPE_INTERVAL=1s", image)
+           "-e", "VLLM_HEADROOM_SCRAPE_INTERVAL=1s", "-e", "VLLM_HEADROOM_SCRAPE_TIMEOUT=0.8s", image)
     deadline, body = time.monotonic() + 60, ""
     while time.monotonic() < deadline:
         status, body = _get(f"http://127.0.0.1:{our_port}/metrics")

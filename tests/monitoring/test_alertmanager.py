@@ -46,7 +46,7 @@ class FakeVllm:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802
+            def do_GET(self) -> None:
                 if outer.down:
                     self.send_response(503)
                     self.end_headers()
@@ -92,7 +92,7 @@ class Webhook:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 n = int(self.headers.get("Content-Length", 0))
                 outer.received.append(json.loads(self.rfile.read(n)))
                 self.send_response(200)

@@ -80,7 +80,8 @@ def test_diagnosis_fields_are_named_like_the_metrics() -> None:
     names = {f.name.removeprefix("vllm_headroom_")
              for f in text_string_to_metric_families(_exposition([t]))
              if f.name.startswith("vllm_headroom_") and f.name not in (
-                 "vllm_headroom_up", "vllm_headroom_scrape_duration_seconds", "vllm_headroom_scrape_errors",
+                 "vllm_headroom_up", "vllm_headroom_target_seen_up", "vllm_headroom_scrape_duration_seconds",
+                 "vllm_headroom_scrape_errors",
                  "vllm_headroom_config_info", "vllm_headroom_verdict", "vllm_headroom_request_profile_tokens")}
     assert names - set(engine) == set()
     assert engine["worst_case_blocks_per_request"] == {"profile": 3, "max_model_len": 16}  # 16 + 64 tokens

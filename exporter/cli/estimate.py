@@ -47,9 +47,10 @@ def _gib_size(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _gib_sizes(text: str) -> tuple[int, ...]:
-    """One size, or one per pipeline stage separated by commas."""
-    return tuple(_gib_size(part) for part in text.split(","))
+def _gib_sizes(text: str) -> int | tuple[int, ...]:
+    """One size, or one per pipeline stage separated by commas (a tuple)."""
+    sizes = tuple(_gib_size(part) for part in text.split(","))
+    return sizes if len(sizes) > 1 else sizes[0]
 
 
 def register(sub: Any) -> None:
@@ -119,6 +120,7 @@ def _inputs(args: argparse.Namespace) -> tuple[est.Inputs, startup_log.LogFacts 
         raise ValueError("name the model: a config.json, a model folder or a Hugging Face id in the local cache")
     shape, indexed = est.load_model(model)
     pools = args.kv_cache_memory
+    pools = (pools,) if isinstance(pools, int) else pools
     x = est.Inputs(
         shape=shape, dtype=args.dtype, kv_cache_dtype=args.kv_cache_dtype,
         tensor_parallel_size=args.tensor_parallel_size, pipeline_parallel_size=args.pipeline_parallel_size,

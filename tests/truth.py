@@ -136,21 +136,26 @@ def finished_with(f: Frame, prompt_len: int) -> float:
     return 0.0
 
 
+def live_requests(f: Frame, sent: list[Sent], exact: bool) -> list[Sent]:
+    """Requests sent and not finished at the frame, oldest first (FCFS: the first `running` of them run)."""
+    if exact:
+        return [s for s in sent if s.at <= f.t and (s.finished is None or s.finished > f.t)]
+    done: dict[int, float] = {}
+    live = []
+    for s in sent:
+        if s.at > f.t:
+            continue
+        done.setdefault(s.prompt_len, finished_with(f, s.prompt_len))
+        if done[s.prompt_len] >= 1:
+            done[s.prompt_len] -= 1
+        else:
+            live.append(s)
+    return live
+
+
 def head_request(f: Frame, sent: list[Sent], exact: bool) -> Sent | None:
     """The request at the head of the waiting queue: the oldest unfinished one after the running ones."""
-    if exact:
-        live = [s for s in sent if s.at <= f.t and (s.finished is None or s.finished > f.t)]
-    else:
-        done: dict[int, float] = {}
-        live = []
-        for s in sent:
-            if s.at > f.t:
-                continue
-            done.setdefault(s.prompt_len, finished_with(f, s.prompt_len))
-            if done[s.prompt_len] >= 1:
-                done[s.prompt_len] -= 1
-            else:
-                live.append(s)
+    live = live_requests(f, sent, exact)
     if not live:
         return None
     i = int(f.running)
@@ -203,11 +208,13 @@ def judge(frames: list[Frame], i: int, srv: Server, sent: list[Sent], exact: boo
                          f"head {head_blocks} blocks > {free} free, larger than typical")
         return Truth("kv_full", frozenset({"kv_full"} | also), frozenset({"kv_full"} | also),
                      f"head {head_blocks} blocks vs {free} free, usage {f.usage:.2f}")
-    if prev is not None and f.steps > prev.steps:
-        per_step = (f.prompt_tokens - prev.prompt_tokens) / (f.steps - prev.steps)
-        if per_step >= 0.5 * srv.budget:
-            return Truth("budget_full", frozenset({"budget_full"}), frozenset({"budget_full", "transient"}),
-                         f"{per_step:.0f} prompt tokens per step of a {srv.budget} budget")
+    # A running request whose uncached prompt is at least the step's token budget prefills with all of it
+    # (the engine finishing prefills meanwhile: prompt_tokens_total rose), so nothing waiting is admitted.
+    running_prompts = [s.prompt_len - s.shared_prefix for s in live_requests(f, sent, exact)[:int(f.running)]]
+    if prev is not None and f.prompt_tokens > prev.prompt_tokens and running_prompts \
+            and max(running_prompts) >= srv.budget:
+        return Truth("budget_full", frozenset({"budget_full"}), frozenset({"budget_full", "transient"}),
+                     f"running prompts of {max(running_prompts)} tokens >= budget {srv.budget}")
     if storm:
         return Truth("preempting", frozenset({"preempting", "kv_full", "ok"}),
                      frozenset({"preempting", "kv_full", "transient", "ok"}), "storm, between admissions")

@@ -60,6 +60,14 @@ def profile_text(e: EngineReport) -> str:
     return base
 
 
+def _budget_hint(e: EngineReport) -> str:
+    b = e.budget
+    if b is None or b.used is None or b.used < 1.0:
+        return ""
+    return (f" (likely here: a typical prompt of {b.prefill_tokens:,.0f} tokens fills the budget of "
+            f"{b.max_num_batched_tokens:,})")
+
+
 def explain(e: EngineReport) -> str:
     """One paragraph saying why requests wait (or that nothing does)."""
     h = e.headroom
@@ -112,12 +120,12 @@ def explain(e: EngineReport) -> str:
                 "returned to the pool.")
     if v is Verdict.BUDGET_FULL:
         b = e.budget
-        per = "" if b is None or b.prompt_tokens_per_step is None else f"{b.prompt_tokens_per_step:,.0f} of "
+        per = "" if b is None or b.prefill_tokens is None else f" (a typical prompt is {b.prefill_tokens:,.0f} tokens)"
         budget = "" if b is None else (f"{b.max_num_batched_tokens:,} tokens "
                                        f"({'assumed: vLLM default' if b.source == 'default' else b.source})")
-        return (f"{used}, {h.kv_free_blocks} blocks and free slots, yet {e.waiting} requests wait: running prefills "
-                f"use {per}the step's token budget of {budget} (max_num_batched_tokens). vLLM schedules running "
-                "requests first and admits waiting ones only while budget is left.")
+        return (f"{used}, {h.kv_free_blocks} blocks and free slots, yet {e.waiting} requests wait: a running "
+                f"prefill takes the whole token budget of {budget} of each step{per} (max_num_batched_tokens). "
+                "vLLM schedules running requests first and admits waiting ones only while budget is left.")
     if v is Verdict.NEVER_FITS:
         wmax = h.worst_case_blocks_max_model_len
         sure = (" One observation: it may also be the moment between two steps; a second look confirms."
@@ -130,7 +138,8 @@ def explain(e: EngineReport) -> str:
         return (f"{used}, {h.kv_free_blocks} blocks are free (a typical request needs {h.prompt_blocks}) and "
                 f"{e.waiting} requests wait: in one observation this is most often the moment between two engine "
                 "steps (vLLM admits them at the next step). If it persists, the head of the queue is larger than "
-                "the free blocks or prefills use up the token budget: watch it with `serve` or diagnose again.")
+                "the free blocks or prefills use up the token budget" + _budget_hint(e)
+                + ": watch it with `serve` or diagnose again.")
     return (f"Nothing is held back: {used}, {e.running} running, {e.waiting} waiting; room for "
             f"{h.admission_headroom_requests} more requests now and {max(h.safe_headroom_requests, 0)} more "
             "that could each reach max_tokens without preemption.")
@@ -197,7 +206,7 @@ def engine_json(e: EngineReport) -> dict[str, Any]:
             "stale": q.stale, "held_blocks_per_running": q.held_blocks_per_running},
         "token_budget": None if b is None else {
             "max_num_batched_tokens": b.max_num_batched_tokens, "source": b.source,
-            "prompt_tokens_per_step": None if b.prompt_tokens_per_step is None else round(b.prompt_tokens_per_step, 1)},
+            "prefill_tokens": b.prefill_tokens},
         "requests_running": e.running,
         "requests_waiting": e.waiting,
         "requests_waiting_by_reason": e.waiting_by_reason,

@@ -124,13 +124,14 @@ class BudgetUse:
 
     max_num_batched_tokens: int
     source: str  # a config Source, "default" when assumed
-    prompt_tokens_per_step: float | None  # over the last interval (sidecar) or since start (one-shot)
+    prefill_tokens: float | None  # one typical prefill: the profile's prompt (uncached tokens)
 
     @property
     def used(self) -> float | None:
-        if self.prompt_tokens_per_step is None or self.prompt_tokens_per_step > self.max_num_batched_tokens:
-            return None  # more than the assumed budget: the budget is not what we assume; judge nothing
-        return self.prompt_tokens_per_step / self.max_num_batched_tokens
+        """Share of a step one typical prefill takes (1 when it spans whole steps)."""
+        if self.prefill_tokens is None:
+            return None
+        return min(1.0, self.prefill_tokens / self.max_num_batched_tokens)
 
 
 @dataclass(frozen=True)
@@ -217,7 +218,7 @@ class Target:
         self._given_args: dict[str, object] | None = None
         self.errors: dict[str, int] = {}
         self.known_engines: set[tuple[str, str]] = set()
-        self._counters: dict[tuple[str, str], tuple[float, float]] = {}  # (steps, prompt tokens) at last scrape
+        self._prompt_tokens: dict[tuple[str, str], float] = {}  # vllm:prompt_tokens_total at the last scrape
         self.last: TargetReport = TargetReport(settings.url, up=False, error="not scraped yet",
                                                error_reason="not_scraped")
 
@@ -290,11 +291,18 @@ class Target:
             return None
         return derive.blocks_for_tokens(largest.upper or largest.tokens, block_size)
 
-    def _budget(self, e: vllm.EngineSample, cfg: ServingConfig, snap: vllm.VllmSnapshot,
-                gauges_only: bool) -> BudgetUse | None:
-        """The token budget and the prompt tokens per step: deltas since the last scrape, or lifetime totals
-        for a one-shot (vLLM 0.32.0 counts `prompt_tokens_total` per step as prompt tokens computed,
-        vllm/v1/metrics/loggers.py `record`; one step = one `iteration_tokens_total` observation)."""
+    @staticmethod
+    def _budget(cfg: ServingConfig, snap: vllm.VllmSnapshot, prompt: Quantile | None) -> BudgetUse | None:
+        """The token budget and how much of a step one typical prefill takes.
+
+        V1 schedules running requests first, a prefill taking min(remaining prompt, budget left) tokens per
+        step, and admits waiting requests only while budget is left (`while token_budget > 0`,
+        vllm/v1/core/sched/scheduler.py @0.32.0). A prompt at least as long as the budget therefore fills
+        whole steps until its last chunk. vLLM 0.32.0 exports no per-step prefill count: `prompt_tokens_total`
+        and `iteration_tokens_total` are counted when a prefill completes (the request's first output,
+        vllm/v1/metrics/stats.py `IterationStats.update_from_output`), so one 3,072-token prefill chunked over
+        12 steps of 256 shows as one iteration of 3,072 tokens. The prompt profile is the evidence.
+        """
         stated = cfg.max_num_batched_tokens
         if stated is not None:
             budget, source = stated.value, str(stated.source)
@@ -302,17 +310,7 @@ class Target:
             budget, source = defaults.VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS, str(Source.DEFAULT)
         else:
             return None
-        key = (e.model_name, e.engine)
-        steps, prompt = e.steps_total, e.prompt_tokens_total
-        per_step = None
-        if steps is not None and prompt is not None:
-            before = self._counters.get(key)
-            self._counters[key] = (steps, prompt)
-            if gauges_only:
-                per_step = prompt / steps if steps > 0 else None
-            elif before is not None and steps > before[0] and prompt >= before[1]:
-                per_step = (prompt - before[1]) / (steps - before[0])
-        return BudgetUse(budget, source, per_step)
+        return BudgetUse(budget, source, None if prompt is None else float(prompt.tokens))
 
     def _engine(self, now: float, e: vllm.EngineSample, cfg: ServingConfig, snap: vllm.VllmSnapshot,
                 gauges_only: bool) -> EngineReport | EngineGap:
@@ -367,12 +365,18 @@ class Target:
         key = (e.model_name, e.engine)
         tracker = self.trackers.get(key) or self.trackers.setdefault(key, Tracker(self.settings.thresholds,
                                                                                    one_shot=gauges_only))
-        budget = self._budget(e, cfg, snap, gauges_only)
+        budget = self._budget(cfg, snap, prompt)
+        # Prefills completed since the last scrape: the engine is busy prefilling (a one-shot cannot tell).
+        before = self._prompt_tokens.get(key)
+        if e.prompt_tokens_total is not None:
+            self._prompt_tokens[key] = e.prompt_tokens_total
+        prefilling = (not gauges_only and before is not None and e.prompt_tokens_total is not None
+                      and e.prompt_tokens_total > before)
         w_max = headroom.worst_case_blocks_max_model_len
         obs = Observation(
             running, waiting, None if (d := e.waiting_by_reason.get("deferred")) is None else int(d), e.usage,
             max_num_seqs, e.awake, headroom, self._largest_prompt_blocks(e, max_model_len, block_size),
-            finished_total=finished, budget_used=None if budget is None else budget.used,
+            finished_total=finished, budget_used=budget.used if budget is not None and prefilling else None,
             max_model_len_exceeds_pool=w_max is not None and w_max > headroom.kv_capacity_blocks,
             memory_pressure=under_pressure(headroom))
         inferred_cap = None

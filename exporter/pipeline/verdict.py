@@ -60,7 +60,7 @@ class Observation:
     headroom: Headroom
     largest_prompt_blocks: int | None = None  # blocks of the longest prompt vLLM has finished (bucket bound)
     finished_total: float | None = None  # requests finished since start (count of the prompt histogram)
-    budget_used: float | None = None  # prompt tokens computed per engine step / max_num_batched_tokens (0..1)
+    budget_used: float | None = None  # share of a step one typical prefill takes: prompt / max_num_batched_tokens
     max_model_len_exceeds_pool: bool = False  # one request of max_model_len needs more blocks than the pool
     max_num_seqs_inferred: bool = False
     memory_pressure: bool = False  # oversubscribed (safe headroom < 0) or requests in flight beyond the profile
@@ -81,6 +81,7 @@ class History:
     preempted_now: bool = False  # the counter rose at this scrape
     one_shot: bool = False  # a single observation (diagnose): nothing can be confirmed by a second look
     pool_empty_before: bool = False  # the previous scrape also showed nothing running, requests waiting
+    budget_before: bool = False  # the previous scrape also showed prefills filling the token budget
 
 
 @dataclass(frozen=True)
@@ -131,7 +132,12 @@ def classify(o: Observation, h: History, t: Thresholds) -> Judgement:
     if not head_fits or o.usage >= t.full_usage:
         return Judgement(Verdict.KV_FULL)
     if o.budget_used is not None and o.budget_used >= BUDGET_BOUND:
-        return Judgement(Verdict.BUDGET_FULL)
+        # Prefills that fill whole steps completed since the last scrape; a second scrape in a row confirms it
+        # is the state, not one long prompt that has just been prefilled.
+        if h.budget_before:
+            return Judgement(Verdict.BUDGET_FULL)
+        return Judgement(h.previous if h.previous in _WAITING_VERDICTS else Verdict.OK, first_look=True,
+                         head_of_line_candidate=True)
     if o.max_num_seqs is None and o.running > 0:
         # max_num_seqs unknown: a running count pinned at its recent maximum, or free blocks that would hold
         # even the longest prompt vLLM has seen, point at the slot cap rather than at a large queue head.
@@ -151,10 +157,11 @@ def classify(o: Observation, h: History, t: Thresholds) -> Judgement:
     return Judgement(Verdict.HEAD_OF_LINE, head_of_line_candidate=True)
 
 
-# Share of the step's token budget that prompt tokens took, on average over the last interval, at or above
-# which waiting requests are judged held back by the budget: V1 schedules running requests first and admits
-# waiting ones only while budget is left (`while token_budget > 0`, vllm/v1/core/sched/scheduler.py @0.32.0).
-BUDGET_BOUND = 0.5
+# Share of a step's token budget one typical prefill takes at or above which requests waiting beside free slots
+# and blocks are judged held back by the budget: V1 schedules running requests first and admits waiting ones
+# only while budget is left (`while token_budget > 0`, vllm/v1/core/sched/scheduler.py @0.32.0); a prefill of
+# the whole budget leaves none.
+BUDGET_BOUND = 1.0
 
 
 _WAITING_VERDICTS = frozenset({Verdict.SLOTS_FULL, Verdict.KV_FULL, Verdict.DEFERRED, Verdict.BUDGET_FULL,
@@ -204,6 +211,7 @@ class Tracker:
         self._previous: Verdict | None = None
         self._hol_before = False
         self._pool_empty_before = False
+        self._budget_before = False
         self.preemptions_per_second: float | None = None
         self.seconds_without_progress = 0.0
 
@@ -287,6 +295,7 @@ class Tracker:
             preempted_now=rose,
             one_shot=self.one_shot,
             pool_empty_before=self._pool_empty_before,
+            budget_before=self._budget_before,
         )
         judgement = classify(o, history, self.t)
         if judgement.verdict is Verdict.PREEMPTING and not judgement.preemption_inferred:
@@ -297,6 +306,7 @@ class Tracker:
         self._previous = judgement.verdict
         self._hol_before = judgement.head_of_line_candidate
         self._pool_empty_before = o.running == 0 and o.waiting > 0 and o.headroom.kv_used_blocks == 0
+        self._budget_before = o.waiting > 0 and o.budget_used is not None and o.budget_used >= BUDGET_BOUND
         self._waiting_prev = o.waiting > 0
         self._prev = (o.running, o.waiting, o.finished_total)
         self._last_time = now

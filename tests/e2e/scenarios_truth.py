@@ -10,9 +10,12 @@ max_tokens, and when it was sent and finished (or failed/cancelled) on the timel
 Servers (tiny model, block_size 32):
 * SLOTS4: the shared pool (40 blocks, 39 usable, max_model_len 512) with max_num_seqs 4;
 * BUDGET: 321 blocks, max_model_len 8192, max_num_seqs 8, --max-num-batched-tokens 256;
-* SMALL_POOL: 40 blocks (1,248 usable tokens) under max_model_len 8192: one request of max_model_len
-  cannot fit (vLLM 0.32.0 starts with `--num-gpu-blocks-override` below max_model_len; without the
-  override it refuses, recorded in tests/fixtures/vllm-0.32.0/capacity/too-long-*), max_num_seqs 24.
+* TOO_LONG: 40 blocks (1,248 usable tokens) under max_model_len 8192. vLLM 0.32.0 refuses to start: its
+  admission check plans against the overridden pool (vllm/v1/core/kv_cache_utils.py, "If
+  `num_gpu_blocks_override` is set ... auto-fit, the admission check ... plan against the same effective
+  capacity"), so the refusal is what is recorded (never-fits/start-failure.log);
+* SMALL_POOL: the closest shape it starts, max_model_len 1,248 = the 39 usable blocks exactly (maximum
+  concurrency 1.0x: one request of max_model_len takes the whole pool), max_num_seqs 24.
 """
 
 from __future__ import annotations
@@ -37,8 +40,10 @@ HF_8192 = ("--hf-overrides", '{"max_position_embeddings": 8192}')
 SLOTS4: dict[str, Any] = {"max_model_len": 512, "block_size": 32, "num_gpu_blocks_override": 40, "max_num_seqs": 4}
 BUDGET: dict[str, Any] = {"max_model_len": 8192, "block_size": 32, "num_gpu_blocks_override": 321,
                           "max_num_seqs": 8, "max_num_batched_tokens": 256, "extra_args": HF_8192}
-SMALL_POOL: dict[str, Any] = {"max_model_len": 8192, "block_size": 32, "num_gpu_blocks_override": 40,
-                              "max_num_seqs": 24, "extra_args": HF_8192}
+TOO_LONG: dict[str, Any] = {"max_model_len": 8192, "block_size": 32, "num_gpu_blocks_override": 40,
+                            "max_num_seqs": 24, "extra_args": HF_8192}
+SMALL_POOL: dict[str, Any] = {"max_model_len": 1248, "block_size": 32, "num_gpu_blocks_override": 40,
+                              "max_num_seqs": 24}
 SHARED_PREFIX = 640  # tokens = 20 full blocks, cached after the first request
 
 
@@ -101,6 +106,7 @@ class TruthLoad(Load):
 class TruthScenario(Scenario):
     give_up_s: float = 90.0  # cancel the load after this (a request that can never be admitted)
     notes: dict[str, Any] = field(default_factory=dict)
+    expect_refusal: bool = False  # vLLM is expected not to start with these flags: record its words
 
 
 def _n(st: State, key: str) -> float:
@@ -159,22 +165,31 @@ SCENARIOS: dict[str, TruthScenario] = {
         ),
         TruthScenario(
             name="never-fits",
+            flags=TOO_LONG,
+            waves=[],
+            description=("max_model_len 8192 over a pool of 39 usable blocks (1,248 tokens) with "
+                         "--num-gpu-blocks-override 40: vLLM 0.32.0 refuses to start (a request of max_model_len "
+                         "could never be admitted); its start-up log is the recording."),
+            shows=lambda st, prev: False,
+            expect_refusal=True,
+        ),
+        TruthScenario(
+            name="pool-sized-head",
             flags=SMALL_POOL,
             waves=[
                 Wave(2, 16, 32, duration=6.0),
-                # 2,000 tokens = 63 blocks > 39 usable: vLLM >= 0.19 admits the head only if its whole prompt
-                # fits, so it waits forever and every request behind it too.
-                TruthWave(1, 2000, 16, delay=2.0),
+                # 1,232 + 16 tokens = 39 blocks: the whole pool. Admitted only when nothing else holds a block;
+                # vLLM admits in order, so the short requests behind it wait too.
+                Wave(1, 1232, 16, delay=2.0),
                 Wave(4, 16, 16, delay=2.5),
             ],
-            description=("max_model_len 8192 over a pool of 39 usable blocks (1,248 tokens; vLLM: maximum "
-                         "concurrency 0.16x). t=0: 2 closed-loop clients for 6 s, prompt 16, max_tokens 32. "
-                         "t=2 s: one prompt of 2000 tokens (63 blocks) that can never fit. t=2.5 s: 4 short "
-                         "requests behind it. The load is cancelled after 12 s (vLLM aborts the requests)."),
+            description=("The closest runtime shape to never-fits that vLLM 0.32.0 starts: max_model_len 1248 = "
+                         "the pool (39 blocks, maximum concurrency 1.0x). t=0: 2 closed-loop clients for 6 s, "
+                         "prompt 16, max_tokens 32. t=2 s: one prompt of 1232 tokens, max_tokens 16 (the whole "
+                         "pool). t=2.5 s: 4 short requests behind it."),
             shows=lambda st, prev: _n(st, "waiting") > 0 and _n(st, "running") == 0,
             score=lambda st, prev: _n(st, "waiting"),
-            give_up_s=12.0,
-            min_hold_s=5.0,
+            give_up_s=30.0,
         ),
         TruthScenario(
             name="prefix-shared",
@@ -268,6 +283,29 @@ def record(scenario: TruthScenario, server: VllmServer, out_root: Path) -> dict[
     return meta
 
 
+def record_refusal(scenario: TruthScenario, server: VllmServer, out_root: Path) -> bool:
+    """Start vLLM with flags it should refuse; keep its words. True when it refused."""
+    try:
+        server.start()
+    except RuntimeError:
+        text = _scrub(server.log_text(), server)
+        d = out_root / scenario.name
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "start-failure.log").write_text(text)
+        reason = next((ln for ln in reversed(text.splitlines()) if "ValueError" in ln or "larger than" in ln), "")
+        argv = _scrub(list(server.argv), server)
+        argv[0] = "python"
+        meta = {"scenario": scenario.name, "vllm_version": server.version, "server_argv": argv,
+                "env": server.env_used, "refused": True, "reason": reason.strip(),
+                "description": scenario.description}
+        (d / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+        log(f"{scenario.name}: vLLM refused as expected: {reason.strip()[:200]}")
+        return True
+    server.stop()
+    log(f"{scenario.name}: vLLM started although a refusal was expected")
+    return False
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("scenarios", nargs="*", help=f"default: all of {list(SCENARIOS)}")
@@ -282,6 +320,10 @@ def main(argv: list[str] | None = None) -> int:
         flags = dict(scenarios[0].flags)
         log(f"starting vLLM {PINNED_VERSION} with {flags} for {[s.name for s in scenarios]}")
         server = VllmServer(**flags)
+        if scenarios[0].expect_refusal:
+            if not record_refusal(scenarios[0], server, out):
+                failed.append(scenarios[0].name)
+            continue
         server.start()
         with server:
             server.pin_self()

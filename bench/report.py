@@ -174,11 +174,25 @@ def details(b: dict[str, dict[str, Any] | None]) -> list[str]:
                        f"({v['vllm_cpu_ms_per_s'] / 10:.3f} % of a core) | {v['vllm_cpu_ms_per_s_passthrough']:.2f} "
                        f"ms/s | {v['passthrough_saving_ms_per_s']:.2f} ms/s ({100 * v['passthrough_saving_share']:.0f} "
                        f"%) |")
+    if (b7 := b.get("b7_status_page")) is not None:
+        out += ["", "## 7. Status page and /api/v1/history (in-process, 100 targets)", "",
+                f"{_when(b7)}; {_load_note(b7)}. {b7['targets']} targets of one engine each, a full 15-minute history "
+                f"at a {b7['interval_s']:g} s interval ({', '.join(map(str, b7['points_per_engine']))} points per "
+                f"engine); median CPU of {b7['runs']} renders of each body, side by side.", "",
+                "| body | CPU per render | size | CPU vs /metrics | size vs /metrics |", "|---|---|---|---|---|"]
+        for name, f in b7["bodies"].items():
+            out.append(f"| {name} | {f['cpu_ms']:.1f} ms | {f['bytes'] / 1e3:.0f} KB | "
+                       f"{f['cpu_ratio_to_metrics']:.2f}× | {f['bytes_ratio_to_metrics']:.2f}× |")
+        out += ["", f"- history in memory: {b7['history_bytes_one_window'] / 2**20:.2f} MiB after one window, "
+                f"{b7['history_bytes_two_windows'] / 2**20:.2f} MiB after two (bounded ring buffers)",
+                f"- the page is built at most once per tick and only when asked: one browser refreshing it every "
+                f"interval costs {100 * b7['page_cpu_share_at_interval']:.1f} % of a core at 100 targets"]
     return out
 
 
 def main() -> None:
-    names = ["b1_parse", "b2_sidecar", "b3_fleet", "b4_load", "b5_detect", "b6_vllm_cost", "fleet_variants"]
+    names = ["b1_parse", "b2_sidecar", "b3_fleet", "b4_load", "b5_detect", "b6_vllm_cost", "fleet_variants",
+             "b7_status_page"]
     b = {n: _load(n) for n in names}
     m = machine()
     lines = ["# vllm-headroom benchmarks (issue #7)", "",

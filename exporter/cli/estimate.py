@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,16 @@ from ..core import defaults, units
 from ..planning import estimate as est
 from ..planning import startup_log
 from .flags import UsageError, add, fraction, params, positive_int, tokens
+
+DESCRIPTION = (
+    "Estimate vLLM 0.32.0's KV cache from a Hugging Face config.json: pages, KV-cache groups, blocks, max "
+    'concurrency and fit, for dense, sliding-window, MLA and hybrid (attention + Mamba / linear attention) '
+    'models, with tensor, pipeline and data parallel. Memory side: --gpu-memory with the weights (safetensors '
+    'index of a model folder, --params or --weights-bytes) and an activation reserve; or --kv-cache-memory '
+    "for the pool directly (vLLM's 'Available KV cache memory'); or --num-gpu-blocks-override alone; or "
+    '--from-log. Without any, it answers the inverse question: bytes per token and per request, and the '
+    'memory max_num_seqs requests need.'
+)
 
 EPILOG = """\
 sizes: a unit is optional; a bare number is GiB (80 = 80GiB); 23.58GiB, 6.51GiB and 80GB work as vLLM prints them.
@@ -55,14 +66,7 @@ def _gib_sizes(text: str) -> int | tuple[int, ...]:
 
 def register(sub: Any) -> None:
     p = sub.add_parser("estimate", help="KV memory and capacity of a model on given devices, vLLM's block math",
-                       description="Estimate vLLM 0.32.0's KV cache from a Hugging Face config.json: pages, "
-                       "KV-cache groups, blocks, max concurrency and fit, for dense, sliding-window, MLA and "
-                       "hybrid (attention + Mamba / linear attention) models, with tensor, pipeline and data "
-                       "parallel. Memory side: --gpu-memory with the weights (safetensors index of a model "
-                       "folder, --params or --weights-bytes) and an activation reserve; or --kv-cache-memory "
-                       "for the pool directly (vLLM's 'Available KV cache memory'); or "
-                       "--num-gpu-blocks-override alone; or --from-log. Without any, it answers the inverse "
-                       "question: bytes per token and per request, and the memory max_num_seqs requests need.",
+                       description=textwrap.fill(DESCRIPTION, width=100, break_on_hyphens=False),
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model", nargs="?", help="config.json, a model folder holding it (and "
                    "model.safetensors.index.json), or a Hugging Face id found in the local cache")

@@ -45,6 +45,8 @@ SIDECAR_MIN, ONE_SHOT_MIN = 0.95, 0.90
 NO_FALSE_FULL = frozenset({"ok", "kv_full", "preempting", "transient", "never_fits"})
 # Scenarios replayed without the server's flags: the sidecar must infer max_num_seqs (kind 6).
 WITHOUT_FLAGS = frozenset({"false-full-inferred"})
+# Recordings of issue 11's scenarios (tests/e2e/scenarios_truth.py): the report tells their story.
+STORIES = ("false-full-inferred", "workload-switch", "budget-bound", "pool-sized-head", "prefix-shared")
 
 
 @dataclass(frozen=True)
@@ -286,6 +288,50 @@ def _engine(engines: list[EngineReport]) -> EngineReport:
     return engines[0]
 
 
+def story(folder: Path) -> list[str]:
+    """What the engine did next to what the sidecar said, for one recording (the report's per-scenario lines)."""
+    rec = recording.load(folder)
+    meta = rec.meta
+    argv = [str(a) for a in meta["server_argv"]]
+    frames = [read_frame(t, text) for t, text in rec.frames]
+    given = None if folder.name in WITHOUT_FLAGS else argv
+    settings = Settings("recorded", vllm_args=given, discover_cmdline=False,
+                        thresholds=Thresholds(false_full_hold=max(2.0, 4 * float(meta.get("interval", 0.5)))))
+    target = _target(meta, settings)
+    ours = [_engine(target.observe(t, text).engines) for t, text in rec.frames]
+    from exporter.planning import advice  # the one advice engine, as diagnose and recommend use it
+
+    rises = [i for i in range(1, len(frames)) if frames[i].preemptions > frames[i - 1].preemptions]
+    waiting = [i for i, f in enumerate(frames) if f.waiting > 0]
+    said = Counter(str(ours[i].verdict) for i in waiting)
+    preempted = frames[-1].preemptions - frames[0].preemptions
+    engine = (f"max running {max(f.running for f in frames):.0f}, max waiting {max(f.waiting for f in frames):.0f}, "
+              f"max usage {max(f.usage for f in frames):.2f}, preemptions {preempted:.0f}"
+              + (f" (counter first rose at t={frames[rises[0]].t:.1f} s)" if rises else ""))
+    lines = [f"- **{folder.name}**: engine: {engine}; ours on the {len(waiting)} frames with requests waiting: "
+             + ", ".join(f"{v} {n}" for v, n in said.most_common())
+             + f"; false-full flagged on {sum(o.false_full for o in ours)} frames"]
+    if rises:
+        first = next((i for i, o in enumerate(ours) if o.verdict.value == "preempting"), None)
+        raised = sum(1 for o in ours[:rises[0]] for a in advice.advise(o)
+                     if a.setting == "max_num_seqs" and a.direction == "raise")
+        lines.append(f"  - first `preempting` at t={frames[first].t:.1f} s" if first is not None
+                     else "  - never preempting")
+        lines.append(f"  - scrapes advising a max_num_seqs raise before the counter first rose: {raised}")
+    caps = Counter(o.config.max_num_seqs.value for o in ours if o.config.max_num_seqs is not None
+                   and str(o.config.max_num_seqs.source) == "inferred")
+    if caps:
+        lines.append(f"  - max_num_seqs inferred (frames: value): {dict(caps)}; real: {server_of(argv).max_num_seqs}")
+    if folder.name == "prefix-shared":
+        idle = [o for o, f in zip(ours, frames, strict=True) if f.running == 0 and f.waiting == 0]
+        busy = max(frames, key=lambda f: f.running)
+        if idle:
+            h = idle[-1].headroom
+            lines.append(f"  - admission headroom at idle before the burst: {h.admission_headroom_requests} (prompt "
+                         f"{h.prompt_blocks} blocks); the engine then ran {busy.running:.0f} at once")
+    return lines
+
+
 def recordings() -> list[Path]:
     return sorted(p.parent for p in FIXTURES.glob("vllm-0.32.0/*/timeline.jsonl.gz"))
 
@@ -321,6 +367,13 @@ def render(scores: list[Score]) -> str:
         for truth in sorted({t for t, _o in conf}):
             lines.append(f"| {truth} | " + " | ".join(str(conf.get((truth, o), 0)) for o in ours_cols) + " |")
         lines.append("")
+    lines += ["## What the engine did, next to what the sidecar said", ""]
+    for folder in recordings():
+        if folder.name in STORIES:
+            lines += story(folder)
+    lines += ["", "## Before issue 11", "",
+              "The same scorer on the same recordings with the code before issue 11 (commit 1d1bc0a): "
+              "[SCORE-before.md](SCORE-before.md).", ""]
     lines += ["## Frames that disagree", ""]
     for s in scores:
         for m in s.misses:

@@ -124,7 +124,12 @@ def classify(o: Observation, h: History, t: Thresholds) -> Judgement:
         return Judgement(Verdict.DEFERRED)
     if o.running == 0 and hr.kv_used_blocks == 0 and o.max_model_len_exceeds_pool:
         # Nothing runs, the whole pool is free, yet the head is not admitted: it needs more than the pool
-        # (possible only when max_model_len exceeds the pool). Between steps this can last one scrape.
+        # (possible only when max_model_len exceeds the pool). vLLM >= 0.19 admits the head only if its whole
+        # uncached prompt fits (`allocate_slots(..., full_sequence_must_fit=self.scheduler_reserve_full_isl)`,
+        # vllm/v1/core/sched/scheduler.py @0.32.0) and stops at it (FCFS). Between steps this can last one
+        # scrape, so the sidecar looks twice. vLLM 0.32.0 itself refuses to start a full-attention model whose
+        # max_model_len exceeds the pool, even an overridden one (vllm/v1/core/kv_cache_utils.py); hybrid and
+        # sliding-window paths and other releases start.
         if h.one_shot or h.pool_empty_before:
             return Judgement(Verdict.NEVER_FITS, suspected=h.one_shot)
         return Judgement(h.previous if h.previous in _WAITING_VERDICTS else Verdict.OK, first_look=True)

@@ -219,6 +219,14 @@ _MAMBA_HINTS = ("mamba_d_state", "ssm_state_size", "mamba_expand", "mamba_n_head
                 "attn_layer_period")
 
 
+# Keys whose layouts would be miscounted as plain attention: refused by name rather than guessed.
+_UNSIZED = (
+    ("num_kv_shared_layers", "Gemma-3n/4 layers that reuse another layer's KV"),
+    ("attention_chunk_size", "Llama-4 chunked local attention"),
+    ("index_topk", "DeepSeek-V3.2 sparse attention with an indexer cache"),
+)
+
+
 def shape_from_config(cfg: dict[str, Any]) -> ModelShape:
     """Read the KV-relevant shape; multimodal configs keep the language model under text_config."""
     if isinstance(cfg.get("text_config"), dict):
@@ -234,6 +242,10 @@ def shape_from_config(cfg: dict[str, Any]) -> ModelShape:
     max_pos = next((cfg[k] for k in ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length",
                                      "model_max_length", "max_sequence_length", "max_seq_length", "seq_len")
                     if isinstance(cfg.get(k), int)), None)
+    for extra, what in _UNSIZED:
+        if cfg.get(extra):
+            raise Unsupported(f"{model_type}: {extra} ({what}) changes vLLM's KV layout in a way this version does "
+                              "not size; read the capacity from the server's start-up log (estimate --from-log)")
     kinds, key = _layer_kinds(cfg, model_type, layers)
     linear = _linear_state(cfg, model_type, key) if kinds and LINEAR in kinds else None
     if kinds is None and any(k in cfg for k in _MAMBA_HINTS):

@@ -99,6 +99,9 @@ def test_every_layout_key_current_configs_use(cfg: dict[str, object], kinds: tup
     ({"hybrid_override_pattern": "M*X"}, "hybrid_override_pattern"),
     ({"ssm_state_size": 16}, "ssm_state_size"),
     ({"layer_types": ["mamba", "full_attention"]}, "layer_types"),  # linear layers whose state size is unknown
+    ({"attention_chunk_size": 8192}, "attention_chunk_size"),  # Llama-4
+    ({"num_kv_shared_layers": 20}, "num_kv_shared_layers"),  # Gemma-3n/4
+    ({"index_topk": 2048, "kv_lora_rank": 512}, "index_topk"),  # DeepSeek-V3.2
 ])
 def test_an_unknown_layout_is_refused_in_one_sentence_naming_the_key(cfg: dict[str, object], key: str) -> None:
     base = {"model_type": "x", "num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": 256}

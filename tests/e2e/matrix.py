@@ -100,6 +100,14 @@ def venv_facts(python: str) -> dict[str, Any]:
 CI_RELEASE = (Path(__file__).parent / "old-release.txt").read_text().strip()  # CI runs it live: keep its venv
 
 
+MAX_VENVS = int(os.environ.get("MAX_VENVS", "2"))
+
+
+def venvs_on_disk() -> int:
+    """Venvs of older releases under the cache (scripts/vllm-version-venv names them vllm-X-<key>)."""
+    return sum(1 for d in CACHE.glob("vllm-[0-9]*") if d.is_dir())
+
+
 def remove_venv(version: str) -> None:
     if version not in (PINNED_VERSION, CI_RELEASE):
         subprocess.run([str(REPO / "scripts" / "vllm-version-venv"), "--remove", version], check=False)
@@ -150,9 +158,10 @@ def run(entries: list[str], keep: bool) -> int:
         version, _ = parse_entry(entry)
         build = builds.pop(version, None) or Build(version)
         python, reason = build.wait()
-        # Overlap: the next release installs (network and disk) while this one records (CPU).
+        # Overlap: the next release installs (network and disk) while this one records (CPU), if the disk
+        # budget allows another venv (MAX_VENVS older releases at once, 3-8 GB each).
         nxt = next((parse_entry(e)[0] for e in todo[i + 1:] if parse_entry(e)[0] != version), None)
-        if nxt is not None and nxt not in builds:
+        if nxt is not None and nxt not in builds and venvs_on_disk() < MAX_VENVS:
             builds[nxt] = Build(nxt)
         if python is None:
             write_status(entry, "failed", reason)

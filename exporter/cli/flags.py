@@ -31,6 +31,10 @@ HABITS = {
 }
 
 
+class Implicit(float):
+    """A default value the user did not state (neither flag nor env var), so a command may adapt it."""
+
+
 class UsageError(Exception):
     """A bad flag or value: one sentence for the user, exit code 2."""
 

@@ -13,6 +13,7 @@ from ..expose.server import Sidecar, bind, parse_listen_address, serve
 from ..pipeline.oneshot import check_url
 from ..pipeline.target import Target
 from .flags import (
+    Implicit,
     UsageError,
     add,
     add_config_flags,
@@ -45,7 +46,8 @@ def register(sub: Any) -> None:
     g = p.add_argument_group("scraping and serving")
     add(g, "--web.listen-address", default=defaults.LISTEN_ADDRESS, help="address of our /metrics")
     add(g, "--scrape.interval", duration, defaults.SCRAPE_INTERVAL, help="how often to scrape vLLM's /metrics")
-    add(g, "--scrape.timeout", duration, defaults.SCRAPE_TIMEOUT, help="timeout of one scrape, below the interval")
+    add(g, "--scrape.timeout", duration, Implicit(defaults.SCRAPE_TIMEOUT),
+        help="timeout of one scrape, below the interval; when not given, 80 %% of an interval shorter than it")
     add(g, "--scrape.max-bytes", size, defaults.SCRAPE_MAX_BYTES, help="refuse expositions larger than this")
     add(g, "--models.interval", duration, defaults.MODELS_INTERVAL,
         help="how often to read /v1/models and /version")
@@ -86,6 +88,9 @@ def target_urls(args: argparse.Namespace, notes: list[str] | None = None) -> lis
 
 def run(args: argparse.Namespace) -> int:
     interval, timeout = opt(args, "scrape.interval"), opt(args, "scrape.timeout")
+    if isinstance(timeout, Implicit):  # not given: the default, shortened for a short interval rather than refused
+        timeout = defaults.scrape_timeout_for(interval)
+        setattr(args, "scrape.timeout", timeout)
     if timeout >= interval:
         raise UsageError(f"--scrape.timeout ({timeout:g}s) must be shorter than --scrape.interval ({interval:g}s)")
     try:

@@ -17,6 +17,7 @@ PORT: Final = 9478
 TARGET: Final = "http://127.0.0.1:8000"  # vLLM's default host and port
 SCRAPE_INTERVAL: Final = 5.0  # s, how often vLLM's /metrics is read
 SCRAPE_TIMEOUT: Final = 3.0  # s, one fetch (serve and the one-shot commands alike); must be < interval
+SCRAPE_TIMEOUT_SHARE: Final = 0.8  # of a scrape interval shorter than SCRAPE_TIMEOUT, when no timeout is given
 SCRAPE_MAX_BYTES: Final = 16 * 1024 * 1024  # refuse larger expositions
 MODELS_INTERVAL: Final = 60.0  # s, how often /v1/models, /version and /proc are read
 CMDLINE_DISCOVERY: Final = True  # read vLLM's flags from /proc/<pid>/cmdline when visible
@@ -66,3 +67,8 @@ DURATIONS: Final[dict[str, float]] = {
     "leak_after": LEAK_AFTER,
     "preempt_window": PREEMPT_WINDOW,
 }
+
+
+def scrape_timeout_for(interval: float) -> float:
+    """The timeout of one scrape when none is given: SCRAPE_TIMEOUT, or 80 % of a shorter interval (seconds)."""
+    return min(SCRAPE_TIMEOUT, SCRAPE_TIMEOUT_SHARE * interval)

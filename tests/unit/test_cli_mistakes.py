@@ -143,6 +143,15 @@ def test_intervals_and_speeds_are_checked(argv: list[str], sentence: str,
     assert one_sentence(capsys) == sentence
 
 
+def test_a_short_interval_alone_shortens_the_default_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[object] = []
+    monkeypatch.setattr(serve, "serve", lambda sidecar, sock: seen.append(sidecar) or sock.close())
+    assert cli.main(["serve", "--scrape.interval", "1s", "--web.listen-address", f"127.0.0.1:{free_port()}"]) == 0
+    assert seen[0].targets[0].settings.timeout == pytest.approx(0.8)  # type: ignore[attr-defined]
+    assert cli.main(["serve", "--web.listen-address", f"127.0.0.1:{free_port()}"]) == 0
+    assert seen[1].targets[0].settings.timeout == 3.0  # type: ignore[attr-defined]
+
+
 @pytest.mark.parametrize("command", [["serve", "--target", "http://127.0.0.1:9"], ["replay"]])
 def test_a_busy_port_is_one_sentence_with_no_listening_line(command: list[str]) -> None:
     with socket.socket() as taken:

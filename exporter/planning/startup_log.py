@@ -2,7 +2,8 @@
 
 Reads the lines vLLM prints at start-up (format strings of `vllm/v1/core/kv_cache_utils.py`,
 `vllm/v1/worker/gpu_worker.py`, `vllm/platforms/interface.py`, `vllm/entrypoints/utils.py`; V1 0.9-0.33):
-"Available KV cache memory: X GiB" (one per worker), "Overriding num_gpu_blocks=N with
+"Available KV cache memory: X GiB" (one per worker; the CPU build's "Explicitly set (X/Y) GiB for KV
+cache"), "Reset SSM cache type to float32", "Overriding num_gpu_blocks=N with
 num_gpu_blocks_override=M", "GPU KV cache size: N tokens" and "Maximum concurrency for L tokens per
 request: C x" (one line or two), "Setting attention block size to N tokens", "the estimated maximum model
 length is N", and the flags of "non-default args: {...}" / "Initializing a V1 LLM engine (vX) with config:".
@@ -17,6 +18,8 @@ from .estimate import GiB, Inputs
 
 _MEMORY = re.compile(r"^([^\n]*?)Available KV cache memory: ([\d.]+) GiB", re.M)
 _RANK = re.compile(r"PP(\d+)_TP\d+|rank=(\d+)")
+_CPU_MEMORY = re.compile(r"Explicitly set \(([\d.]+)/[\d.]+\) GiB for KV cache")  # vllm/v1/worker/cpu_worker.py
+_SSM_FLOAT32 = re.compile(r"Reset SSM cache type to float32|Updating mamba_ssm_cache_dtype to 'float32'")
 _TOKENS = re.compile(r"(\w+) KV cache size: ([\d,]+) tokens")
 _CONCURRENCY = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
 _OVERRIDE = re.compile(r"Overriding num_gpu_blocks=(\d+) with num_gpu_blocks_override=(\d+)")
@@ -25,7 +28,8 @@ _ESTIMATED = re.compile(r"max seq len \((\d+)\).*?estimated maximum model length
 _VERSION = re.compile(r"(?:LLM engine \(v|version )(\d+\.\d+[\w.+-]*)")
 _ARG = re.compile(r"'(model|max_model_len|tensor_parallel_size|pipeline_parallel_size|data_parallel_size|block_size|"
                   r"max_num_seqs|max_num_batched_tokens|kv_cache_dtype|dtype|gpu_memory_utilization|"
-                  r"num_gpu_blocks_override|enable_prefix_caching)': ('[^']*'|[\d.]+|True|False)")
+                  r"num_gpu_blocks_override|enable_prefix_caching|async_scheduling|mamba_ssm_cache_dtype)': "
+                  r"('[^']*'|[\d.]+|True|False)")
 _CONFIG = re.compile(r"\b(model|max_seq_len|tensor_parallel_size|pipeline_parallel_size|data_parallel_size|"
                      r"kv_cache_dtype|enable_prefix_caching)=('[^']*'|[\w.]+)")
 
@@ -70,7 +74,10 @@ def parse(text: str) -> LogFacts:
             by_stage.setdefault(int(rank.group(1)), gib)
         else:
             by_stage.setdefault(int(rank.group(2)) // tp, gib)
+    plain += [float(m.group(1)) for m in _CPU_MEMORY.finditer(text)]
     memory = tuple(by_stage[k] for k in sorted(by_stage)) if by_stage else tuple(plain[:1])
+    if _SSM_FLOAT32.search(text):
+        flags.setdefault("mamba_ssm_cache_dtype", "float32")
     tokens = _TOKENS.search(text)
     conc = _CONCURRENCY.search(text)
     over = _OVERRIDE.search(text)
@@ -124,4 +131,9 @@ def apply(facts: LogFacts, x: Inputs) -> Inputs:
         changes["kv_cache_dtype"] = kv
     if f("enable_prefix_caching") in ("True", "False"):
         changes["prefix_caching"] = f("enable_prefix_caching") == "True"
+    if f("async_scheduling") in ("True", "False"):
+        changes["async_scheduling"] = f("async_scheduling") == "True"
+    ssm = f("mamba_ssm_cache_dtype")
+    if ssm:
+        changes["mamba_ssm_cache_dtype"] = ssm
     return replace(x, **changes)  # type: ignore[arg-type]

@@ -137,7 +137,12 @@ SHAPES = [
 
 
 def start(shape: Shape) -> VllmServer:
-    return VllmServer(model_config=shape.config, dtype=shape.dtype, block_size=shape.block_size,
+    # Pipeline stages are one CPU worker each: give each its own core (vLLM refuses to bind two workers to
+    # one NUMA node by itself), and leave the processes unpinned.
+    pp = shape.pipeline_parallel_size
+    env = {"VLLM_CPU_OMP_THREADS_BIND": "|".join(str(i) for i in range(pp))} if pp > 1 else None
+    return VllmServer(model_config=shape.config, dtype=shape.dtype, block_size=shape.block_size, env=env,
+                      pin_cpus=pp == 1,
                       max_model_len=shape.max_model_len, num_gpu_blocks_override=shape.override,
                       kvcache_space_gib=shape.kvcache_space_gib, max_num_seqs=8,
                       max_num_batched_tokens=shape.max_num_batched_tokens,

@@ -222,3 +222,16 @@ def test_help_shows_a_hybrid_and_a_pipeline_parallel_example_that_run(capsys: py
     for command in runnable:
         assert cli.main(["estimate", *command.replace("\\\n", " ").split()]) == 0, command
         capsys.readouterr()
+
+
+def test_a_real_hybrid_startup_log_from_vllm_0_32_0(capsys: pytest.CaptureFixture[str]) -> None:
+    # The start-up log of the real vLLM 0.32.0 CPU build serving the Qwen3-Next-shaped toy model (recorded here):
+    # "Setting attention block size to 96 tokens", "Explicitly set (1.0/20.09) GiB for KV cache", "Reset SSM cache
+    # type to float32", "CPU KV cache size: 3,195,611 tokens, Maximum concurrency for 2,048 tokens per request:
+    # 1560.36x". Given only the config and the log, every figure it states must come out the same.
+    folder = Path("tests/fixtures/vllm-0.32.0/capacity/hybrid-qwen3next-l4-gdn")
+    doc = run_json(capsys, str(folder / "config.json"), "--from-log", str(folder / "startup.log"))
+    side = doc["from_log"]
+    assert {k: v["log"] for k, v in side.items() if k != "version"} == {  # type: ignore[union-attr]
+        "kv_tokens": 3_195_611, "max_concurrency": 1560.36, "block_size": 96}
+    assert all(v["log"] == v["ours"] for k, v in side.items() if k != "version")  # type: ignore[union-attr]

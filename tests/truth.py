@@ -299,7 +299,10 @@ def story(folder: Path) -> list[str]:
                         thresholds=Thresholds(false_full_hold=max(2.0, 4 * float(meta.get("interval", 0.5)))))
     target = _target(meta, settings)
     ours = [_engine(target.observe(t, text).engines) for t, text in rec.frames]
-    from exporter.planning import advice  # the one advice engine, as diagnose and recommend use it
+    try:
+        from exporter.planning import advice  # the one advice engine, as diagnose and recommend use it
+    except ImportError:  # scoring an older checkout (the "before" report): no advice engine there
+        advice = None  # type: ignore[assignment]
 
     rises = [i for i in range(1, len(frames)) if frames[i].preemptions > frames[i - 1].preemptions]
     waiting = [i for i, f in enumerate(frames) if f.waiting > 0]
@@ -313,8 +316,8 @@ def story(folder: Path) -> list[str]:
              + f"; false-full flagged on {sum(o.false_full for o in ours)} frames"]
     if rises:
         first = next((i for i, o in enumerate(ours) if o.verdict.value == "preempting"), None)
-        raised = sum(1 for o in ours[:rises[0]] for a in advice.advise(o)
-                     if a.setting == "max_num_seqs" and a.direction == "raise")
+        raised = -1 if advice is None else sum(1 for o in ours[:rises[0]] for a in advice.advise(o)
+                                               if a.setting == "max_num_seqs" and a.direction == "raise")
         lines.append(f"  - first `preempting` at t={frames[first].t:.1f} s" if first is not None
                      else "  - never preempting")
         lines.append(f"  - scrapes advising a max_num_seqs raise before the counter first rose: {raised}")

@@ -48,6 +48,15 @@ def worst_case_blocks(prompt: int, max_tokens: int, max_model_len: int | None, b
     return max(1, blocks_for_tokens(total, block_size))
 
 
+def uncached_prompt(prompt: int, hit_share: float) -> int:
+    """Prompt tokens the queue head must find room for: P × (1 − prefix-cache hit share), at least one (vLLM
+    always computes the last prompt token: `get_computed_blocks` caps hits at num_tokens − 1,
+    vllm/v1/core/kv_cache_manager.py @0.32.0). Cached blocks a running request already holds need no new
+    block; the admission gate counts only new blocks (`can_fit_full_sequence`)."""
+    share = min(max(hit_share, 0.0), 1.0)
+    return max(1, math.ceil(prompt * (1.0 - share)))
+
+
 def in_flight_floor(used: int, running: int) -> int | None:
     """ceil(used / running): blocks held per running request now, a floor on what each holds at its end
     (shared prefix blocks count once, so the floor stays a floor). None when nothing runs."""
@@ -124,6 +133,7 @@ class Inputs:
     kv_cache_size_tokens: int | None = None
     admission_rule: str = FULL_PROMPT  # the release's rule (vllm.rules); see admission_blocks
     max_num_batched_tokens: int | None = None  # the token budget, for FIRST_CHUNK
+    prefix_hit_share: float = 0.0  # share of prompt tokens found in the prefix cache lately (0..1)
 
 
 @dataclass(frozen=True)
@@ -175,7 +185,8 @@ def derive(x: Inputs) -> Headroom:
         else:
             w_max = blocks_for_tokens(x.max_model_len, bs)
     prompt = x.prompt_tokens if x.prompt_tokens is not None else 1
-    prompt_blocks = admission_blocks(prompt, bs, x.admission_rule, x.max_num_batched_tokens)
+    prompt_blocks = admission_blocks(uncached_prompt(prompt, x.prefix_hit_share), bs, x.admission_rule,
+                                     x.max_num_batched_tokens)
     if x.max_tokens is not None:
         w = worst_case_blocks(prompt, x.max_tokens, x.max_model_len, bs)
         if w_max is not None:

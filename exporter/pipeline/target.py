@@ -151,6 +151,17 @@ class EngineGap:
         return f"cannot derive capacity: {self.missing} unknown"
 
 
+def requests_grow(h: Headroom, prompt: Quantile | None, max_tokens: Quantile | None, hit_share: float) -> bool:
+    """Running requests will need more blocks than they hold on average: the profile's blocks per request
+    (beyond a shared cached prefix: uncached prompt + max_tokens) exceed blocks in use / running."""
+    held = h.held_blocks_per_running
+    if held is None or prompt is None or max_tokens is None:
+        return True
+    bs = h.block_size_tokens
+    own = derive.blocks_for_tokens(derive.uncached_prompt(prompt.tokens, hit_share) + max_tokens.tokens, bs)
+    return (own if hit_share > 0 else h.worst_case_blocks_profile) > held
+
+
 def under_pressure(h: Headroom) -> bool:
     """Memory binds soon although usage is low: oversubscribed, or requests in flight beyond the profile."""
     held = h.held_blocks_per_running
@@ -219,6 +230,7 @@ class Target:
         self.errors: dict[str, int] = {}
         self.known_engines: set[tuple[str, str]] = set()
         self._prompt_tokens: dict[tuple[str, str], float] = {}  # vllm:prompt_tokens_total at the last scrape
+        self._prefix: dict[tuple[str, str], tuple[float, float, float]] = {}  # queries, hits, last hit share
         self.last: TargetReport = TargetReport(settings.url, up=False, error="not scraped yet",
                                                error_reason="not_scraped")
 
@@ -291,6 +303,24 @@ class Target:
             return None
         return derive.blocks_for_tokens(largest.upper or largest.tokens, block_size)
 
+    def _hit_share(self, key: tuple[str, str], e: vllm.EngineSample, gauges_only: bool) -> float:
+        """Share of prompt tokens found in the prefix cache: over the last interval that looked any up (the
+        sidecar), or since start (one-shot). vLLM >= 0.28 records the lookups at admission
+        (`record_prefix_cache_stats`, vllm/v1/core/kv_cache_manager.py @0.32.0)."""
+        q, h = e.prefix_queries_total, e.prefix_hits_total
+        if q is None or h is None:
+            return 0.0
+        if gauges_only:
+            return h / q if q > 0 else 0.0
+        before = self._prefix.get(key)
+        share = before[2] if before is not None else 0.0
+        if before is not None and q > before[0] and h >= before[1]:
+            share = (h - before[1]) / (q - before[0])
+        elif before is not None and q < before[0]:
+            share = 0.0  # counters reset: vLLM restarted with an empty cache
+        self._prefix[key] = (q, h, share)
+        return share
+
     @staticmethod
     def _budget(cfg: ServingConfig, snap: vllm.VllmSnapshot, prompt: Quantile | None) -> BudgetUse | None:
         """The token budget and how much of a step one typical prefill takes.
@@ -340,6 +370,8 @@ class Target:
             prompt = in_flight_prompt(e.prompt_tokens_total, finished, running, max_model_len)
         rules = snap.rules
 
+        hit_share = self._hit_share((e.model_name, e.engine), e, gauges_only)
+
         def headroom_with(max_num_seqs: int | None) -> Headroom:
             return derive.derive(derive.Inputs(
                 num_gpu_blocks=n_blocks,
@@ -358,6 +390,7 @@ class Target:
                 kv_cache_size_tokens=value(cfg.kv_cache_size_tokens),
                 admission_rule=rules.admission if rules is not None else derive.FULL_PROMPT,
                 max_num_batched_tokens=value(cfg.max_num_batched_tokens),
+                prefix_hit_share=hit_share,
             ))
 
         max_num_seqs = value(cfg.max_num_seqs)
@@ -378,7 +411,8 @@ class Target:
             max_num_seqs, e.awake, headroom, self._largest_prompt_blocks(e, max_model_len, block_size),
             finished_total=finished, budget_used=budget.used if budget is not None and prefilling else None,
             max_model_len_exceeds_pool=w_max is not None and w_max > headroom.kv_capacity_blocks,
-            memory_pressure=under_pressure(headroom))
+            memory_pressure=under_pressure(headroom),
+            requests_grow=requests_grow(headroom, prompt, max_tokens, hit_share))
         inferred_cap = None
         if max_num_seqs is None and not gauges_only:
             inferred_cap = tracker.infer_max_num_seqs(now, obs, e.preemptions_total)
@@ -388,7 +422,8 @@ class Target:
                 headroom = headroom_with(inferred_cap)
                 cfg = replace(cfg, max_num_seqs=Known(inferred_cap, Source.INFERRED))
                 obs = replace(obs, max_num_seqs=inferred_cap, headroom=headroom, max_num_seqs_inferred=True,
-                              memory_pressure=under_pressure(headroom))
+                              memory_pressure=under_pressure(headroom),
+            requests_grow=requests_grow(headroom, prompt, max_tokens, hit_share))
         progress = (e.steps_total, e.generation_tokens_total)
         judgement, false_full = tracker.update(now, obs, e.preemptions_total, progress)
         if judgement.slots_inferred and max_num_seqs is None and running > 0:

@@ -64,6 +64,7 @@ class Observation:
     max_model_len_exceeds_pool: bool = False  # one request of max_model_len needs more blocks than the pool
     max_num_seqs_inferred: bool = False
     memory_pressure: bool = False  # oversubscribed (safe headroom < 0) or requests in flight beyond the profile
+    requests_grow: bool = True  # running requests are expected to need more blocks than they hold on average
 
 
 @dataclass(frozen=True)
@@ -95,9 +96,10 @@ class Judgement:
 
 
 def pool_exhausted(o: Observation) -> bool:
-    """No free block while requests decode and others wait: vLLM's next block allocation preempts the newest
-    running request (`_preempt_request`, vllm/v1/core/sched/scheduler.py @0.32.0)."""
-    return o.waiting > 0 and o.running > 0 and o.headroom.kv_free_blocks == 0
+    """No free block while requests that still grow decode and others wait: vLLM's next block allocation
+    preempts the newest running request (`_preempt_request`, vllm/v1/core/sched/scheduler.py @0.32.0). A pool
+    full of requests that will not grow (a shared cached prefix, short outputs) preempts nobody."""
+    return o.waiting > 0 and o.running > 0 and o.headroom.kv_free_blocks == 0 and o.requests_grow
 
 
 def classify(o: Observation, h: History, t: Thresholds) -> Judgement:

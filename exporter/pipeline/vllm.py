@@ -22,6 +22,9 @@ CACHE_CONFIG = "vllm:cache_config_info"
 STEPS = "vllm:iteration_tokens_total_count"  # one observation per engine step
 GENERATION_TOKENS = "vllm:generation_tokens_total"
 PROMPT_TOKENS = "vllm:prompt_tokens_total"
+# Prefix-cache lookups, in tokens (V1): queries = prompt tokens looked up, hits = tokens found cached.
+PREFIX_QUERIES = "vllm:prefix_cache_queries_total"
+PREFIX_HITS = "vllm:prefix_cache_hits_total"
 SLEEP_STATE = "vllm:engine_sleep_state"
 PROMPT_HIST = "vllm:request_prompt_tokens"
 MAX_TOKENS_HIST = "vllm:request_params_max_tokens"
@@ -41,6 +44,8 @@ WANTED: frozenset[str] = frozenset(
         STEPS,
         GENERATION_TOKENS,
         PROMPT_TOKENS,
+        PREFIX_QUERIES,
+        PREFIX_HITS,
         SLEEP_STATE,
     }
     | {h + suffix for h in HISTOGRAMS for suffix in ("_bucket", "_count", "_sum")}
@@ -123,6 +128,8 @@ class EngineSample:
     steps_total: float | None = None
     generation_tokens_total: float | None = None
     prompt_tokens_total: float | None = None
+    prefix_queries_total: float | None = None  # tokens looked up in the prefix cache
+    prefix_hits_total: float | None = None  # tokens found there
     awake: bool | None = None
     histograms: dict[str, Histogram] = field(default_factory=dict)
 
@@ -327,6 +334,8 @@ def read(expo: Exposition, version: str | None = None) -> VllmSnapshot:
     steps = _gauge_by_engine(expo, STEPS)
     gen_tokens = _gauge_by_engine(expo, GENERATION_TOKENS)
     prompt_tokens = _gauge_by_engine(expo, PROMPT_TOKENS)
+    prefix_queries = _gauge_by_engine(expo, PREFIX_QUERIES)
+    prefix_hits = _gauge_by_engine(expo, PREFIX_HITS)
     by_reason: dict[tuple[str, str], dict[str, float]] = {}
     for labels, value in expo.series(WAITING_BY_REASON):
         per = by_reason.setdefault(_key(labels), {})
@@ -353,6 +362,8 @@ def read(expo: Exposition, version: str | None = None) -> VllmSnapshot:
             steps_total=steps.get((model, engine)),
             generation_tokens_total=gen_tokens.get((model, engine)),
             prompt_tokens_total=prompt_tokens.get((model, engine)),
+            prefix_queries_total=prefix_queries.get((model, engine)),
+            prefix_hits_total=prefix_hits.get((model, engine)),
             awake=awake.get((model, engine)),
             histograms={n: h[(model, engine)] for n, h in hists.items() if (model, engine) in h},
         )

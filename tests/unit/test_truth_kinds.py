@@ -187,6 +187,19 @@ def test_inferred_cap_is_four_on_the_max_num_seqs_4_server() -> None:
     assert caps == {4}
 
 
+# prefix caching (scenario e; the admission rule itself is kind 5's) -----------------------------------------
+@needs(not recorded("prefix-shared"), reason="record tests/e2e/scenarios_truth.py prefix-shared")
+def test_admission_headroom_counts_prefix_cache_hits_within_one_of_what_the_engine_admits() -> None:
+    frames = replay("prefix-shared")
+    most = max(e.running for _t, _x, e in frames)
+    assert most == 19  # 20 shared blocks + 19 requests of one new block = the 39 usable blocks
+    busy = [e for _t, _x, e in frames if e.running > 0]
+    assert len(busy) >= 8
+    for e in busy:
+        assert abs(e.running + e.headroom.admission_headroom_requests - most) <= 1, (e.running, e.headroom)
+        assert e.headroom.prompt_blocks == 1  # 656 tokens, 640 of them cached: one new block
+
+
 # 7 -- one snapshot -----------------------------------------------------------------------------------------
 def test_one_snapshot_of_a_wait_beside_room_is_transient_never_false_full() -> None:
     # kv-full, t=5.5 s: 3 running, 27 waiting, 11 blocks free: room for the 11-block head at that instant

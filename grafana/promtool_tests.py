@@ -200,6 +200,7 @@ class Pod:
     sidecar_scraped_until: float | None = None  # Prometheus stops reaching the sidecar
     no_vllm_metrics: bool = False  # --disable-log-stats: vLLM answers without vllm:* series
     api_requests: bool = False  # vLLM's http_requests_total for its API handlers
+    sidecar_fails: tuple[float, float] | None = None  # seconds [from, to): the sidecar's scrapes of vLLM fail
 
     def vllm_up(self, t: float) -> bool:
         return t >= self.vllm_up_from and (self.vllm_up_until is None or t < self.vllm_up_until)
@@ -216,7 +217,13 @@ class Pod:
         def scraped(v: Fn) -> Fn:
             return lambda t: v(t) if self.sidecar_scraped_until is None or t < self.sidecar_scraped_until else None
 
-        ok = (lambda t: 0.0) if self.no_vllm_metrics else (lambda t: 1.0 if self.vllm_up(t) else 0.0)
+        fails = self.sidecar_fails
+
+        def ok(t: float) -> Value:
+            if self.no_vllm_metrics or (fails is not None and fails[0] <= t < fails[1]):
+                return 0.0
+            return 1.0 if self.vllm_up(t) else 0.0
+
         first_up = None if self.no_vllm_metrics else self.vllm_up_from
         out += [
             c.series("up", s, lambda t: 1 if self.sidecar_scraped_until is None or t < self.sidecar_scraped_until
@@ -386,6 +393,12 @@ def _cases() -> list[tuple[Case, Case]]:
               fires=[Expect("VLLMHeadroomTargetDown", Pod().alert_labels("sidecar"))],
               early={"VLLMHeadroomTargetDown": "14m"}),
          Case("vLLM up all along", [Engine()], [Pod()])),
+        (Case("one failed sidecar scrape at 10 min does not restart the false-full page",
+              [e_ff], [Pod(sidecar_fails=(600, 601))],
+              fires=[Expect("VLLMKVFalseFull", eng, 50)], also_at=["12m"]),
+         Case("the sidecar cannot reach vLLM for 20 minutes while Prometheus can: one page, target down",
+              [e_ff], [Pod(sidecar_fails=(600, 10**6))],
+              fires=[Expect("VLLMHeadroomTargetDown", Pod().alert_labels("sidecar"))])),
         (Case("sidecar no longer scraped", [Engine()], [Pod(sidecar_scraped_until=600)],
               fires=[Expect("VLLMHeadroomSidecarDown", Pod().alert_labels("sidecar"))]),
          Case("sidecar scraped", [Engine()], [Pod()])),

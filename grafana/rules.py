@@ -197,8 +197,9 @@ def recording_rules(cfg: Config) -> list[dict[str, str]]:
         (f"{R}vllm_stuck:bool",
          f"(\n  ({R}vllm_num_requests_waiting_schedulable:max > 0)\n  and on ({me})\n"
          f"  ({R}vllm_engine_steps:rate{w} == 0)\n  unless on ({me})\n  ({R}vllm_engine_asleep:bool > 0)\n) * 0 + 1"),
-        # The sidecar could not scrape its vLLM (down, or never up yet); `host` joins it to the engine's alerts.
-        ("instance:vllm_headroom_target_down:bool", _host("vllm_headroom_up == 0")),
+        # The sidecar could not scrape its vLLM once in the window (down, or never up yet); `host` joins it to the
+        # engine's alerts. A single failed scrape does not count: it would restart every engine alert's `for:`.
+        ("instance:vllm_headroom_target_down:bool", _host(f"max_over_time(vllm_headroom_up[{w}]) == 0")),
     ]
     # Per model; a pod scraped by two jobs counts once (max over the identity without job).
     fleet_by = ", ".join(lbl for lbl in cfg.identity if lbl in ("cluster", "namespace")) + ", model_name"

@@ -75,7 +75,7 @@ def _wait(what: str, check: Callable[[], bool], stack: Stack, deadline: float = 
 @contextlib.contextmanager
 def run_stack(tmp: Path, vllm_url: str, sidecar_args: list[str], replay: list[str] | None = None,
               for_: dict[str, str] | None = None, scrape_interval: str = "1s",
-              alertmanager: str | None = None) -> Iterator[Stack]:
+              alertmanager: str | None = None, sidecar_interval: float = 1.0) -> Iterator[Stack]:
     """Prometheus scraping vLLM (real, or a replay started here) and our sidecar, with the shipped rules.
 
     Both targets carry the labels a PodMonitor gives one pod (namespace, pod), as in Kubernetes; operator-style job
@@ -104,8 +104,9 @@ def run_stack(tmp: Path, vllm_url: str, sidecar_args: list[str], replay: list[st
     if replay is not None:
         commands["replay"] = [*replay, "--web.listen-address", f"127.0.0.1:{vllm_port}"]
     commands["sidecar"] = [sys.executable, "-m", "exporter", "serve", "--target", vllm_url,
-                           "--web.listen-address", f"127.0.0.1:{sidecar_port}", "--scrape.interval", "1s",
-                           "--scrape.timeout", "800ms",
+                           "--web.listen-address", f"127.0.0.1:{sidecar_port}",
+                           "--scrape.interval", f"{sidecar_interval:g}s",
+                           "--scrape.timeout", f"{round(sidecar_interval * 800)}ms",
                            *sidecar_args]
     commands["prometheus"] = [prometheus, f"--config.file={tmp / 'prometheus.yml'}",
                               f"--storage.tsdb.path={tmp / 'data'}", f"--web.listen-address=127.0.0.1:{prom_port}"]

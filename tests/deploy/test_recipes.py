@@ -66,7 +66,8 @@ def no_errors(results: list[dict[str, Any]]) -> None:
 
 @pytest.mark.parametrize(("stack", "deployment", "port", "vllm"),
                          [("production-stack", "vllm-llama3-deployment-vllm", 8000, "vllm"),
-                          ("llm-d", "ms-llm-d-modelservice-decode", 8200, "vllm")])
+                          ("llm-d", "ms-llm-d-modelservice-decode", 8200, "vllm"),  # behind the routing proxy
+                          ("llm-d", "ms-llm-d-modelservice-prefill", 8000, "vllm")])
 def test_helm_stacks_get_the_native_sidecar(stack: str, deployment: str, port: int, vllm: str, tools: Tools,
                                             validate: Callable[..., list[dict[str, Any]]]) -> None:
     docs = render(tools, RECIPES / "examples" / stack)
@@ -85,7 +86,8 @@ def test_production_stack_router_is_left_alone(tools: Tools) -> None:
 
 
 def test_llm_d_keeps_its_routing_proxy(tools: Tools) -> None:
-    spec = find(render(tools, RECIPES / "examples" / "llm-d"), "Deployment")["spec"]["template"]["spec"]
+    spec = find(render(tools, RECIPES / "examples" / "llm-d"), "Deployment", "ms-llm-d-modelservice-decode")[
+        "spec"]["template"]["spec"]
     assert sorted(c["name"] for c in spec["initContainers"]) == ["routing-proxy", "vllm-headroom"]
     proxy = named(spec["initContainers"], "routing-proxy")
     assert proxy["args"] == ["--port=8000", "--vllm-port=8200"] and proxy["restartPolicy"] == "Always"
@@ -93,11 +95,14 @@ def test_llm_d_keeps_its_routing_proxy(tools: Tools) -> None:
 
 def test_llm_d_values_file_adds_the_same_container(validate: Callable[..., list[dict[str, Any]]]) -> None:
     values = yaml.safe_load((RECIPES / "llm-d" / "values-vllm-headroom.yaml").read_text())
-    want = canonical("http://127.0.0.1:8200")
-    for role in ("decode", "prefill"):
+    pods = []
+    for role, port in (("decode", 8200), ("prefill", 8000)):  # decode's vLLM sits behind the routing proxy
+        want = canonical(f"http://127.0.0.1:{port}")
         assert values[role]["initContainers"] == [want]
-    pod = pod_of({"initContainers": [want], "containers": [{"name": "vllm", "image": "vllm"}]}, "llm-d-values")
-    no_errors(validate([pod]))
+        assert values[role]["extraConfig"] == {"shareProcessNamespace": True}  # the chart's pod-spec passthrough
+        pods.append(pod_of({**values[role]["extraConfig"], "initContainers": [want],
+                            "containers": [{"name": "vllm", "image": "vllm"}]}, f"llm-d-values-{role}"))
+    no_errors(validate(pods))
 
 
 def test_kserve_inference_service_gets_a_second_container(tools: Tools,

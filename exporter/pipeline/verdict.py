@@ -171,8 +171,10 @@ def classify(o: Observation, h: History, t: Thresholds) -> Judgement:
 BUDGET_BOUND = 1.0
 
 
+# Verdicts a first look at a wait beside room keeps from the previous scrape (preempting is not kept: it holds
+# only on its own evidence, the counter or the gauges).
 _WAITING_VERDICTS = frozenset({Verdict.SLOTS_FULL, Verdict.KV_FULL, Verdict.DEFERRED, Verdict.BUDGET_FULL,
-                               Verdict.PREEMPTING, Verdict.NEVER_FITS})
+                               Verdict.NEVER_FITS})
 
 
 def false_full_condition(o: Observation, verdict: Verdict, t: Thresholds) -> bool:
@@ -232,6 +234,11 @@ class Tracker:
         recent = self._last_preempt_rise is not None and now - self._last_preempt_rise <= self.t.preempt_window
         return rose, inferred, recent or rose or inferred
 
+    def _finished_since(self, o: Observation) -> bool:
+        prev = self._prev
+        return (prev is not None and prev[2] is not None and o.finished_total is not None
+                and o.finished_total > prev[2])
+
     def infer_max_num_seqs(self, now: float, o: Observation, preemptions_total: float | None) -> int | None:
         """max_num_seqs when nobody states it: the highest running count over `CEILING_WINDOW` among scrapes
         where requests waited beside room for the queue head (so the slot cap, not memory, held them) and
@@ -265,7 +272,10 @@ class Tracker:
         if rose:
             self._last_preempt_rise = self._last_counted_rise = now
         elif inferred:
-            self._last_preempt_rise = self._last_inferred = now
+            # Judged for this scrape only: an inference the counter never confirms must not hold `preempting`
+            # for the whole window (vLLM <= 0.18 moves a request whose next prefill chunk does not fit back
+            # to the queue; it is counted, if ever, when that request next produces a token).
+            self._last_inferred = now
         self.preemptions_per_second = rate
         preempted = self._last_preempt_rise is not None and now - self._last_preempt_rise <= self.t.preempt_window
 
@@ -297,7 +307,9 @@ class Tracker:
             running_ceiling=ceiling,
             idle_with_blocks_for=None if self._idle_since is None else now - self._idle_since,
             previous=self._previous,
-            head_of_line_before=self._hol_before,
+            # A request finished since the last scrape: who runs and who heads the queue may have changed, so a
+            # wait beside room needs a new second look.
+            head_of_line_before=self._hol_before and not self._finished_since(o),
             preemption_inferred=inferred,
             preempted_now=rose,
             one_shot=self.one_shot,

@@ -26,6 +26,6 @@ def test_the_truth_is_not_what_we_say() -> None:
     always_ok = sum(n for s in SCORES if s.mode == "sidecar" for (label, ok), n in s.per_truth.items()
                     if label == "ok")
     frames = sum(s.frames for s in SCORES if s.mode == "sidecar")
-    assert always_ok < truth.SIDECAR_MIN * frames * 0.6
+    assert always_ok / frames < 0.7 < truth.SIDECAR_MIN  # it would agree only on the idle frames
     labels = {label for s in SCORES for (label, _ok) in s.per_truth}
     assert {"ok", "slots_full", "kv_full", "preempting", "budget_full", "head_of_line"} <= labels

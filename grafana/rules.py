@@ -310,7 +310,8 @@ def alerts(cfg: Config) -> list[Alert]:
               engine(f"{R}vllm_num_requests_waiting_schedulable:max\nand on ({me})\n{R}vllm_stuck:bool"),
               t_stuck, "critical", "vLLM has queued requests but makes no engine steps.",
               f"{ENGINE}: {{{{ $value | humanize }}}} schedulable requests wait and the engine made no step for "
-              f"{w} plus {_minutes(t_stuck)} (vllm:iteration_tokens_total_count flat). Requests will time out."),
+              f"{_minutes(f'{parse_duration(w) + parse_duration(t_stuck):g}s')} (vllm:iteration_tokens_total_count "
+              "flat). Requests will time out."),
         Alert("VLLMEngineAsleepWithQueue",
               engine(f"{R}vllm_num_requests_waiting:max > 0\nand on ({me})\n({R}vllm_engine_asleep:bool > 0)"),
               t_sleep, "warning", "vLLM is in sleep mode while requests wait.",

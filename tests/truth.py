@@ -346,6 +346,17 @@ def render(scores: list[Score]) -> str:
              "recording's clock, one scrape per recorded frame (0.5 s); one-shot",
              "`diagnose` judges every frame alone. Both get the recorded command line as `--vllm-args`, except "
              f"{', '.join(sorted(WITHOUT_FLAGS))} (no flags: max_num_seqs must be inferred).", ""]
+    releases = sorted({s.scenario.split("/")[0] for s in scores})
+    lines += ["| release | frames | sidecar agree | one-shot agree | false-full where forbidden (sidecar / one-shot) |",
+              "|---|---|---|---|---|"]
+    for rel in releases:
+        side = [s for s in scores if s.mode == "sidecar" and s.scenario.startswith(rel + "/")]
+        once = [s for s in scores if s.mode == "one-shot" and s.scenario.startswith(rel + "/")]
+        n = sum(s.frames for s in side)
+        lines.append(f"| {rel} | {n} | {100 * sum(s.agree for s in side) / max(n, 1):.1f} % | "
+                     f"{100 * sum(s.agree for s in once) / max(n, 1):.1f} % | "
+                     f"{sum(s.bad_false_full for s in side)} / {sum(s.bad_false_full for s in once)} |")
+    lines.append("")
     for mode in ("sidecar", "one-shot"):
         ss = [s for s in scores if s.mode == mode]
         total = sum(s.frames for s in ss)

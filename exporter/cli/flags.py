@@ -164,13 +164,23 @@ class Parser(argparse.ArgumentParser):
         return f"unknown flag {name}{': ' + hint if hint else ''} ({where})"
 
 
+# Kubernetes injects <SERVICE>_SERVICE_HOST, <SERVICE>_PORT_9478_TCP, ... into every pod for each Service of the
+# namespace (enableServiceLinks): a Service named vllm-headroom[-x] yields VLLM_HEADROOM_* names that are no typo.
+_SERVICE_LINK = re.compile(
+    r"_(SERVICE_HOST|SERVICE_PORT(_[A-Z0-9_]+)?|PORT|PORT_\d+_(TCP|UDP|SCTP)(_PROTO|_PORT|_ADDR)?)$")
+
+
 def unknown_env(environ: dict[str, str] | None = None) -> list[str]:
-    """One warning per VLLM_HEADROOM_* variable that is no setting, with the nearest one when close."""
+    """One warning per VLLM_HEADROOM_* variable that is no setting, with the nearest one when close.
+
+    Variables Kubernetes derives from Service names (`VLLM_HEADROOM_SERVICE_HOST`, `VLLM_HEADROOM_PORT_9478_TCP`)
+    are not warned about.
+    """
     environ = dict(os.environ) if environ is None else environ
     known = ENV_NAMES | OTHER_ENV
     out = []
     for name in sorted(environ):
-        if name.startswith(ENV_PREFIX) and name not in known:
+        if name.startswith(ENV_PREFIX) and name not in known and not _SERVICE_LINK.search(name):
             close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.8)
             hint = f" (did you mean {close[0]}?)" if close else ""
             out.append(f"environment variable {name} is not a vllm-headroom setting{hint}; it is ignored")

@@ -206,3 +206,13 @@ def test_flags_know_every_env_name() -> None:
     cli.build_parser()
     assert {"VLLM_HEADROOM_SCRAPE_INTERVAL", "VLLM_HEADROOM_TENSOR_PARALLEL_SIZE"} <= flags.ENV_NAMES
     assert flags.unknown_env({"VLLM_HEADROOM_TARGET": "x", "VLLM_HEADROOM_CACHE": "/c", "OTHER": "1"}) == []
+
+
+def test_kubernetes_service_links_are_not_typos() -> None:
+    cli.build_parser()
+    links = {"VLLM_HEADROOM_SERVICE_HOST": "10.0.0.1", "VLLM_HEADROOM_SERVICE_PORT": "9478",
+             "VLLM_HEADROOM_SERVICE_PORT_HEADROOM": "9478", "VLLM_HEADROOM_PORT": "tcp://10.0.0.1:9478",
+             "VLLM_HEADROOM_PORT_9478_TCP": "tcp://10.0.0.1:9478", "VLLM_HEADROOM_PORT_9478_TCP_ADDR": "10.0.0.1",
+             "VLLM_HEADROOM_METRICS_SERVICE_HOST": "10.0.0.2"}  # Services vllm-headroom and vllm-headroom-metrics
+    assert flags.unknown_env(links) == []
+    assert len(flags.unknown_env({**links, "VLLM_HEADROOM_MAX_NUM_SEQ": "8"})) == 1

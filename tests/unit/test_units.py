@@ -23,7 +23,7 @@ def test_durations(text: str, seconds: float) -> None:
 
 @pytest.mark.parametrize("text", ["", "5x", "s5", "1h 30m", "m", "-1s", "1.2.3s", "5s5"])
 def test_bad_durations_name_the_value(text: str) -> None:
-    with pytest.raises(ValueError, match="duration|negative"):
+    with pytest.raises(ValueError, match=r"duration|negative"):
         units.parse_duration(text)
 
 

@@ -132,6 +132,9 @@ SHAPES = [
     # Pipeline parallel, uneven: 3 layers over 2 stages is [2, 1] (get_pp_indices); each worker gets the same
     # VLLM_CPU_KVCACHE_SPACE, so the 2-layer stage sets the pool.
     Shape("pp2-uneven-l3-kv1-bs32", llama(3, 2, 1, 64), 32, 1024, pipeline_parallel_size=2),
+    # A hybrid over 2 stages: each stage holds 1 attention + 3 Gated DeltaNet layers of the 4 global groups.
+    Shape("pp2-hybrid-qwen3next-l8", qwen3_next(8, 4), 32, 2048, pipeline_parallel_size=2,
+          mamba_ssm_cache_dtype="float32"),
     Shape("cpu-unsupported-jamba-l4", jamba(4, 4, 3), 32, 2048, expect_failure=True, mamba_ssm_cache_dtype="float32"),
 ]
 

@@ -1,5 +1,5 @@
 # Developer entry points. `make test` is what CI runs (.ci/run) and what the README promises.
-PYTHON ?= python3.11
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
 # e.g. make fixtures SCENARIOS="false-full kv-full"; empty = all scenarios
 SCENARIOS ?=
 

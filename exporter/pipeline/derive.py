@@ -78,7 +78,7 @@ def admission_blocks(prompt: int, block_size: int, rule: str = FULL_PROMPT, toke
     - FULL_PROMPT, vLLM ≥ 0.19: `scheduler_reserve_full_isl` (default True) refuses a new request unless
       `can_fit_full_sequence`: ceil(P / bs) (vllm/v1/core/sched/scheduler.py:731-742,
       vllm/config/scheduler.py:139 @0.19.1). V0 likewise allocates the whole prompt (`can_allocate`,
-      vllm/core/block_manager.py @0.8.5).
+      vllm/core/block_manager.py:111-145 @0.8.5, less a watermark of 1 % of the blocks).
     - FIRST_CHUNK, V1 < 0.19: the scheduler allocates only `num_new_tokens = min(P, token_budget)`
       (vllm/v1/core/sched/scheduler.py:670 @0.18.0, :437 @0.11.0): ceil(min(P, budget) / bs). The budget
       is max_num_batched_tokens less what running requests took this step; with it unknown, the whole

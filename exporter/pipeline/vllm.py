@@ -257,13 +257,13 @@ def _rules_of_release(r: tuple[int, int, int], engine: str) -> tuple[bool, bool,
     - Usage: `1 - free / num_gpu_blocks` on V1 up to 0.10.1 (block_pool.py:281 @0.8.5, :337 @0.9.2,
       :301 @0.10.1.1: the null block counts as used); `1 - free / (num_gpu_blocks - 1)` from 0.10.2
       ("Subtract 1 to account for null block", block_pool.py:307-315 @0.10.2, :393-401 @0.11.0).
-      V0: `1 - free / num_gpu_blocks` with no null block (vllm/engine/llm_engine.py @0.8.5).
+      V0: `1 - free / num_gpu_blocks` with no null block (vllm/engine/llm_engine.py:1649-1655 @0.8.5).
     - Admission (the queue head): from 0.19 the whole uncached prompt must fit in free blocks
       (`scheduler_reserve_full_isl`, default True: vllm/config/scheduler.py:139 and
       vllm/v1/core/sched/scheduler.py:731-742 `can_fit_full_sequence` @0.19.1; absent @0.18.0). Before,
       V1 allocates only the step's first chunk, `min(uncached prompt, token budget left)`
       (scheduler.py:670 @0.18.0, :437 @0.11.0). V0 allocates the whole prompt (block manager
-      `can_allocate`, vllm/core/block_manager.py @0.8.5).
+      `can_allocate`, vllm/core/block_manager.py:111-145 @0.8.5, less a watermark of 1 % of the blocks).
     - Data parallel: from 0.9 `num_gpu_blocks` of cache_config_info is the sum over the API server's
       engines (vllm/v1/engine/core_client.py, `num_gpu_blocks += response.num_gpu_blocks` @0.9.2 …
       @0.33.0); V1 0.8.x exports "None".

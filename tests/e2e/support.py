@@ -169,8 +169,9 @@ def support_markdown(root: Path = FIXTURES) -> str:
                 f"{'; '.join(sc.meta.get('problems', [])) or '–'} |")
         torch = rel.venv.get("torch", "2.13.0+cpu" if rel.version == "0.32.0" else "?")
         work = "; ".join(w.split(":")[0] for w in rel.venv.get("workarounds", [])) or "–"
+        gen = meta.get("engine_generation") or _generation(rel)
         rows.append(
-            f"| {rel.name} | {meta.get('engine_generation') or '?'} | {status} | torch {torch}; workarounds {work} | "
+            f"| {rel.name} | {gen} | {status} | torch {torch}; workarounds {work} | "
             f"{cap.get('num_gpu_blocks')} blocks × {meta['flags']['block_size']}: "
             f"{' / '.join(f'`{ln}`' for ln in lines if ln)} | {usage}; engine label: "
             f"{'yes' if 'engine' in labels else 'no'} | {', '.join(extras) or '–'} | {', '.join(verdicts)} |")
@@ -195,6 +196,13 @@ def support_markdown(root: Path = FIXTURES) -> str:
         *details,
         "",
     ])
+
+
+def _generation(rel: Release) -> str:
+    from .vllm_server import engine_generation
+
+    sc = next(iter(rel.scenarios.values()))
+    return engine_generation((sc.directory / "startup.log").read_text()) or "?"
 
 
 def _fmt(x: float | None) -> str:

@@ -389,6 +389,20 @@ def rule_groups(cfg: Config) -> dict[str, Any]:
     }
 
 
+RUNBOOK_ANNOTATION = "vllm-headroom/runbook-base-url"
+
+
+def runbook_replacement() -> dict[str, Any]:
+    """A kustomize replacement: the PrometheusRule's runbook annotation becomes the base of every runbook_url."""
+    return {
+        "source": {"kind": "PrometheusRule", "name": "vllm-headroom",
+                   "fieldPath": f"metadata.annotations.{RUNBOOK_ANNOTATION}"},
+        "targets": [{"select": {"kind": "PrometheusRule", "name": "vllm-headroom"},
+                     "fieldPaths": ["spec.groups.*.rules.*.annotations.runbook_url"],
+                     "options": {"delimiter": "#", "index": 0}}],
+    }
+
+
 def prometheus_rule(cfg: Config) -> dict[str, Any]:
     """The same groups as a prometheus-operator PrometheusRule."""
     return {
@@ -398,6 +412,8 @@ def prometheus_rule(cfg: Config) -> dict[str, Any]:
             "name": "vllm-headroom",
             "labels": {"app.kubernetes.io/name": "vllm-headroom", "app.kubernetes.io/component": "monitoring",
                        "prometheus": "k8s", "role": "alert-rules"},
+            # kustomize: patch this annotation and add RUNBOOK_REPLACEMENT to move every runbook_url.
+            "annotations": {RUNBOOK_ANNOTATION: cfg.runbook_url},
         },
         "spec": rule_groups(cfg),
     }

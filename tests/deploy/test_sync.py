@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -90,3 +91,25 @@ def test_helm_values_reach_the_prometheusrule(helm: Helm) -> None:
     got = find(docs, "PrometheusRule")["spec"]
     assert got == want
     assert got != _source_rule()["spec"]
+
+
+def test_kustomize_runbook_base_url_is_one_patch(tools: Any, tmp_path: Path) -> None:
+    """An overlay patches the PrometheusRule's runbook annotation and adds the shipped replacement: every alert's
+    runbook_url moves to the new base, its #anchor kept; recording rules stay without annotations."""
+    url = "https://wiki.example/vllm/runbook"
+    shutil.copy(ROOT / generate.RUNBOOK_REPLACEMENT, tmp_path / "runbook-url.yaml")
+    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump({
+        "resources": [os.path.relpath(ROOT / "deploy/kubernetes/overlays/podmonitor", tmp_path)],
+        "patches": [{"target": {"kind": "PrometheusRule", "name": "vllm-headroom"}, "patch": yaml.safe_dump([
+            {"op": "replace", "path": "/metadata/annotations/vllm-headroom~1runbook-base-url", "value": url}])}],
+        "replacements": [{"path": "runbook-url.yaml"}],
+    }))
+    proc = subprocess.run([tools.bin("kubectl"), "kustomize", str(tmp_path)], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    rule = find([d for d in yaml.safe_load_all(proc.stdout) if d], "PrometheusRule")
+    rules = [r for g in rule["spec"]["groups"] for r in g["rules"]]
+    urls = [r["annotations"]["runbook_url"] for r in rules if "alert" in r]
+    assert urls and all(u.startswith(url + "#vllm") for u in urls), urls
+    assert not [r for r in rules if "record" in r and "annotations" in r]
+    assert urls != [r["annotations"]["runbook_url"] for r in _source_rule()["spec"]["groups"][1]["rules"]]

@@ -72,7 +72,7 @@ def test_alerts_are_complete_and_link_the_runbook() -> None:
         assert url.startswith(DEFAULT.runbook_url + "#"), name
         assert url.split("#")[1] in headings, f"{name}: no heading for {url} in docs/runbook.md"
         body = runbook.split(f"## {name}", 1)[1].split("\n## ", 1)[0]
-        for section in ("Urgency", "Meaning", "Confirm", "Fix"):
+        for section in ("Urgency", "Meaning", "Caveats", "Confirm", "Fix"):
             assert f"**{section}**" in body, f"runbook section {name} lacks {section}"
     engine_alerts = [r for r in found if "model_name" in r["annotations"]["description"]]
     assert all("$value" in r["annotations"]["description"] for r in engine_alerts)

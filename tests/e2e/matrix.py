@@ -142,6 +142,13 @@ def record_entry(entry: str, python: str) -> tuple[str, str]:
     failure = d / "start-failure.log"
     if failure.exists():
         return "failed", "cannot start: " + one_line_reason(failure.read_text(errors="replace"))
+    died = d / "server-failure.log"
+    missing = [name for name in SCENARIOS if not (d / name / "meta.json").exists()]
+    if died.exists():
+        return "partial", "engine died under load: " + one_line_reason(died.read_text(errors="replace"))
+    if missing:
+        return "partial", f"not recorded: {', '.join(missing)} (recorder exited {rc}: " + one_line_reason(
+            log_path.read_text(errors="replace")) + ")"
     if rc not in (0, 1):  # 1 = recorded, some scenario did not show its state (see meta.json problems)
         return "failed", f"recorder exited {rc}: " + one_line_reason(log_path.read_text(errors="replace"))
     return "recorded", ""
@@ -170,7 +177,7 @@ def run(entries: list[str], keep: bool) -> int:
         status, reason = record_entry(entry, python)
         write_status(entry, status, reason, venv_facts(python))
         log(f"{entry}: {status}{': ' + reason if reason else ''}")
-        failed += status != "recorded"
+        failed += status == "failed"
         same_version_later = any(parse_entry(e)[0] == version for e in todo[i + 1:])
         if not keep and not same_version_later:
             remove_venv(version)

@@ -221,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     # Releases that still have V0 (< 0.11) may fall back to it silently: name the engine explicitly.
     env = {"VLLM_USE_V1": "0"} if args.v0 else {"VLLM_USE_V1": "1"} if _before(args.version, (0, 11)) else {}
     (out / "start-failure.log").unlink(missing_ok=True)
+    (out / "server-failure.log").unlink(missing_ok=True)
 
     # Group by server flags, keeping the requested order within and across groups.
     groups: dict[str, list[Scenario]] = {}
@@ -259,6 +260,11 @@ def main(argv: list[str] | None = None) -> int:
             for sc in scenarios:
                 t1 = time.monotonic()
                 meta = record(sc, server, out)
+                if server.exited():  # the engine died under this load: keep its words, record nothing more
+                    (out / "server-failure.log").write_text(_scrub(server.log_tail(80), server) + "\n")
+                    log(f"{sc.name}: vLLM {args.version} exited during the scenario (server-failure.log)")
+                    VllmServer.unpin_self()
+                    return 3
                 for _ in range(args.retries):
                     # The state appeared but did not hold long enough: on a shared 2-core box the clients and
                     # the API server (one CPU) sometimes cannot keep a fast release's queue full. Try again.

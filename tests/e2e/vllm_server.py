@@ -364,6 +364,13 @@ class VllmServer:
             return self._log_path.read_text(errors="replace")
         return self._final_log
 
+    def exited(self) -> bool:
+        """True once the server process has gone (e.g. the engine core died and took the API server down)."""
+        return self._proc is not None and self._proc.poll() is not None
+
+    def log_tail(self, n: int) -> str:
+        return self._log_tail(n)
+
     def _log_tail(self, n: int) -> str:
         return "\n".join(self.log_text().splitlines()[-n:])
 

@@ -2,8 +2,10 @@
 
 Every other release is judged from its recordings (tests/unit/test_matrix.py); this one runs for real in
 CI from its cached venv (scripts/vllm-version-venv, built by scripts/bootstrap), so a change to the sidecar
-is checked live against a release with the other conventions: before the whole-prompt admission gate of
-0.19 and with another start-up log format. One server start (~1-2 min on 2 cores), three short loads.
+is checked live against the other conventions: 0.10.2 exports both usage gauges (gpu_cache_usage_perc and
+kv_cache_usage_perc, the null block already excluded), admits on the first prefill chunk (before 0.19's
+whole-prompt gate) and prints its start-up capacity on two lines. It also needs the libstdc++ workaround, so
+the venv recipe is exercised too. One server start (~1 min on 2 cores), three short loads.
 """
 
 from __future__ import annotations

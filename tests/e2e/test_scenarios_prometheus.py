@@ -52,7 +52,9 @@ def test_false_full_fires_at_a_30s_scrape_interval(vllm_main: VllmServer, tmp_pa
             end = started + LOAD_S - 20
             while _stored(stack, FIRED) != 1:
                 if time.monotonic() > end:
-                    pytest.fail("VLLMKVFalseFull never stored as firing; what Prometheus stored:\n" + _history(stack))
+                    pytest.fail(f"VLLMKVFalseFull never stored as firing; the load finished {len(load.results)} "
+                                f"requests with {len(load.errors)} errors {load.errors[:3]}; what Prometheus "
+                                "stored:\n" + _history(stack))
                 time.sleep(2)
             fired_after = time.monotonic() - started
             print(f"VLLMKVFalseFull firing {fired_after:.0f} s after the load started (scrape {SCRAPE}, for 1m)")

@@ -151,7 +151,8 @@ def _log_rows(facts: startup_log.LogFacts, e: est.Estimate) -> list[tuple[str, s
     rows = [("num_blocks", "blocks", facts.override or facts.num_gpu_blocks, e.num_blocks),
             ("kv_tokens", "KV cache size (tokens)", facts.kv_tokens, e.kv_tokens),
             ("max_concurrency", "max concurrency", facts.max_concurrency, round(e.max_concurrency, 2)),
-            ("block_size", "attention block size", facts.attention_block_size, e.block_size),
+            ("block_size", "attention block size", facts.attention_block_size or facts.backend_block_size,
+             e.block_size),
             ("max_model_len_fit", "estimated maximum model length", facts.estimated_max_model_len,
              e.max_model_len_fit)]
     return [r for r in rows if r[2] is not None]
@@ -175,6 +176,8 @@ def run(args: argparse.Namespace) -> int:
             doc["smallest_fit"] = [{"kv_cache_dtype": kv, "tensor_parallel_size": tp} for kv, tp, _e in fits]
         if facts:
             doc["from_log"] = {"version": facts.version, **{k: {"log": v, "ours": o} for k, _l, v, o in log_rows}}
+            doc["from_log_notes"] = {"backend": facts.backend, "backend_block_size": facts.backend_block_size,
+                                     "unread_lines": list(facts.unread)}
         print(json.dumps(doc, indent=2))
         return 0
     text = est.render(x, result)
@@ -182,8 +185,14 @@ def run(args: argparse.Namespace) -> int:
         text += "\n\n  smallest tensor parallel size at which max_num_seqs requests of max_model_len fit:\n"
         text += "\n".join(f"    KV {kv:<10} " + (f"TP {tp}" if tp else "none up to TP 64") for kv, tp, _e in fits)
     if facts:
-        text += f"\n\n  from the log (vLLM {facts.version or '?'}){'':<22} {'log':>14} {'ours':>14}\n"
+        version = f"vLLM {facts.version}" if facts.version else "the log does not name the vLLM version"
+        text += f"\n\n  from the log ({version}){'':<8} {'log':>14} {'ours':>14}\n"
         text += "\n".join(f"    {label:<50} {log!s:>14} {ours!s:>14}" for _k, label, log, ours in log_rows)
+        if facts.backend_block_size:
+            text += (f"\n    block size {facts.backend_block_size}: the log's 'Setting kv cache block size' for "
+                     f"{facts.backend}")
+        for line in facts.unread:
+            text += f"\n    a capacity line of the log could not be read, so it is not used: {line}"
         if facts.kv_memory_gib:
             text += "\n    (a pool printed in GiB with 2 decimals is known to ±0.005 GiB: blocks may differ slightly)"
     print(text)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import prod
 from pathlib import Path
 from typing import Any
@@ -126,6 +126,12 @@ class ModelShape:
     linear: LinearState | None = None
     num_attention_heads: int | None = None
     layout_key: str | None = None  # the config key the per-layer layout was read from
+    max_len_key: str | None = None  # the key vLLM's derived max_model_len came from
+    default_max_model_len: int | None = None  # vLLM's max_model_len when none is given (LongRoPE: the original)
+    weight_bytes: float | None = None  # bytes per parameter of the checkpoint's weights, from quantization_config
+    weight_note: str = ""  # what weight_bytes assumes, said in the output
+    linear_heads: tuple[tuple[str, int], ...] = ()  # (what, count) of linear/Mamba heads TP must divide
+    implied_params: int | None = None  # a rough parameter count from the config, for a sanity warning
 
     @property
     def layer_kinds(self) -> tuple[str, ...]:
@@ -201,9 +207,12 @@ def load_config(path: Path) -> tuple[dict[str, Any], int | None]:
     folder = path if path.is_dir() else path.parent
     file = path / "config.json" if path.is_dir() else path
     try:
-        cfg: dict[str, Any] = json.loads(file.read_text())
+        cfg: Any = json.loads(file.read_text())
     except (OSError, ValueError) as exc:
         raise ValueError(f"cannot read a model config from {file}: {exc}") from None
+    if not isinstance(cfg, dict):
+        raise ValueError(f"{file} is not a model config: it holds a JSON {type(cfg).__name__}, not an object "
+                         "with model_type, num_hidden_layers and the other keys")
     weights = None
     index = folder / "model.safetensors.index.json"
     if path.is_dir() and index.exists():
@@ -227,26 +236,185 @@ _UNSIZED = (
 )
 
 
+_JSON_TYPES = {list: "array", str: "string", int: "number", float: "number", bool: "boolean", type(None): "null"}
+
+
+def _count(cfg: dict[str, Any], model_type: str, *keys: str, low: int = 1) -> int | None:
+    """The first of `keys` the config sets, as a whole number >= low; None when none is set; Unsupported when
+    the value is not a whole number or too small (vLLM would fail on it)."""
+    for key in keys:
+        value = cfg.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
+            raise Unsupported(f"{model_type}: {key} is {value!r}, not a whole number")
+        if value < low:
+            raise Unsupported(f"{model_type}: {key} is {int(value)}; a model needs at least {low}")
+        return int(value)
+    return None
+
+
+# Configs whose Hugging Face config class fills `layer_types` when config.json omits it, and vLLM 0.32.0's
+# model reads it per layer (model_type: (pattern key, default pattern)): every pattern-th layer is full
+# attention, the others slide. Sources (transformers 5.x, the version vLLM 0.32.0 installs):
+# configuration_gemma2.py:95-97 (every 2nd), configuration_gemma3.py:109-113 (sliding_window_pattern,
+# default 6), configuration_cohere2.py:96-100 (sliding_window_pattern, default 4),
+# configuration_gpt_oss.py:83-85 (every 2nd), configuration_olmo3.py:93-95 (every 4th),
+# configuration_exaone4.py:97-106 (sliding_window_pattern, default 4); vLLM reads them in gemma2.py:155,
+# gemma3.py, commandr.py:243, gpt_oss.py, olmo2.py / olmo3, exaone4.py.
+_DEFAULT_PATTERN: dict[str, tuple[str | None, int]] = {
+    "gemma2": (None, 2), "gemma3": ("sliding_window_pattern", 6), "gemma3_text": ("sliding_window_pattern", 6),
+    "cohere2": ("sliding_window_pattern", 4), "gpt_oss": (None, 2), "olmo3": (None, 4),
+    "exaone4": ("sliding_window_pattern", 4),
+}
+# Cohere-2 passes sliding_window + 1 to attention (vllm/model_executor/models/commandr.py:237-244).
+_WINDOW_PLUS_ONE = ("cohere2",)
+
+
+def _default_layer_types(cfg: dict[str, Any], model_type: str, layers: int) -> list[str] | None:
+    """The layer_types a Hugging Face config class fills in when config.json has none (see _DEFAULT_PATTERN)."""
+    if model_type not in _DEFAULT_PATTERN or cfg.get("layer_types") is not None:
+        return None
+    if not isinstance(cfg.get("sliding_window"), int):
+        return None
+    key, pattern = _DEFAULT_PATTERN[model_type]
+    raw = cfg.get(key) if key else None
+    if isinstance(raw, str) and raw:  # EXAONE-4 writes "LLLG": its length is the period
+        raw = len(raw)
+    if isinstance(raw, int) and raw > 0:
+        pattern = raw
+    return ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(layers)]
+
+
+def _rope_parameters(cfg: dict[str, Any]) -> list[dict[str, Any]]:
+    """The config's RoPE parameter dicts (rope_parameters, or the older rope_scaling), one per layer type
+    when nested, as vLLM's iter_rope_parameters yields them (vllm/transformers_utils/config.py:644-653)."""
+    rope = cfg.get("rope_parameters") or cfg.get("rope_scaling")
+    if not isinstance(rope, dict) or not rope:
+        return []
+    nested = [v for v in rope.values() if isinstance(v, dict) and v]
+    return nested or [rope]
+
+
+def _rope_type(rp: dict[str, Any]) -> str:
+    kind = str(rp.get("rope_type") or rp.get("type") or "default")
+    return "longrope" if kind == "su" else kind
+
+
+# vLLM's derived max_model_len keys, the smallest set one wins (model_arch_config_convertor.py:394-425).
+_MAX_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
+                 "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len")
+# RoPE types whose factor vLLM does not apply again (vllm/config/model.py:2590-2598).
+_ROPE_UNSCALED = ("su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling")
+
+
+def derived_max_len(cfg: dict[str, Any], model_type: str) -> tuple[int, str, int]:
+    """vLLM 0.32.0's (derived max_model_len, the key it names, the default max_model_len).
+
+    - the smallest of the length keys set; model_max_length, when set, wins
+      (`derive_max_model_len_and_key`, vllm/transformers_utils/model_arch_config_convertor.py:394-425);
+    - none set: 2048 (vllm/config/model.py:2563-2574);
+    - RoPE scaling other than su/longrope/llama3/yarn multiplies by its factor; Gemma-3 is exempt
+      (vllm/config/model.py:2579-2612);
+    - no max_model_len given: LongRoPE takes original_max_position_embeddings (vllm/config/model.py:2619-2627).
+    """
+    derived: float = float("inf")
+    key = "default"
+    for k in _MAX_LEN_KEYS:
+        value = cfg.get(k)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            if value < derived:
+                key = k
+            derived = min(derived, value)
+    if isinstance(cfg.get("model_max_length"), int | float) and cfg["model_max_length"]:
+        derived, key = cfg["model_max_length"], "model_max_length"
+    if derived == float("inf"):
+        derived = 2048
+    ropes = _rope_parameters(cfg)
+    if ropes and "gemma3" not in model_type:
+        factor: Any = 1.0
+        for rp in ropes:
+            if _rope_type(rp) not in _ROPE_UNSCALED:
+                factor = rp.get("factor", factor)
+        derived *= float(factor) if isinstance(factor, int | float) else 1.0
+    if int(derived) < 1:
+        raise Unsupported(f"{model_type}: the derived max_model_len ({key}={derived}) is not a positive length")
+    default = int(derived)
+    if any(_rope_type(rp) == "longrope" for rp in ropes):
+        original = cfg.get("original_max_position_embeddings")
+        if isinstance(original, int) and original > 0:
+            default = original
+    return int(derived), key, default
+
+
+def weight_bytes_per_param(cfg: dict[str, Any], model_type: str) -> tuple[float | None, str]:
+    """Bytes per parameter of the checkpoint's weights from quantization_config, and what that assumes.
+
+    None (the model dtype's bytes) without quantization_config. fp8 (fp8, fbgemm_fp8, FP8 modelopt,
+    8-bit compressed-tensors): 1 byte; awq / gptq / bitsandbytes: `bits` / 8 (4-bit: 0.5), scales and
+    zero points not counted; mxfp4 (gpt-oss): MoE experts at 4.25 bits and the rest at 16 bits, taken as
+    0.55 bytes per parameter overall (gpt-oss-120b: 65 GB for 117B parameters); nvfp4: 0.5625. Unknown
+    methods: Unsupported, asking for --weights-bytes.
+    """
+    q = cfg.get("quantization_config")
+    if not isinstance(q, dict):
+        return None, ""
+    method = str(q.get("quant_method") or q.get("quant_algo") or "").lower()
+    algo = str(q.get("quant_algo") or "").lower()
+    bits = q.get("bits") or q.get("w_bit")
+    if method in ("fp8", "fbgemm_fp8", "ptpc_fp8") or algo == "fp8":
+        return 1.0, f"{method} checkpoint: 1 byte per parameter"
+    if method in ("awq", "gptq", "awq_marlin", "gptq_marlin", "autoround", "auto-round"):
+        b = int(bits) if isinstance(bits, int) else 4
+        return b / 8, f"{method} {b}-bit checkpoint: {b / 8:g} bytes per parameter (scales and zeros not counted)"
+    if method == "bitsandbytes":
+        if q.get("load_in_8bit"):
+            return 1.0, "bitsandbytes 8-bit checkpoint: 1 byte per parameter"
+        return 0.5, "bitsandbytes 4-bit checkpoint: 0.5 bytes per parameter"
+    if method == "mxfp4":
+        return 0.55, ("mxfp4 checkpoint: experts at 4.25 bits, the rest 16-bit, taken as 0.55 bytes per parameter "
+                      "(gpt-oss-120b's ratio); give --weights-bytes for the exact size")
+    if method in ("modelopt_fp4", "nvfp4") or algo == "nvfp4":
+        return 0.5625, "nvfp4 checkpoint: 4.5 bits per parameter with its scales"
+    if method == "compressed-tensors":
+        groups = q.get("config_groups")
+        found = {g.get("weights", {}).get("num_bits") for g in groups.values()
+                 if isinstance(g, dict) and isinstance(g.get("weights"), dict)} if isinstance(groups, dict) else set()
+        if len(found) == 1 and next(iter(found)) in (4, 8):
+            b = int(next(iter(found)))
+            return b / 8, f"compressed-tensors {b}-bit weights: {b / 8:g} bytes per parameter"
+    raise Unsupported(f"{model_type}: quantization_config quant_method {method or '?'!r} has a weight size this "
+                      "version does not know; give --weights-bytes (the checkpoint's size) instead of --params")
+
+
 def shape_from_config(cfg: dict[str, Any]) -> ModelShape:
     """Read the KV-relevant shape; multimodal configs keep the language model under text_config."""
+    if not isinstance(cfg, dict):
+        raise Unsupported(f"the model config is a JSON {_JSON_TYPES.get(type(cfg), 'value')}, not an object")
+    quant = cfg.get("quantization_config")
     if isinstance(cfg.get("text_config"), dict):
         outer_dtype = cfg.get("torch_dtype") or cfg.get("dtype")
         cfg = {"torch_dtype": outer_dtype, **cfg["text_config"]}
+        if quant is not None:
+            cfg.setdefault("quantization_config", quant)
     model_type = str(cfg.get("model_type", "unknown"))
-    layers = cfg.get("num_hidden_layers") or cfg.get("n_layer") or cfg.get("num_layers")
-    heads = cfg.get("num_attention_heads") or cfg.get("n_head")
-    if not isinstance(layers, int) or not isinstance(heads, int):
+    layers = _count(cfg, model_type, "num_hidden_layers", "n_layer", "num_layers")
+    heads = _count(cfg, model_type, "num_attention_heads", "n_head")
+    if layers is None or heads is None:
         raise Unsupported(f"config of model_type {model_type!r} names no num_hidden_layers/num_attention_heads")
     dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
-    # vLLM's derived max_model_len reads the first of these keys (`_get_and_verify_max_len`, 0.32.0).
-    max_pos = next((cfg[k] for k in ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length",
-                                     "model_max_length", "max_sequence_length", "max_seq_length", "seq_len")
-                    if isinstance(cfg.get(k), int)), None)
+    derived, max_len_key, default_len = derived_max_len(cfg, model_type)
+    weight_bytes, weight_note = weight_bytes_per_param(cfg, model_type)
     for extra, what in _UNSIZED:
         if cfg.get(extra):
             raise Unsupported(f"{model_type}: {extra} ({what}) changes vLLM's KV layout in a way this version does "
                               "not size; read the capacity from the server's start-up log (estimate --from-log)")
+    defaults = _default_layer_types(cfg, model_type, layers)
+    if defaults is not None:
+        cfg = {**cfg, "layer_types": defaults}
     kinds, key = _layer_kinds(cfg, model_type, layers)
+    if defaults is not None:
+        key = f"layer_types (the {model_type} config class's default)"
     linear = _linear_state(cfg, model_type, key) if kinds and LINEAR in kinds else None
     if kinds is None and any(k in cfg for k in _MAMBA_HINTS):
         hint = next(k for k in _MAMBA_HINTS if k in cfg)
@@ -255,25 +423,88 @@ def shape_from_config(cfg: dict[str, Any]) -> ModelShape:
     if kinds is None and ("mamba" in model_type or "jamba" in model_type):
         raise Unsupported(f"{model_type}: a Mamba model without a per-layer layout key (layer_types, "
                           "hybrid_override_pattern, attn_layer_period) is not supported")
-    common: dict[str, Any] = {"max_position_embeddings": max_pos, "num_attention_heads": heads,
-                              "linear": linear, "layout_key": key}
+    common: dict[str, Any] = {"max_position_embeddings": derived, "num_attention_heads": heads,
+                              "linear": linear, "layout_key": key, "max_len_key": max_len_key,
+                              "default_max_model_len": default_len, "weight_bytes": weight_bytes,
+                              "weight_note": weight_note, "linear_heads": _linear_heads(linear)}
     if cfg.get("kv_lora_rank"):
         latent = int(cfg["kv_lora_rank"]) + int(cfg.get("qk_rope_head_dim", 0))
         if kinds and SLIDING in kinds:
             raise Unsupported(f"{model_type}: MLA with sliding-window layers ({key}) is not supported")
-        return ModelShape(model_type, layers, 1, latent, dtype, mla_latent=latent, kinds=kinds or (), **common)
-    kv_heads = int(cfg.get("num_key_value_heads") or heads)
-    head_dim = int(cfg.get("head_dim") or cfg.get("attention_head_dim") or cfg["hidden_size"] // heads)
+        return _with_params(cfg, ModelShape(model_type, layers, 1, latent, dtype, mla_latent=latent,
+                                            kinds=kinds or (), **common))
+    kv_heads = _count(cfg, model_type, "num_key_value_heads", low=1) or heads
+    if kv_heads > heads:
+        raise Unsupported(f"{model_type}: num_key_value_heads ({kv_heads}) is more than num_attention_heads "
+                          f"({heads}); a KV head serves one or more query heads, so the config is wrong")
+    if heads % kv_heads:
+        raise Unsupported(f"{model_type}: num_attention_heads ({heads}) is not a multiple of num_key_value_heads "
+                          f"({kv_heads})")
+    head_dim = _count(cfg, model_type, "head_dim", "attention_head_dim")
+    if head_dim is None:
+        hidden = _count(cfg, model_type, "hidden_size")
+        if hidden is None:
+            raise Unsupported(f"{model_type}: the config names neither head_dim nor hidden_size")
+        head_dim = hidden // heads
     if kinds is not None:
         sliding = kinds.count(SLIDING)
         window = cfg.get("sliding_window") if sliding else None
-        if sliding and not isinstance(window, int):
-            raise Unsupported(f"{model_type}: sliding layers in {key} without a sliding_window size")
-        return ModelShape(model_type, layers, kv_heads, head_dim, dtype, sliding_window=window,
-                          sliding_layers=sliding, kinds=kinds, **common)
-    window, order = _sliding_layers(cfg, layers, max_pos)
-    return ModelShape(model_type, layers, kv_heads, head_dim, dtype, sliding_window=window,
-                      sliding_layers=order.count(SLIDING), kinds=order, **common)
+        if sliding and not (isinstance(window, int) and window > 0):
+            raise Unsupported(f"{model_type}: sliding layers in {key} without a positive sliding_window size")
+        if window is not None and model_type in _WINDOW_PLUS_ONE:
+            window += 1
+        return _with_params(cfg, ModelShape(model_type, layers, kv_heads, head_dim, dtype, sliding_window=window,
+                                            sliding_layers=sliding, kinds=kinds, **common))
+    window, order = _sliding_layers(cfg, layers, derived)
+    return _with_params(cfg, ModelShape(model_type, layers, kv_heads, head_dim, dtype, sliding_window=window,
+                                        sliding_layers=order.count(SLIDING), kinds=order, **common))
+
+
+def _with_params(cfg: dict[str, Any], shape: ModelShape) -> ModelShape:
+    return replace(shape, implied_params=_implied_params(cfg, shape))
+
+
+def _implied_params(c: dict[str, Any], shape: ModelShape) -> int | None:
+    """A rough parameter count from the config (embeddings, attention, MLP / experts), for a sanity warning."""
+    try:
+        hidden = int(c["hidden_size"])
+        vocab = int(c.get("vocab_size") or 0)
+        inter = int(c.get("intermediate_size") or 4 * hidden)
+    except (KeyError, TypeError, ValueError):
+        return None
+    heads = shape.num_attention_heads or 1
+    hd = shape.head_dim if shape.mla_latent is None else int(c.get("v_head_dim") or 128)
+    attn = 2 * hidden * heads * hd + 2 * hidden * shape.num_kv_heads * hd
+    if shape.mla_latent is not None:
+        q = int(c.get("q_lora_rank") or 0)
+        qk = int(c.get("qk_nope_head_dim") or 128) + int(c.get("qk_rope_head_dim") or 64)
+        attn = ((hidden * q + q * heads * qk) if q else hidden * heads * qk) + hidden * shape.mla_latent \
+            + int(c.get("kv_lora_rank") or 0) * heads * (qk + hd) + heads * hd * hidden
+    experts = int(c.get("n_routed_experts") or c.get("num_local_experts") or c.get("num_experts") or 0)
+    moe_inter = int(c.get("moe_intermediate_size") or inter)
+    shared = int(c.get("n_shared_experts") or 0)
+    dense_first = int(c.get("first_k_dense_replace") or 0)
+    mlp_dense = 3 * hidden * inter
+    mlp_moe = 3 * hidden * moe_inter * (experts + shared) + hidden * experts if experts else mlp_dense
+    total = vocab * hidden * (1 if c.get("tie_word_embeddings") else 2)
+    for i in range(shape.num_layers):
+        total += (attn if shape.layer_kinds[i] != LINEAR else 3 * hidden * hidden) \
+            + (mlp_dense if i < dense_first else mlp_moe)
+    return total
+
+
+def _linear_heads(linear: LinearState | None) -> tuple[tuple[str, int], ...]:
+    """The head and group counts of linear / Mamba layers that vLLM splits over TP."""
+    if linear is None:
+        return ()
+    if linear.kind == "mamba2":
+        return (("Mamba-2 heads", linear.num_heads),)
+    if linear.kind == "gdn":
+        return (("linear-attention key heads", linear.num_k_heads), ("linear-attention value heads",
+                                                                      linear.num_heads))
+    if linear.kind == "kda":
+        return (("KDA heads", linear.num_heads),)
+    return ()
 
 
 def _named_kinds(values: list[Any], key: str, model_type: str, layers: int) -> tuple[str, ...]:
@@ -362,7 +593,7 @@ def _sliding_layers(cfg: dict[str, Any], layers: int, max_pos: Any) -> tuple[int
     """The window and each layer's kind, from a Gemma-style pattern (every pattern-th layer global), Qwen2's
     max_window_layers (the first layers full) or a plain sliding_window (every layer, Mistral-style)."""
     window = cfg.get("sliding_window") if cfg.get("use_sliding_window", True) is not False else None
-    if not isinstance(window, int) or (isinstance(max_pos, int) and window >= max_pos):
+    if not isinstance(window, int) or window <= 0 or (isinstance(max_pos, int) and window >= max_pos):
         return None, (FULL,) * layers  # no window, or one as long as the context: full attention
     pattern = cfg.get("sliding_window_pattern")
     if isinstance(pattern, int) and pattern > 1:

@@ -87,6 +87,8 @@ class Inputs:
     def context(self) -> int:
         if self.max_model_len is not None:
             return self.max_model_len
+        if self.shape.default_max_model_len:
+            return int(self.shape.default_max_model_len)
         if self.shape.max_position_embeddings:
             return int(self.shape.max_position_embeddings)
         raise ValueError("max_model_len is unknown: pass --max-model-len")
@@ -109,19 +111,54 @@ def check(x: Inputs) -> list[str]:
     for value in x.stage_kv_memory or ():
         memory.check_size("--kv-cache-memory", value)
     memory.check_params(x.params)
-    memory.check_tensor_parallel(x.shape.num_attention_heads, x.tensor_parallel_size)
+    memory.check_tensor_parallel(x.shape, x.tensor_parallel_size)
+    if x.block_size % 16:
+        raise ValueError(f"block size {x.block_size} is not a multiple of 16: vLLM's GPU attention backends refuse "
+                         "it (FlashAttention, Triton, FlexAttention: MultipleOf(16), "
+                         "vllm/v1/attention/backends/flash_attn.py:365; MLA backends take 64 or 128)")
     if x.pipeline_parallel_size > x.shape.num_layers:
         raise ValueError(f"pipeline parallel size {x.pipeline_parallel_size} exceeds the model's "
                          f"{x.shape.num_layers} layers")
     if x.stage_kv_memory is not None and len(x.stage_kv_memory) not in (1, x.pipeline_parallel_size):
         raise ValueError(f"{len(x.stage_kv_memory)} KV pools given for {x.pipeline_parallel_size} pipeline stages")
-    warning = memory.check_max_model_len(x.context, x.shape.max_position_embeddings, x.allow_long_max_model_len)
-    return [warning] if warning else []
+    warnings = []
+    warning = memory.check_max_model_len(x.context, x.shape, x.allow_long_max_model_len)
+    if warning:
+        warnings.append(warning)
+    if x.params is not None and x.weights_bytes is None and (x.gpu_memory is not None or not x.has_memory):
+        implied = implied_params(x.shape)
+        if implied and not implied / 2 <= x.params <= implied * 2:
+            warnings.append(f"--params {x.params / 1e9:,.1f}B is far from the roughly {implied / 1e9:,.1f}B "
+                            "parameters this config implies; check the value (or give --weights-bytes)")
+    if x.shape.weight_note and x.params is not None and x.weights_bytes is None:
+        warnings.append(f"weights from --params: {x.shape.weight_note}")
+    if x.shape.mla_latent is not None and x.block_size == 16 and not x.num_gpu_blocks_override:
+        warnings.append("MLA: block size 16 assumed (vLLM's CPU / Triton MLA); on GPU vLLM picks the backend's "
+                        "block size, FlashMLA 64 (vllm/v1/attention/backends/mla/flashmla.py:58-59) or CUTLASS MLA "
+                        "128 (mla/cutlass_mla.py:49-50), logged as 'Setting kv cache block size to N': pass "
+                        "--block-size 64 or 128 to match")
+    return warnings
+
+
+def weights_total(x: Inputs) -> int | None:
+    """The whole model's weight bytes: --weights-bytes / the safetensors index, else --params × the
+    checkpoint's bytes per parameter (quantization_config, `shape.weight_bytes_per_param`) or the model dtype's."""
+    if x.weights_bytes is not None:
+        return x.weights_bytes
+    if x.params is None:
+        return None
+    per = x.shape.weight_bytes if x.shape.weight_bytes is not None else dtype_bytes(x.model_dtype)
+    return int(x.params * per)
+
+
+def implied_params(shape: ModelShape) -> int | None:
+    """The rough parameter count the config implies (`shape.implied_params`), for a sanity warning."""
+    return shape.implied_params
 
 
 @dataclass(frozen=True)
 class Estimate:
-    """vLLM's start-up figures for one engine, every size per device (the first stage's, with PP)."""
+    """vLLM's start-up figures for one engine, every size per device (with PP: the stage that sets the pool)."""
 
     family: str
     block_size: int
@@ -132,7 +169,7 @@ class Estimate:
     stage_bytes_per_block: tuple[int, ...]
     weights_per_device: int | None
     activation_bytes: int | None
-    kv_pool_bytes: int  # first stage
+    kv_pool_bytes: int  # the limiting stage's (negative: weights and activations exceed the memory)
     stage_kv_pool_bytes: tuple[int, ...]
     num_blocks: int
     blocks_per_request: int
@@ -146,6 +183,7 @@ class Estimate:
     verdict: str
     explanation: str
     warnings: tuple[str, ...] = field(default=())
+    limiting_stage: int = 0  # the pipeline stage whose pool // bytes per block is the smallest
 
 
 VERDICTS = ("budget_exhausted", "sequence_too_long", "too_many_sequences", "fits")
@@ -163,9 +201,7 @@ def _pools(x: Inputs, lay: Plan) -> tuple[tuple[int, ...], int | None, int | Non
         if x.num_gpu_blocks_override is not None:
             return tuple(x.num_gpu_blocks_override * b for b in lay.stage_bytes_per_block), None, None
         raise ValueError("give --gpu-memory (with weights), --kv-cache-memory or --num-gpu-blocks-override")
-    total = x.weights_bytes
-    if total is None and x.params is not None:
-        total = x.params * dtype_bytes(x.model_dtype)
+    total = weights_total(x)
     if total is None:
         raise ValueError("the weights' size is unknown: pass a model folder with a safetensors index, "
                          "--params or --weights-bytes")
@@ -192,7 +228,9 @@ def estimate(x: Inputs) -> Estimate:
     lay = x.layout()
     pools, weights, activation = _pools(x, lay)
     stage_bpb = lay.stage_bytes_per_block
-    blocks = min(max(0, p) // b for p, b in zip(pools, stage_bpb, strict=True))
+    per_stage_blocks = [max(0, p) // b for p, b in zip(pools, stage_bpb, strict=True)]
+    blocks = min(per_stage_blocks)
+    limiting = per_stage_blocks.index(blocks)  # the stage that sets the pool (vLLM takes the minimum)
     if x.num_gpu_blocks_override is not None:
         blocks = x.num_gpu_blocks_override
     length = x.context
@@ -205,7 +243,12 @@ def estimate(x: Inputs) -> Estimate:
     seqs_fit = max(0, usable) // per_request
     per_token = lay.attention_bytes_per_token
     attention_layers = max(sum(1 for k in x.shape.layer_kinds[lo:hi] if k in (FULL, SLIDING)) for lo, hi in lay.stages)
-    if blocks < 2:
+    if min(pools) < 0:
+        verdict = "budget_exhausted"
+        why = (f"weights ({_gib(weights)}) and the activation reserve ({_gib(activation)}) exceed the memory vLLM "
+               f"may use by {_gib(-min(pools))}: there is no KV cache (the pool would be negative); vLLM fails at "
+               "start-up")
+    elif blocks < 2:
         verdict = "budget_exhausted"
         why = (f"weights ({_gib(weights)}) and the activation reserve ({_gib(activation)}) leave "
                f"{_gib(max(min(pools), 0))} for the KV cache: not two blocks of {format_size(min(stage_bpb))}")
@@ -224,11 +267,12 @@ def estimate(x: Inputs) -> Estimate:
     return Estimate(
         family=x.shape.family, block_size=lay.block_size, kv_bytes_per_token_per_layer=per_token,
         kv_bytes_per_token=per_token * attention_layers, linear_state_bytes=lay.state_bytes,
-        bytes_per_block=stage_bpb[0], stage_bytes_per_block=stage_bpb, weights_per_device=weights,
-        activation_bytes=activation, kv_pool_bytes=pools[0], stage_kv_pool_bytes=pools, num_blocks=blocks,
+        bytes_per_block=stage_bpb[limiting], stage_bytes_per_block=stage_bpb, weights_per_device=weights,
+        activation_bytes=activation, kv_pool_bytes=pools[limiting], stage_kv_pool_bytes=pools, num_blocks=blocks,
         blocks_per_request=per_request, kv_tokens=int(conc * length), max_model_len=length, max_concurrency=conc,
         max_model_len_fit=fit, max_num_seqs_fit=seqs_fit, max_num_seqs=x.max_num_seqs,
-        engines=x.data_parallel_size, verdict=verdict, explanation=why, warnings=tuple(warnings))
+        engines=x.data_parallel_size, verdict=verdict, explanation=why, warnings=tuple(warnings),
+        limiting_stage=limiting)
 
 
 @dataclass(frozen=True)
@@ -258,8 +302,7 @@ def requirements(x: Inputs) -> Requirements:
     bpb = max(lay.stage_bytes_per_block)
     per_request = lay.blocks_per_request(x.context, x.in_flight_tokens)
     pool = (x.max_num_seqs * per_request + 1) * bpb
-    total = x.weights_bytes if x.weights_bytes is not None else (
-        x.params * dtype_bytes(x.model_dtype) if x.params is not None else None)
+    total = weights_total(x)
     weights = None if total is None else memory.weights_per_device(total, x.tensor_parallel_size,
                                                                    x.pipeline_parallel_size)
     need = None if weights is None else memory.gpu_memory_needed(pool, x.gpu_memory_utilization, weights,
@@ -274,7 +317,7 @@ def requirements(x: Inputs) -> Requirements:
 
 
 def _gib(n: int | None) -> str:
-    return "?" if n is None else f"{n / GiB:.2f} GiB"
+    return "not known" if n is None else f"{n / GiB:.2f} GiB"
 
 
 def _given(n: int | None) -> str:
@@ -307,8 +350,11 @@ def what_if(x: Inputs, e: Estimate) -> list[tuple[str, Estimate, str]]:
          "quantization error in attention (usually small); needs hardware fp8 support"),
     ]
     tp2 = 2 * x.tensor_parallel_size
-    heads = x.shape.num_attention_heads
-    if not heads or heads % tp2 == 0:
+    try:
+        memory.check_tensor_parallel(x.shape, tp2)  # a TP vLLM would refuse is no row
+    except ValueError:
+        pass
+    else:
         rows.append((f"tensor parallel {tp2}", replace(x, tensor_parallel_size=tp2),
                      "twice the devices and all-reduce communication every layer"))
     seqs = e.max_num_seqs_fit
@@ -338,12 +384,9 @@ def smallest_fit(x: Inputs, max_tp: int = 64) -> list[tuple[str, int | None, Est
     """For the model dtype's KV cache and fp8: the smallest TP (dividing the attention heads) at which
     max_num_seqs requests of max_model_len fit, with its estimate; (dtype, None, None) when none up to max_tp."""
     out: list[tuple[str, int | None, Estimate | None]] = []
-    heads = x.shape.num_attention_heads or 0
     for kv in dict.fromkeys((x.kv_cache_dtype, "fp8")):
         found: tuple[int | None, Estimate | None] = (None, None)
         for tp in range(1, max_tp + 1):
-            if heads and heads % tp:
-                continue
             try:
                 e = estimate(replace(x, kv_cache_dtype=kv, tensor_parallel_size=tp))
             except ValueError:
@@ -360,11 +403,13 @@ def smallest_fit(x: Inputs, max_tp: int = 64) -> list[tuple[str, int | None, Est
 def figures(x: Inputs, e: Estimate) -> list[tuple[str, str, Any, str]]:
     """(JSON key, label, value, text) of every figure: the text and the JSON are built from this one list."""
     stages = len(e.stage_bytes_per_block)
-    per_stage = f" (stage 0 of {stages})" if stages > 1 else ""
+    per_stage = f" (stage {e.limiting_stage} of {stages}, sets the pool)" if stages > 1 else ""
     rows: list[tuple[str, str, Any, str]] = [
         ("weights_per_device", "weights per device", e.weights_per_device, _given(e.weights_per_device)),
         ("activation_bytes", "activation reserve per device", e.activation_bytes, _given(e.activation_bytes)),
-        ("kv_pool_bytes", "KV pool per device" + per_stage, e.kv_pool_bytes, _gib(e.kv_pool_bytes)),
+        ("kv_pool_bytes", "KV pool per device" + per_stage, e.kv_pool_bytes,
+         _gib(e.kv_pool_bytes) + (" (negative: weights and activations exceed the memory, no KV cache)"
+                                  if e.kv_pool_bytes < 0 else "")),
         ("kv_bytes_per_token", "KV bytes per token per device", e.kv_bytes_per_token,
          f"{e.kv_bytes_per_token:,} ({e.kv_bytes_per_token_per_layer:,} per attention layer × "
          f"{e.kv_bytes_per_token // max(e.kv_bytes_per_token_per_layer, 1)} layers)"),

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 
 from ..core.units import format_size
+from ..model.shape import ModelShape
 
 GiB = 1024**3
 TiB = 1024**4
@@ -46,20 +47,48 @@ def check_params(params: int | None) -> None:
         raise ValueError(f"--params {params} is not a model's parameter count (1M–100T): give a unit, e.g. 70B")
 
 
-def check_tensor_parallel(num_attention_heads: int | None, tp: int) -> None:
-    """vLLM's check (`ModelConfig.verify_with_parallel_config`, 0.32.0), with its message."""
-    if num_attention_heads and num_attention_heads % tp:
-        raise ValueError(f"Total number of attention heads ({num_attention_heads}) must be divisible by tensor "
+def check_tensor_parallel(shape: ModelShape, tp: int) -> None:
+    """Every TP split vLLM 0.32.0 makes of the layers we model, with its message; ValueError when one fails.
+
+    - attention heads: `ModelConfig.verify_with_parallel_config` (vllm/config/model.py), its message;
+    - KV heads: `QKVParallelLinear` (vllm/model_executor/layers/linear.py:1053-1057) divides TP by them when
+      TP >= KV heads and them by TP otherwise, through `divide` (vllm/distributed/utils.py:51-62), an
+      assertion "X is not divisible by Y"; MLA keeps one latent per rank and is exempt;
+    - Mamba-2: heads must divide (mamba_mixer2.py:315-317) and n_groups must divide or be 1
+      (mamba_mixer2.py:319-322); Gated DeltaNet / KDA heads are split with `divide` as well
+      (qwen3_next.py, kimi_linear.py), so TP must divide them.
+    """
+    heads = shape.num_attention_heads
+    if heads and heads % tp:
+        raise ValueError(f"Total number of attention heads ({heads}) must be divisible by tensor "
                          f"parallel size ({tp}).")
+    kv = shape.num_kv_heads
+    if shape.mla_latent is None and kv and shape.attention_layers:
+        if tp >= kv and tp % kv:
+            raise ValueError(f"vLLM refuses TP {tp} for {kv} KV heads: with TP at least the KV heads, the heads are "
+                             f"replicated and TP must be a multiple of them ({tp} is not divisible by {kv})")
+        if tp < kv and kv % tp:
+            raise ValueError(f"vLLM refuses TP {tp} for {kv} KV heads: TP must divide them "
+                             f"({kv} is not divisible by {tp})")
+    lin = shape.linear
+    if lin is None or not shape.linear_layers:
+        return
+    for what, n in shape.linear_heads:
+        if n % tp:
+            raise ValueError(f"vLLM refuses TP {tp}: it must divide the {what} ({n})")
+    if lin.kind == "mamba2" and lin.n_groups % tp and lin.n_groups != 1:
+        raise ValueError(f"vLLM refuses TP {tp}: If tensor parallel world size does not divide num_groups, then "
+                         f"num_groups must equal 1 (n_groups {lin.n_groups})")
 
 
-def check_max_model_len(max_model_len: int, max_position_embeddings: int | None, allow_long: bool) -> str | None:
-    """vLLM's check (`_get_and_verify_max_len`, `vllm/config/model.py` 0.32.0): its error, or its warning
-    (returned) when VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 is set."""
-    if not max_position_embeddings or max_model_len <= max_position_embeddings:
+def check_max_model_len(max_model_len: int, shape: ModelShape, allow_long: bool) -> str | None:
+    """vLLM's check (`_get_and_verify_max_len`, vllm/config/model.py:2637-2664 in 0.32.0): its error, or its
+    warning (returned) when VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 is set."""
+    derived = shape.max_position_embeddings
+    if not derived or max_model_len <= derived:
         return None
     msg = (f"User-specified max_model_len ({max_model_len}) is greater than the derived max_model_len "
-           f"(max_position_embeddings={max_position_embeddings} or model_max_length=None in model's config.json).")
+           f"({shape.max_len_key}={derived} or model_max_length=None in model's config.json).")
     if allow_long:
         return msg
     raise ValueError(f"{msg} To allow overriding this maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1.")

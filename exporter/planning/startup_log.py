@@ -5,7 +5,8 @@ Reads the lines vLLM prints at start-up (format strings of `vllm/v1/core/kv_cach
 "Available KV cache memory: X GiB" (one per worker; the CPU build's "Explicitly set (X/Y) GiB for KV
 cache"), "Reset SSM cache type to float32", "Overriding num_gpu_blocks=N with
 num_gpu_blocks_override=M", "GPU KV cache size: N tokens" and "Maximum concurrency for L tokens per
-request: C x" (one line or two), "Setting attention block size to N tokens", "the estimated maximum model
+request: C x" (one line or two), "Setting attention block size to N tokens", "Setting kv cache block size to N for
+<backend>", "the estimated maximum model
 length is N", and the flags of "non-default args: {...}" / "Initializing a V1 LLM engine (vX) with config:".
 """
 
@@ -17,10 +18,17 @@ from dataclasses import dataclass, replace
 from .estimate import GiB, Inputs
 
 _MEMORY = re.compile(r"^([^\n]*?)Available KV cache memory: ([\d.]+) GiB", re.M)
-_RANK = re.compile(r"PP(\d+)_TP\d+|rank=(\d+)")
+# Worker process names (vllm/v1/executor/multiproc_executor.py:1088-1096): "Worker", then _DP<r> with DP,
+# _PP<r> with PP, _PCP<r>, _TP<r> with TP: a PP×TP1 worker is "Worker_PP1", with no _TP part.
+_RANK = re.compile(r"Worker(?:_DP\d+)?_PP(\d+)(?![\d])|rank=(\d+)")
+_MEMORY_ANY = re.compile(r"^.*(?:Available KV cache memory|KV cache size:|Maximum concurrency for).*$", re.M)
+_TOKENS_STRICT = re.compile(r"KV cache size: \d{1,3}(?:,\d{3})* tokens|KV cache size: \d+ tokens")
+# "Setting kv cache block size to %d for %s backend(s)." (vllm/platforms/interface.py:775-779): the
+# backend's block size when the user set none (FlashMLA 64, CUTLASS MLA 128, ...).
+_BACKEND_BLOCK = re.compile(r"Setting kv cache block size to (\d+) for ([\w/]+) backend")
 _CPU_MEMORY = re.compile(r"Explicitly set \(([\d.]+)/[\d.]+\) GiB for KV cache")  # vllm/v1/worker/cpu_worker.py
 _SSM_FLOAT32 = re.compile(r"Reset SSM cache type to float32|Updating mamba_ssm_cache_dtype to 'float32'")
-_TOKENS = re.compile(r"(\w+) KV cache size: ([\d,]+) tokens")
+_TOKENS = re.compile(r"(\w+) KV cache size: (\d{1,3}(?:,\d{3})+|\d+) tokens")
 _CONCURRENCY = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
 _OVERRIDE = re.compile(r"Overriding num_gpu_blocks=(\d+) with num_gpu_blocks_override=(\d+)")
 _ATTN_BLOCK = re.compile(r"Setting attention block size to (\d+) tokens")
@@ -49,6 +57,9 @@ class LogFacts:
     attention_block_size: int | None = None
     estimated_max_model_len: int | None = None
     flags: tuple[tuple[str, str], ...] = ()
+    backend_block_size: int | None = None  # "Setting kv cache block size to N for <backend>"
+    backend: str | None = None
+    unread: tuple[str, ...] = ()  # capacity lines the log has that could not be read
 
     def flag(self, name: str) -> str | None:
         return dict(self.flags).get(name)
@@ -75,6 +86,14 @@ def parse(text: str) -> LogFacts:
         else:
             by_stage.setdefault(int(rank.group(2)) // tp, gib)
     plain += [float(m.group(1)) for m in _CPU_MEMORY.finditer(text)]
+    unread = []
+    for m in _MEMORY_ANY.finditer(text):
+        line = m.group(0)
+        ok = ("Available KV cache memory" not in line or _MEMORY.search(line)) and \
+             ("KV cache size:" not in line or _TOKENS_STRICT.search(line)) and \
+             ("Maximum concurrency for" not in line or _CONCURRENCY.search(line))
+        if not ok:
+            unread.append(line.strip())
     memory = tuple(by_stage[k] for k in sorted(by_stage)) if by_stage else tuple(plain[:1])
     if _SSM_FLOAT32.search(text):
         flags.setdefault("mamba_ssm_cache_dtype", "float32")
@@ -84,6 +103,7 @@ def parse(text: str) -> LogFacts:
     block = _ATTN_BLOCK.search(text)
     est = _ESTIMATED.search(text)
     version = _VERSION.search(text)
+    backend = _BACKEND_BLOCK.search(text)
     facts = LogFacts(
         version=version.group(1) if version else None,
         model=flags.get("model"),
@@ -96,8 +116,13 @@ def parse(text: str) -> LogFacts:
         attention_block_size=int(block.group(1)) if block else None,
         estimated_max_model_len=int(est.group(2)) if est else None,
         flags=tuple(sorted(flags.items())),
+        backend_block_size=int(backend.group(1)) if backend else None,
+        backend=backend.group(2) if backend else None,
+        unread=tuple(unread),
     )
     if not (facts.kv_memory_gib or facts.kv_tokens or facts.override or facts.estimated_max_model_len):
+        if unread:
+            raise ValueError(f"the log's capacity line cannot be read: {unread[0]!r}")
         raise ValueError("the log has no capacity line (Available KV cache memory, KV cache size, "
                          "Overriding num_gpu_blocks, estimated maximum model length)")
     return facts
@@ -126,6 +151,8 @@ def apply(facts: LogFacts, x: Inputs) -> Inputs:
         value = f(name)
         if value and value.isdigit():
             changes[key] = int(value)
+    if facts.backend_block_size and not (f("block_size") or "").isdigit():
+        changes["block_size"] = facts.backend_block_size
     kv = f("kv_cache_dtype")
     if kv:
         changes["kv_cache_dtype"] = kv

@@ -132,6 +132,7 @@ class ModelShape:
     weight_note: str = ""  # what weight_bytes assumes, said in the output
     linear_heads: tuple[tuple[str, int], ...] = ()  # (what, count) of linear/Mamba heads TP must divide
     implied_params: int | None = None  # a rough parameter count from the config, for a sanity warning
+    source: str = ""  # where the config was read from (the HF snapshot for an id)
 
     @property
     def layer_kinds(self) -> tuple[str, ...]:
@@ -182,8 +183,10 @@ def hf_cache_dirs() -> list[Path]:
 def resolve_model(name: str) -> Path:
     """A config.json path, a model folder, or a Hugging Face id ('org/name') found in a local HF cache.
 
-    The id is looked up as `<cache>/models--org--name/snapshots/*/config.json` (newest snapshot first);
-    nothing is downloaded. Raises ValueError in one sentence saying how to fetch the two files.
+    The id resolves as huggingface_hub resolves revision 'main' offline: `<cache>/models--org--name/refs/main`
+    names the commit, whose `snapshots/<commit>/` is used; without refs/main, the newest snapshot holding a
+    config.json (said by `model_source`). Nothing is downloaded. Raises ValueError in one sentence saying how
+    to fetch the two files.
     """
     path = Path(name)
     if path.exists():
@@ -191,7 +194,16 @@ def resolve_model(name: str) -> Path:
     if name.count("/") == 1 and not name.startswith((".", "/")) and not name.endswith(".json"):
         folder = "models--" + name.replace("/", "--")
         for cache in hf_cache_dirs():
-            snaps = sorted((cache / folder / "snapshots").glob("*/config.json"), key=lambda p: p.stat().st_mtime,
+            repo = cache / folder
+            ref = repo / "refs" / "main"
+            if ref.is_file():
+                snap = repo / "snapshots" / ref.read_text().strip()
+                if (snap / "config.json").is_file():
+                    return snap
+                raise ValueError(f"{name}: refs/main in {repo} names snapshot {snap.name}, which has no "
+                                 "config.json; fetch it again, e.g. `hf download "
+                                 f"{name} config.json model.safetensors.index.json`")
+            snaps = sorted((repo / "snapshots").glob("*/config.json"), key=lambda p: p.stat().st_mtime,
                            reverse=True)
             if snaps:
                 return snaps[0].parent
@@ -200,6 +212,16 @@ def resolve_model(name: str) -> Path:
             f"fetch its config.json and model.safetensors.index.json, e.g. `hf download {name} config.json "
             "model.safetensors.index.json`, and pass the folder")
     raise ValueError(f"no such file or folder: {name}")
+
+
+def model_source(name: str, path: Path) -> str:
+    """Which HF snapshot a model id resolved to (and whether refs/main chose it); '' for a local path."""
+    if path.parent.name == "snapshots" and path.parent.parent.name.startswith("models--"):
+        ref = path.parent.parent / "refs" / "main"
+        how = "refs/main" if ref.is_file() and ref.read_text().strip() == path.name else \
+            "the newest snapshot; the cache has no refs/main"
+        return f"{name} from the local Hugging Face cache, snapshot {path.name} ({how})"
+    return ""
 
 
 def load_config(path: Path) -> tuple[dict[str, Any], int | None]:

@@ -26,7 +26,7 @@ from typing import Any
 from ..core import defaults
 from ..core.units import format_size
 from ..model.kv_layout import Plan, dtype_bytes, plan
-from ..model.shape import FULL, SLIDING, ModelShape, load_config, resolve_model, shape_from_config
+from ..model.shape import FULL, SLIDING, ModelShape, load_config, model_source, resolve_model, shape_from_config
 from . import memory
 
 GiB = memory.GiB
@@ -36,8 +36,9 @@ DEFAULT_ACTIVATION_BYTES = defaults.ESTIMATE_ACTIVATION_BYTES
 def load_model(path: Path | str) -> tuple[ModelShape, int | None]:
     """The shape of a config.json, a model folder or a Hugging Face id in the local cache, and the weights'
     bytes when a safetensors index is beside it; raises ValueError."""
-    cfg, weights = load_config(resolve_model(str(path)))
-    return shape_from_config(cfg), weights
+    resolved = resolve_model(str(path))
+    cfg, weights = load_config(resolved)
+    return replace(shape_from_config(cfg), source=model_source(str(path), resolved)), weights
 
 
 @dataclass(frozen=True)
@@ -447,7 +448,9 @@ def _describe(x: Inputs, block_size: int) -> str:
         par += f" × PP {x.pipeline_parallel_size}"
     if x.data_parallel_size > 1:
         par += f", DP {x.data_parallel_size}"
-    return (f"model: {s.model_type} ({s.family}), {s.num_layers} layers: {s.attention_layers} attention ({attn})"
+    source = f"config: {s.source}\n" if s.source else ""
+    return (f"{source}model: {s.model_type} ({s.family}), {s.num_layers} layers: {s.attention_layers} attention "
+            f"({attn})"
             f"{lin}; KV dtype {x.kv_dtype}, {par}, block size {block_size}")
 
 
@@ -465,7 +468,8 @@ def as_json(x: Inputs, e: Estimate) -> dict[str, Any]:
     out["stages"] = [{"first_layer": lo, "last_layer": hi - 1, "bytes_per_block": b, "kv_pool_bytes": p}
                      for (lo, hi), b, p in zip(x.layout().stages, e.stage_bytes_per_block, e.stage_kv_pool_bytes,
                                                strict=True)]
-    out["inputs"] = {"model_type": x.shape.model_type, "num_layers": x.shape.num_layers,
+    out["inputs"] = {"source": x.shape.source or None, "model_type": x.shape.model_type,
+                     "num_layers": x.shape.num_layers,
                      "attention_layers": x.shape.attention_layers, "linear_layers": x.shape.linear_layers,
                      "num_kv_heads": x.shape.num_kv_heads, "head_dim": x.shape.head_dim, "dtype": x.model_dtype,
                      "kv_cache_dtype": x.kv_dtype, "tensor_parallel_size": x.tensor_parallel_size,

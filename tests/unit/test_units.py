@@ -28,7 +28,7 @@ def test_bad_durations_name_the_value(text: str) -> None:
 
 
 @pytest.mark.parametrize(("text", "size"), [
-    ("16MiB", 16 * 1024**2), ("6.51GiB", round(6.51 * GiB)), ("23.58GiB", round(23.58 * GiB)), ("80GB", 80 * 10**9),
+    ("16MiB", 16 * 1024**2), ("512kB", 512_000), ("80G", 80 * GiB), ("6.51GiB", round(6.51 * GiB)), ("23.58GiB", round(23.58 * GiB)), ("80GB", 80 * 10**9),
     ("80Gi", 80 * GiB), ("512", 512), ("1.5KiB", 1536), ("2TiB", 2 * 1024**4),
 ])
 def test_sizes(text: str, size: int) -> None:
@@ -39,16 +39,39 @@ def test_a_bare_size_takes_the_stated_default_unit() -> None:
     assert units.parse_size("80", default_unit="GiB") == 80 * GiB
 
 
+# vLLM 0.32.0's human_readable_int (vllm/utils/argparse_utils.py:29-70): lowercase k/m/g/t ×1000 with decimals
+# truncated (int(float(n) × mult): '1.0001k' is 1000), uppercase K/M/G/T ×1024 and whole numbers only.
 @pytest.mark.parametrize(("text", "tokens"), [("4096", 4096), ("32k", 32000), ("32K", 32768), ("1.5k", 1500),
-                                              ("1M", 1024**2), ("1m", 10**6)])
+                                              ("1M", 1024**2), ("1m", 10**6), ("25.6k", 25600), ("1.0001k", 1000),
+                                              ("2t", 2 * 10**12), ("2T", 2 * 2**40), (" 8K ", 8192)])
 def test_tokens_as_vllm_reads_them(text: str, tokens: int) -> None:
     assert units.parse_tokens(text) == tokens
 
 
-@pytest.mark.parametrize("text", ["1.0001k", "0", "abc", "1.5"])
+@pytest.mark.parametrize("text", ["0", "abc", "1.5", "4096.0", "32 k", "1.5x"])
 def test_token_counts_must_be_whole_and_positive(text: str) -> None:
     with pytest.raises(ValueError):
         units.parse_tokens(text)
+
+
+@pytest.mark.parametrize("text", ["1.5K", "0.5M", "2.0G", "1.5T"])
+def test_decimals_with_binary_suffixes_are_refused_with_vllms_message(text: str) -> None:
+    with pytest.raises(ValueError, match=r"^Decimals are not allowed with binary suffixes like [KMGT]\. Did you mean "
+                       r"to use [\d.]+[kmgt] instead\?$"):
+        units.parse_tokens(text)
+    with pytest.raises(ValueError, match="Decimals are not allowed"):
+        units.parse_size(text)
+
+
+@pytest.mark.parametrize(("text", "size"), [("512K", 512 * 1024), ("512k", 512_000), ("4G", 4 * GiB),
+                                            ("4g", 4 * 10**9), ("1T", 1024**4)])
+def test_single_letter_size_suffixes_read_as_vllms_kv_cache_memory_bytes(text: str, size: int) -> None:
+    assert units.parse_size(text) == size
+
+
+def test_the_sidecar_reads_vllm_args_on_the_same_rule() -> None:
+    argv = ["vllm", "serve", "m", "--max-model-len", "32K", "--max-num-batched-tokens", "1.5K"]
+    assert parse_vllm_args(argv) == {"model": "m", "max_model_len": 32768}  # vLLM itself refuses 1.5K
 
 
 @given(st.integers(min_value=1, max_value=10**7))

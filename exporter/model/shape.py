@@ -459,9 +459,6 @@ def shape_from_config(cfg: dict[str, Any]) -> ModelShape:
     if kv_heads > heads:
         raise Unsupported(f"{model_type}: num_key_value_heads ({kv_heads}) is more than num_attention_heads "
                           f"({heads}); a KV head serves one or more query heads, so the config is wrong")
-    if heads % kv_heads:
-        raise Unsupported(f"{model_type}: num_attention_heads ({heads}) is not a multiple of num_key_value_heads "
-                          f"({kv_heads})")
     head_dim = _count(cfg, model_type, "head_dim", "attention_head_dim")
     if head_dim is None:
         hidden = _count(cfg, model_type, "hidden_size")

@@ -28,7 +28,8 @@ def test_bad_durations_name_the_value(text: str) -> None:
 
 
 @pytest.mark.parametrize(("text", "size"), [
-    ("16MiB", 16 * 1024**2), ("512kB", 512_000), ("80G", 80 * GiB), ("6.51GiB", round(6.51 * GiB)), ("23.58GiB", round(23.58 * GiB)), ("80GB", 80 * 10**9),
+    ("16MiB", 16 * 1024**2), ("512kB", 512_000), ("80G", 80 * GiB),
+    ("6.51GiB", round(6.51 * GiB)), ("23.58GiB", round(23.58 * GiB)), ("80GB", 80 * 10**9),
     ("80Gi", 80 * GiB), ("512", 512), ("1.5KiB", 1536), ("2TiB", 2 * 1024**4),
 ])
 def test_sizes(text: str, size: int) -> None:

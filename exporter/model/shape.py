@@ -127,6 +127,8 @@ class ModelShape:
     num_attention_heads: int | None = None
     layout_key: str | None = None  # the config key the per-layer layout was read from
     max_len_key: str | None = None  # the key vLLM's derived max_model_len came from
+    max_len_text: str | None = None  # the derived length as vLLM prints it (a float for RoPE models: 8192.0)
+    model_max_length: int | None = None  # the config's model_max_length, named in vLLM's refusal
     default_max_model_len: int | None = None  # vLLM's max_model_len when none is given (LongRoPE: the original)
     weight_bytes: float | None = None  # bytes per parameter of the checkpoint's weights, from quantization_config
     weight_note: str = ""  # what weight_bytes assumes, said in the output
@@ -426,6 +428,10 @@ def shape_from_config(cfg: dict[str, Any]) -> ModelShape:
         raise Unsupported(f"config of model_type {model_type!r} names no num_hidden_layers/num_attention_heads")
     dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
     derived, max_len_key, default_len = derived_max_len(cfg, model_type)
+    # vLLM multiplies by a float RoPE factor whenever the config has RoPE parameters (transformers 5 fills
+    # rope_parameters from rope_theta), so its message prints "max_position_embeddings=8192.0".
+    rope = any(k in cfg for k in ("rope_theta", "rope_scaling", "rope_parameters")) and "gemma3" not in model_type
+    mml = cfg.get("model_max_length")
     weight_bytes, weight_note = weight_bytes_per_param(cfg, model_type)
     for extra, what in _UNSIZED:
         if cfg.get(extra):
@@ -448,6 +454,8 @@ def shape_from_config(cfg: dict[str, Any]) -> ModelShape:
     common: dict[str, Any] = {"max_position_embeddings": derived, "num_attention_heads": heads,
                               "linear": linear, "layout_key": key, "max_len_key": max_len_key,
                               "default_max_model_len": default_len, "weight_bytes": weight_bytes,
+                              "max_len_text": f"{float(derived)}" if rope else str(derived),
+                              "model_max_length": mml if isinstance(mml, int) else None,
                               "weight_note": weight_note, "linear_heads": _linear_heads(linear)}
     if cfg.get("kv_lora_rank"):
         latent = int(cfg["kv_lora_rank"]) + int(cfg.get("qk_rope_head_dim", 0))

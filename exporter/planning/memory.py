@@ -88,10 +88,16 @@ def check_max_model_len(max_model_len: int, shape: ModelShape, allow_long: bool)
     if not derived or max_model_len <= derived:
         return None
     msg = (f"User-specified max_model_len ({max_model_len}) is greater than the derived max_model_len "
-           f"({shape.max_len_key}={derived} or model_max_length=None in model's config.json).")
+           f"({shape.max_len_key}={shape.max_len_text or derived} or model_max_length={shape.model_max_length} "
+           "in model's config.json).")
+    warning = ("VLLM_ALLOW_LONG_MAX_MODEL_LEN must be used with extreme caution. If the model uses relative "
+               "position encoding (RoPE), positions exceeding derived_max_model_len lead to nan. If the model uses "
+               "absolute position encoding, positions exceeding derived_max_model_len will cause a CUDA array "
+               "out-of-bounds error.")
     if allow_long:
-        return msg
-    raise ValueError(f"{msg} To allow overriding this maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1.")
+        return f"{msg} {warning}"
+    raise ValueError(f"{msg} To allow overriding this maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1. "
+                     f"{warning}")
 
 
 def weights_per_device(weights_total: int, tp: int, pp: int) -> int:

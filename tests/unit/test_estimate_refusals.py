@@ -196,8 +196,12 @@ def test_rope_scaling_multiplies_as_vllm_does(rope: dict[str, Any], derived: int
 def test_the_smallest_length_key_wins_and_the_refusal_names_it(capsys: pytest.CaptureFixture[str]) -> None:
     shape = shape_from_config({**cfg("llama31-70b"), "rope_scaling": None, "seq_length": 4096})
     assert (shape.max_position_embeddings, shape.max_len_key) == (4096, "seq_length")
+    # vLLM 0.32.0's own message for this config (vllm/config/model.py:2644-2664, run on LlamaConfig with
+    # seq_length=4096): "... (seq_length=4096.0 or model_max_length=None in model's config.json). To allow ..."
     with pytest.raises(ValueError, match=r"^User-specified max_model_len \(8192\) is greater than the derived "
-                       r"max_model_len \(seq_length=4096 or model_max_length=None"):
+                       r"max_model_len \(seq_length=4096\.0 or model_max_length=None in model's config\.json\)\. "
+                       r"To allow overriding this maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1\. "
+                       r"VLLM_ALLOW_LONG_MAX_MODEL_LEN must be used with extreme caution\."):
         estimate.estimate(Inputs(shape=shape, max_model_len=8192, kv_cache_memory=20 * GiB))
 
 

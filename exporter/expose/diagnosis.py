@@ -85,6 +85,14 @@ def explain(e: EngineReport) -> str:
                     + "; supply it to confirm). Requests wait for a slot, not for memory.")
         return (f"{used}, but all {e.max_num_seqs} slots{slots} are taken; {e.waiting} requests wait for a slot, "
                 f"not for memory ({h.kv_free_blocks} of {h.kv_capacity_blocks} blocks are free).")
+    if v is Verdict.KV_FULL and e.max_num_seqs is not None and e.running >= e.max_num_seqs:
+        why = (f"{h.kv_free_blocks} free blocks cannot hold the next request's {h.prompt_blocks}"
+               if h.kv_free_blocks < h.prompt_blocks else
+               f"the {e.running} running requests, each growing to {h.worst_case_blocks_profile} blocks, need up to "
+               f"{e.running * h.worst_case_blocks_profile} of the {h.kv_capacity_blocks} (safe headroom "
+               f"{h.safe_headroom_requests})")
+        return (f"{used}; all {e.max_num_seqs} slots{slots} are taken and memory binds too: {why}. "
+                f"{e.waiting} requests wait for memory as much as for a slot: more slots would not admit them.")
     if v is Verdict.KV_FULL:
         return (f"{used}: {h.kv_free_blocks} blocks are free and the next request needs about {h.prompt_blocks} "
                 f"({_profile_text(e)}); {e.waiting} requests wait for KV cache.")
@@ -97,9 +105,17 @@ def explain(e: EngineReport) -> str:
                 f"{used}, {e.running} running, {e.waiting} waiting.")
     if v is Verdict.PREEMPTING:
         rate = "" if not e.preemptions_per_second else f" ({e.preemptions_per_second:.2f}/s)"
-        return (f"vLLM is preempting running requests{rate}: {e.running} running requests that each grow to "
-                f"{h.worst_case_blocks_profile} blocks need up to {e.running * h.worst_case_blocks_profile} blocks, "
-                f"the pool has {h.kv_capacity_blocks}. Preempted requests are recomputed from scratch.")
+        need = e.running * h.worst_case_blocks_profile
+        if need > h.kv_capacity_blocks:
+            why = (f"{e.running} running requests that each grow to {h.worst_case_blocks_profile} blocks need up to "
+                   f"{need} blocks, the pool has {h.kv_capacity_blocks}")
+        else:
+            # Never contradict our own numbers: the running requests fit now, so longer ones did it lately.
+            why = (f"the counter rose within the preempt window; the {e.running} requests running now need up to "
+                   f"{need} of {h.kv_capacity_blocks} blocks by the profile, so longer requests (or more of them) "
+                   "outgrew the pool moments ago")
+        return (f"vLLM is preempting running requests{rate}: {why}. Preempted requests are recomputed from "
+                "scratch.")
     if v is Verdict.HEAD_OF_LINE:
         return (f"{used} and {h.kv_free_blocks} blocks are free, enough for a typical request "
                 f"({h.prompt_blocks} blocks), yet {e.waiting} requests wait: the request at the head of the queue "
@@ -109,8 +125,12 @@ def explain(e: EngineReport) -> str:
         return (f"{used}; {int(e.waiting_by_reason.get('deferred', 0))} of {e.waiting} waiting requests are deferred "
                 "by vLLM (LoRA adapter budget, grammar compilation or a KV transfer), not short of memory.")
     if v is Verdict.STUCK:
-        return (f"{e.waiting} requests wait and the engine has made no step for a while (or is asleep); "
+        return (f"{e.waiting} requests wait and the engine has made no step for {e.seconds_without_progress:.0f} s; "
                 f"{used}. The scheduler is not making progress.")
+    if v is Verdict.SLEEPING:
+        return (f"The engine is asleep (vllm:engine_sleep_state awake=0: put to sleep with POST /sleep, "
+                f"--enable-sleep-mode); it runs nothing until woken. {e.running} running, {e.waiting} waiting; "
+                f"{used} (the pool's numbers are those it kept when it fell asleep).")
     if v is Verdict.LEAK and e.suspected:
         return (f"Suspected leak: {h.kv_used_blocks} blocks are in use although nothing runs or waits. One "
                 "observation cannot show whether they stay in use; the sidecar reports a leak once it lasts "
@@ -134,6 +154,11 @@ def explain(e: EngineReport) -> str:
                 f"request at the head of the queue needs more blocks than the whole pool (max_model_len needs "
                 f"{wmax} blocks, the pool has {h.kv_capacity_blocks}). vLLM admits in order, so it and every "
                 f"request behind it wait forever.{sure}")
+    if v is Verdict.TRANSIENT and e.max_num_seqs is None and e.running > 0:
+        return (f"{used}, {h.kv_free_blocks} blocks are free (a typical request needs {h.prompt_blocks}), "
+                f"{e.running} run and {e.waiting} wait. max_num_seqs is unknown and one observation cannot infer it: "
+                f"if it is {e.running}, requests wait for a slot, not for memory; otherwise this is most often the "
+                "moment between two engine steps. Supply max_num_seqs, or watch it with `serve`.")
     if v is Verdict.TRANSIENT:
         return (f"{used}, {h.kv_free_blocks} blocks are free (a typical request needs {h.prompt_blocks}) and "
                 f"{e.waiting} requests wait: in one observation this is most often the moment between two engine "
@@ -145,22 +170,50 @@ def explain(e: EngineReport) -> str:
             "that could each reach max_tokens without preemption.")
 
 
-def actions(e: EngineReport) -> list[str]:
-    """Concrete changes an operator can make, most useful first (settings from the one advice engine)."""
-    out = [a.text() for a in advice.advise(e)]
+def actions(e: EngineReport, engines: list[EngineReport] | None = None) -> list[str]:
+    """Concrete changes an operator can make, most useful first (settings from the one advice engine); with the
+    server's other engines (data parallel), max_num_seqs is advised once for the server."""
+    out = [a.text() for a in advice.advise_server(e, engines or [e])]
     if e.verdict is Verdict.HEAD_OF_LINE:
         out.append("route very long prompts to a separate pool or lower max_model_len; the head needs its whole "
                    "uncached prompt in free blocks (vLLM >= 0.19)")
     if e.verdict is Verdict.DEFERRED:
         out.append("raise max_loras, pre-compile grammars, or check the KV-transfer connector")
     if e.verdict is Verdict.STUCK:
-        out.append("check the engine log and the engine_sleep_state metric; restart the pod if the engine is hung")
+        out.append("check the engine log; restart the pod if the engine is hung")
+    if e.verdict is Verdict.SLEEPING:
+        out.append("wake the engine: POST /wake_up on the vLLM server (vLLM started with --enable-sleep-mode; the "
+                   "endpoint is served with VLLM_SERVER_DEV_MODE=1); do not restart it, it is not hung")
     if e.verdict is Verdict.LEAK:
         out.append("report the vLLM version; restart the pod to reclaim the blocks")
     known = e.config.max_num_seqs
     if known is None or known.source == "inferred":
         out.append(HOW_TO_SUPPLY)
+    wrong = stated_cap_doubt(e)
+    if wrong:
+        out.append(wrong)
     return out
+
+
+CAP_DOUBT_FRAMES = 6  # scrapes with requests waiting before a stated cap far above the running count is doubted
+
+
+def stated_cap_doubt(e: EngineReport) -> str | None:
+    """A stated max_num_seqs the engine contradicts: more requests run than it allows."""
+    known = e.config.max_num_seqs
+    if known is None or known.source == "inferred":
+        return None
+    seen = e.busy_ceiling
+    if (e.running <= known.value and seen is not None and e.busy_frames >= CAP_DOUBT_FRAMES and seen > 0
+            and 2 * seen <= known.value and e.verdict in (Verdict.HEAD_OF_LINE, Verdict.OK, Verdict.TRANSIENT)):
+        return (f"check max_num_seqs: you stated {known.value} ({known.source}), but at most {seen} ran while "
+                f"requests waited over the last {e.busy_frames} scrapes with requests waiting; if vLLM's real cap "
+                f"is {seen}, slots are what binds")
+    if e.running <= known.value:
+        return None
+    return (f"check max_num_seqs: running {e.running} exceeds max_num_seqs {known.value} you stated "
+            f"({known.source}); vLLM never runs more than its cap, so the stated value is wrong and every slot "
+            "figure built on it is too")
 
 
 def notes(e: EngineReport) -> list[str]:
@@ -186,7 +239,7 @@ def notes(e: EngineReport) -> list[str]:
     return out
 
 
-def engine_json(e: EngineReport) -> dict[str, Any]:
+def engine_json(e: EngineReport, engines: list[EngineReport] | None = None) -> dict[str, Any]:
     h = e.headroom
     q = e.profile
     b = e.budget
@@ -196,8 +249,8 @@ def engine_json(e: EngineReport) -> dict[str, Any]:
         "verdict": str(e.verdict),
         "false_full": e.false_full,
         "explanation": explain(e),
-        "actions": actions(e),
-        "advice": [a.as_json() for a in advice.advise(e)],
+        "actions": actions(e, engines),
+        "advice": [a.as_json() for a in advice.advise_server(e, engines or [e])],
         "notes": notes(e),
         "suspected": e.suspected,
         "preemption_inferred": e.preemption_inferred,
@@ -264,7 +317,8 @@ def target_json(r: TargetReport) -> dict[str, Any]:
         "error_reason": r.error_reason,
         "error": r.error,
         "vllm_version": r.version,
-        "engines": [engine_json(e) for e in r.engines] if r.up else [_down_json(r, m, e) for m, e in r.known_engines],
+        "engines": ([engine_json(e, r.engines) for e in r.engines] if r.up
+                    else [_down_json(r, m, e) for m, e in r.known_engines]),
         "undetermined_engines": [_gap_json(g) for g in r.gaps],
     }
 
@@ -309,7 +363,7 @@ def render_text(reports: list[TargetReport]) -> str:
             if e.cmdline_pid is not None:
                 lines.append(f"  cmdline values read from /proc/{e.cmdline_pid}/cmdline "
                              f"(found by its {e.cmdline_found_by})")
-            for a in actions(e):
+            for a in actions(e, r.engines):
                 lines.append(f"  - {a}")
             for n in notes(e):
                 lines.append(f"  note: {n}")

@@ -24,6 +24,7 @@ from .history import SERIES, EngineHistory, History
 VERDICT_COLOURS = {
     "ok": "#1a7f37", "slots_full": "#b35900", "head_of_line": "#b35900", "deferred": "#b35900",
     "kv_full": "#c62828", "preempting": "#c62828", "stuck": "#6a1b1b", "leak": "#6a1b1b", "target_down": "#555555",
+    "sleeping": "#455a64",
 }
 USAGE, WAITING, ADMISSION, WORST, FREE, PREEMPT = "#1f6feb", "#d62728", "#2ca02c", "#8e44ad", "#0f8b8d", "#e67e22"
 FALSE_FULL_FILL = "#ffe3a3"
@@ -191,7 +192,7 @@ def _engine(r: TargetReport, e: EngineReport, h: EngineHistory | None) -> str:
             f"admission headroom {hd.admission_headroom_requests} · worst case {hd.worst_case_blocks_profile} "
             f"blocks/request · a new worst-case request cannot get "
             f"{100 * headline.unreachable_pool_ratio(hd):.0f} % of the pool ({headline.binding_limit(hd)} bind)")
-    acts = "".join(f"<li>{escape(a)}</li>" for a in diagnosis.actions(e))
+    acts = "".join(f"<li>{escape(a)}</li>" for a in diagnosis.actions(e, r.engines))
     name = f"{e.model_name} engine {e.engine}"
     return (f'<article class="engine"><div><h3>{escape(name)}</h3><p>{_badge(str(e.verdict))}{flag}</p>'
             f'<p class="explanation">{escape(diagnosis.explain(e))}</p><p class="nums">{escape(nums)}</p>'

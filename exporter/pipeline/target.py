@@ -86,6 +86,8 @@ class EngineReport:
     budget: BudgetUse | None = None
     cmdline_pid: int | None = None  # the vLLM process whose /proc/<pid>/cmdline gave the `cmdline` values
     cmdline_found_by: str | None = None
+    busy_ceiling: int | None = None  # highest running seen while requests waited, lately (sidecar only)
+    busy_frames: int = 0  # scrapes with requests waiting behind that ceiling
 
 
 @dataclass(frozen=True)
@@ -107,8 +109,9 @@ class ProfileQuality:
 
     @property
     def covers_window(self) -> bool:
-        """The sidecar has watched a whole window (a one-shot's lifetime histograms count as covering)."""
-        return self.window is None or (self.span is not None and self.span >= 0.9 * self.window)
+        """The sidecar has watched a whole window. A one-shot's lifetime histograms never do: of unknown age,
+        they cannot show that the workload now is the one they describe (issue 11: a raise before a storm)."""
+        return self.window is not None and self.span is not None and self.span >= 0.9 * self.window
 
     @property
     def advisable(self) -> bool:
@@ -412,7 +415,13 @@ class Target:
             finished_total=finished, budget_used=budget.used if budget is not None and prefilling else None,
             max_model_len_exceeds_pool=w_max is not None and w_max > headroom.kv_capacity_blocks,
             memory_pressure=under_pressure(headroom),
-            requests_grow=requests_grow(headroom, prompt, max_tokens, hit_share))
+            requests_grow=requests_grow(headroom, prompt, max_tokens, hit_share), thin_profile=thin)
+        progress = (e.steps_total, e.generation_tokens_total)
+        if tracker.restart_if_reset(obs, e.preemptions_total, progress):
+            # vLLM restarted: its counters began again at 0; the prefix-hit and prefill baselines go too.
+            self._prefix.pop(key, None)
+            self._prompt_tokens.pop(key, None)
+            obs = replace(obs, budget_used=None)
         inferred_cap = None
         if max_num_seqs is None and not gauges_only:
             inferred_cap = tracker.infer_max_num_seqs(now, obs, e.preemptions_total)
@@ -424,7 +433,6 @@ class Target:
                 obs = replace(obs, max_num_seqs=inferred_cap, headroom=headroom, max_num_seqs_inferred=True,
                               memory_pressure=under_pressure(headroom),
             requests_grow=requests_grow(headroom, prompt, max_tokens, hit_share))
-        progress = (e.steps_total, e.generation_tokens_total)
         judgement, false_full = tracker.update(now, obs, e.preemptions_total, progress)
         if judgement.slots_inferred and max_num_seqs is None and running > 0:
             # slots_full judged with the cap unknown: the running count is the cap this answer uses throughout.
@@ -441,7 +449,9 @@ class Target:
                               gauges_only)
         found = self._cmdline if self.settings.vllm_args is None and self.settings.discover_cmdline else None
         report = replace(report, profile=quality, budget=budget, cmdline_pid=found.pid if found else None,
-                         cmdline_found_by=found.found_by if found else None)
+                         cmdline_found_by=found.found_by if found else None,
+                         busy_ceiling=None if gauges_only else tracker.busy_ceiling,
+                         busy_frames=0 if gauges_only else tracker.busy_frames)
         shape = self.settings.model_shape
         if shape is None:
             return report

@@ -27,6 +27,7 @@ class Verdict(StrEnum):
     BUDGET_FULL = "budget_full"  # running prefills use up the step's token budget (max_num_batched_tokens)
     NEVER_FITS = "never_fits"  # the queue head needs more blocks than the whole pool: it can never be admitted
     TRANSIENT = "transient"  # one-shot only: requests wait beside room, as happens for one step between steps
+    SLEEPING = "sleeping"  # vllm:engine_sleep_state{sleep_state="awake"} 0: put to sleep (--enable-sleep-mode)
 
 
 CEILING_WINDOW = defaults.CEILING_WINDOW  # seconds of running counts that stand in for an unknown max_num_seqs
@@ -65,6 +66,7 @@ class Observation:
     max_num_seqs_inferred: bool = False
     memory_pressure: bool = False  # oversubscribed (safe headroom < 0) or requests in flight beyond the profile
     requests_grow: bool = True  # running requests are expected to need more blocks than they hold on average
+    thin_profile: bool = False  # the worst case is taken at max_model_len for want of finished requests
 
 
 @dataclass(frozen=True)
@@ -105,6 +107,9 @@ def pool_exhausted(o: Observation) -> bool:
 def classify(o: Observation, h: History, t: Thresholds) -> Judgement:
     """The verdict for one observation."""
     hr = o.headroom
+    if o.awake is False:
+        # Put to sleep on purpose (POST /sleep with --enable-sleep-mode): it steps no more until /wake_up.
+        return Judgement(Verdict.SLEEPING)
     # vLLM 0.32.0 counts a preemption when the preempted request's next output is processed (the PREEMPTED
     # event rides on it: vllm/v1/metrics/stats.py `update_from_events`), one or more scrapes late: the
     # gauges (running fell, waiting rose, nothing finished, the pool full) show it first.
@@ -118,12 +123,20 @@ def classify(o: Observation, h: History, t: Thresholds) -> Judgement:
                                                 and h.idle_with_blocks_for >= t.leak_after)):
             return Judgement(Verdict.LEAK, suspected=h.one_shot)
         return Judgement(Verdict.OK)
-    if o.awake is False or (h.no_progress_for is not None and h.no_progress_for >= t.stuck_after):
+    if h.no_progress_for is not None and h.no_progress_for >= t.stuck_after:
         return Judgement(Verdict.STUCK)
-    if o.max_num_seqs is not None and o.running >= o.max_num_seqs:
-        return Judgement(Verdict.SLOTS_FULL, slots_inferred=o.max_num_seqs_inferred)
     if o.deferred is not None and o.deferred > 0 and o.deferred >= o.waiting:
+        # Every waiting request is deferred (LoRA, grammar, KV transfer): a free slot would not admit any of them.
         return Judgement(Verdict.DEFERRED)
+    head_fits = hr.kv_free_blocks >= hr.prompt_blocks
+    if o.max_num_seqs is not None and o.running >= o.max_num_seqs:
+        if (not head_fits or o.usage >= t.full_usage
+                or (hr.safe_headroom_requests < 0 and not o.thin_profile)):
+            # Slots taken and memory binds too: the head would not fit, the pool is (nearly) exhausted, or the
+            # running requests will outgrow it by a profile of finished requests (not merely by max_model_len,
+            # the stand-in of a thin profile). A free slot would not help; "a slot, not memory" would be false.
+            return Judgement(Verdict.KV_FULL)
+        return Judgement(Verdict.SLOTS_FULL, slots_inferred=o.max_num_seqs_inferred)
     if o.running == 0 and hr.kv_used_blocks == 0 and o.max_model_len_exceeds_pool:
         # Nothing runs, the whole pool is free, yet the head is not admitted: it needs more than the pool
         # (possible only when max_model_len exceeds the pool). vLLM >= 0.19 admits the head only if its whole
@@ -135,7 +148,6 @@ def classify(o: Observation, h: History, t: Thresholds) -> Judgement:
         if h.one_shot or h.pool_empty_before:
             return Judgement(Verdict.NEVER_FITS, suspected=h.one_shot)
         return Judgement(h.previous if h.previous in _WAITING_VERDICTS else Verdict.OK, first_look=True)
-    head_fits = hr.kv_free_blocks >= hr.prompt_blocks
     if not head_fits or o.usage >= t.full_usage:
         return Judgement(Verdict.KV_FULL)
     if o.budget_used is not None and o.budget_used >= BUDGET_BOUND:
@@ -145,7 +157,8 @@ def classify(o: Observation, h: History, t: Thresholds) -> Judgement:
             return Judgement(Verdict.BUDGET_FULL)
         return Judgement(h.previous if h.previous in _WAITING_VERDICTS else Verdict.OK, first_look=True,
                          head_of_line_candidate=True)
-    if o.max_num_seqs is None and o.running > 0:
+    if o.max_num_seqs is None and o.running > 0 and not h.one_shot:
+        # One observation cannot infer a cap: its running count may be any moment of a ramp or a preemption.
         # max_num_seqs unknown: a running count pinned at its recent maximum, or free blocks that would hold
         # even the longest prompt vLLM has seen, point at the slot cap rather than at a large queue head.
         plateau = h.running_ceiling is not None and o.running >= h.running_ceiling and h.waiting_on_previous
@@ -204,6 +217,9 @@ class Tracker:
     def __init__(self, thresholds: Thresholds, one_shot: bool = False) -> None:
         self.t = thresholds
         self.one_shot = one_shot
+        self._clear()
+
+    def _clear(self) -> None:
         self._last_preemptions: float | None = None
         self._last_preempt_rise: float | None = None
         self._last_counted_rise: float | None = None
@@ -223,6 +239,24 @@ class Tracker:
         self._budget_before = False
         self.preemptions_per_second: float | None = None
         self.seconds_without_progress = 0.0
+        self._busy: deque[tuple[float, int]] = deque()  # (time, running) while requests waited: a sliding max
+        self.busy_ceiling: int | None = None  # highest running seen while requests waited, over CEILING_WINDOW
+        self.busy_frames = 0  # scrapes with requests waiting inside that window
+
+    def restart_if_reset(self, o: Observation, preemptions_total: float | None,
+                         progress: tuple[float | None, float | None]) -> bool:
+        """Forget every counter-derived state when a counter fell: vLLM restarted (counters start at 0 again), so
+        earlier preemptions, steps, running ceilings and finished counts say nothing about the new process."""
+        def fell(new: float | None, old: float | None) -> bool:
+            return new is not None and old is not None and new < old
+
+        last_progress = self._last_progress_value or (None, None)
+        prev_finished = self._prev[2] if self._prev is not None else None
+        if not (fell(preemptions_total, self._last_preemptions) or fell(progress[0], last_progress[0])
+                or fell(progress[1], last_progress[1]) or fell(o.finished_total, prev_finished)):
+            return False
+        self._clear()
+        return True
 
     def _preempting(self, now: float, o: Observation, preemptions_total: float | None) -> tuple[bool, bool, bool]:
         """(counted rise now, inferred from the gauges now, within the preempt window) without folding."""
@@ -261,6 +295,7 @@ class Tracker:
         progress: tuple[float | None, float | None],
     ) -> tuple[Judgement, bool]:
         """Fold one scrape into the history; return the verdict and the held false-full flag."""
+        self.restart_if_reset(o, preemptions_total, progress)
         rose, inferred, _ = self._preempting(now, o, preemptions_total)
         # Preemptions: a counter; a drop means vLLM restarted.
         rate = None
@@ -293,6 +328,17 @@ class Tracker:
         while now - self._ceiling[0][0] > CEILING_WINDOW:
             self._ceiling.popleft()
         ceiling = self._ceiling[0][1]
+
+        if o.waiting > 0:
+            while self._busy and self._busy[-1][1] <= o.running:
+                self._busy.pop()
+            self._busy.append((now, o.running))
+            self.busy_frames += 1
+        while self._busy and now - self._busy[0][0] > CEILING_WINDOW:
+            self._busy.popleft()
+        if not self._busy:
+            self.busy_frames = 0
+        self.busy_ceiling = self._busy[0][1] if self._busy else None
 
         idle_with_blocks = o.running == 0 and o.waiting == 0 and o.headroom.kv_used_blocks > 0
         if not idle_with_blocks:

@@ -375,7 +375,10 @@ def read(expo: Exposition, version: str | None = None) -> VllmSnapshot:
     has_engine_label = any("engine" in labels for labels, _ in expo.series(CACHE_CONFIG)) or any(
         "engine" in labels for labels, _ in expo.series(RUNNING)
     )
-    dp = len(cache_info) if has_engine_label else 1
+    # Count the engines from the gauges too: some setups export cache_config_info for engine 0 only, while its
+    # num_gpu_blocks is still the sum over every data-parallel engine.
+    gauge_engines = {engine for _model, engine in keys}
+    dp = max(len(cache_info), len(gauge_engines)) if has_engine_label else 1
     return VllmSnapshot(
         engines=engines,
         cache_info=cache_info,

@@ -76,11 +76,14 @@ def _source(e: EngineReport, name: str) -> str | None:
     return None if known is None else str(known.source)
 
 
-def kv_capacity(e: EngineReport, wanted: int) -> Advice:
-    """The pool cannot hold `wanted` worst-case requests: what capacity, max_model_len or fp8 KV would."""
+def kv_capacity(e: EngineReport, wanted: int) -> Advice | None:
+    """The pool cannot hold `wanted` worst-case requests: what capacity, max_model_len or fp8 KV would.
+    None when it already holds them: an action of zero blocks is no action."""
     h = e.headroom
     w, b, bs = h.worst_case_blocks_profile, h.kv_capacity_blocks, h.block_size_tokens
-    missing = max(0, wanted * w - b)
+    missing = wanted * w - b
+    if missing <= 0:
+        return None
     options = [f"{missing} more blocks ({missing * bs:,} tokens, +{100 * missing / b:.0f} %) hold {wanted} requests "
                f"of {w} blocks"]
     length = value(e.config.max_model_len)
@@ -123,12 +126,34 @@ def max_num_seqs(e: EngineReport, advisable: bool | None = None) -> Advice | Non
         why = _why_not(e)
         return Advice("max_num_seqs", "keep", current, src, [low, high], margin,
                       f"not advising a raise: {why}")
-    return Advice("max_num_seqs", "raise", current, src, [low, high], margin,
+    # A raise is a step, not a jump to what a large pool would hold: at most double (other limits, e.g. the
+    # step's token budget, latency and activation memory, bind before the pool on a large server), and never
+    # above max_num_batched_tokens: vLLM refuses max_num_batched_tokens < max_num_seqs
+    # (SchedulerConfig._verify_args, vllm/config/scheduler.py @0.32.0).
+    capped_low, capped_high, notes = low, high, []
+    if capped_high > 2 * current:
+        capped_low, capped_high = min(low, 2 * current), 2 * current
+        notes.append(f"at most doubled per step: the pool alone would hold {low}-{high}, but latency, activation "
+                     "memory and the token budget bind first; raise again once it holds")
+    budget_tokens = e.budget.max_num_batched_tokens if e.budget is not None else value(e.config.max_num_batched_tokens)
+    if budget_tokens is not None and capped_high > budget_tokens:
+        capped_high = budget_tokens
+        capped_low = min(capped_low, capped_high)
+        notes.append(f"vLLM requires max_num_batched_tokens ({budget_tokens}) >= max_num_seqs")
+    if capped_high <= current:
+        return Advice("max_num_seqs", "keep", current, src, [low, high], margin,
+                      "not advising a raise: " + "; ".join(notes))
+    return Advice("max_num_seqs", "raise", current, src, [capped_low, capped_high],
+                  margin + ("; " + "; ".join(notes) if notes else ""),
                   f"slots bind while the pool holds {fits} requests of the observed worst case")
 
 
 def _why_not(e: EngineReport) -> str:
     q = e.profile
+    if e.gauges_only:
+        return ("one observation: its histograms count every request since the server started, of unknown age, so "
+                "they cannot show that the current workload is the one they describe (a switch to longer requests "
+                "shows only once it preempts); watch it with `serve` for a whole profile window")
     if q is None or q.samples == 0:
         return "no finished request backs the profile"
     if q.stale:
@@ -190,5 +215,39 @@ def advise(e: EngineReport) -> list[Advice]:
     if seqs is not None and (seqs.direction in ("lower", "add") or e.verdict is Verdict.SLOTS_FULL):
         out.append(seqs)
     if e.verdict in (Verdict.KV_FULL, Verdict.PREEMPTING) and not any(a.setting == "kv_capacity" for a in out):
-        out.append(kv_capacity(e, e.max_num_seqs or max(e.running + e.waiting, 2)))
+        more = kv_capacity(e, e.max_num_seqs or max(e.running + e.waiting, 2))
+        if more is not None:
+            out.append(more)
     return out
+
+
+def server_max_num_seqs(engines: list[EngineReport]) -> Advice | None:
+    """max_num_seqs is one server setting (applied per data-parallel rank): one answer for all engines of a
+    model. The most constrained engine decides: a lower (or more capacity) anywhere wins over a keep, and a raise
+    only when every engine would raise, to the smallest range."""
+    per = [(e, a) for e in engines if (a := max_num_seqs(e)) is not None]
+    if not per:
+        return None
+    if len(per) == 1:
+        return per[0][1]
+    n = len(engines)
+    order = {"add": 0, "lower": 1, "check": 2, "keep": 3, "raise": 4}
+    e, a = min(per, key=lambda x: (order.get(x[1].direction, 2),
+                                   x[1].target[1] if isinstance(x[1].target, list) else 0))
+    if a.direction == "raise" and not all(x.direction == "raise" for _e, x in per):
+        a = next(x for _e, x in per if x.direction != "raise")
+    return Advice(a.setting, a.direction, a.current, a.current_source, a.target, a.margin,
+                  f"one setting for the {n} data-parallel engines, engine {e.engine} binds: {a.reason}")
+
+
+def advise_server(e: EngineReport, engines: list[EngineReport]) -> list[Advice]:
+    """`advise` for one engine of a server with several (data parallel): the max_num_seqs advice is the server's."""
+    own = advise(e)
+    peers = [x for x in engines if x.model_name == e.model_name]
+    if len(peers) < 2:
+        return own
+    server = server_max_num_seqs(peers)
+    rest = [a for a in own if a.setting != "max_num_seqs"]
+    if server is None or server.setting != "max_num_seqs":
+        return rest
+    return [server, *rest]

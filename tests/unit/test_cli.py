@@ -73,12 +73,17 @@ def test_durations(text: str, seconds: float) -> None:
 
 
 def test_diagnose_the_recorded_false_full_exposition_as_is(capsys: pytest.CaptureFixture[str]) -> None:
-    # The acceptance command: a saved real exposition, nothing else supplied.
+    # The acceptance command: a saved real exposition, nothing else supplied. One observation cannot
+    # infer max_num_seqs (a running count of 1 between two steps made "a max_num_seqs of 1" and a false-full
+    # on KV-bound frames): the cap is said to be unknown, the slot reading offered as a condition, and how to
+    # supply it; never false-full from a cap one frame inferred.
     assert cli.main(["diagnose", "tests/fixtures/vllm-0.32.0/false-full/snapshot.prom"]) == 0
     out = capsys.readouterr().out
-    assert "verdict: slots_full    false_full: yes" in out
-    assert "Requests wait for a slot, not for memory" in out
-    assert "judged from one observation" in out
+    assert "verdict: transient    false_full: no" in out
+    assert "max_num_seqs is unknown and one observation cannot infer it: if it is 8, requests wait for a slot" in out
+    assert "judged from one observation" in out and "pass --max-num-seqs" in out
+    assert cli.main(["diagnose", "tests/fixtures/vllm-0.32.0/false-full/snapshot.prom", "--max-num-seqs", "8"]) == 0
+    assert "verdict: slots_full    false_full: yes" in capsys.readouterr().out
 
 
 def test_diagnose_keeps_head_of_line_apart_from_slots(capsys: pytest.CaptureFixture[str]) -> None:

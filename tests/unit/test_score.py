@@ -9,7 +9,8 @@ from tests import truth
 SCORES = [s for folder in truth.recordings() for s in truth.score(folder)]
 
 
-@pytest.mark.parametrize("mode,bound", [("sidecar", truth.SIDECAR_MIN), ("one-shot", truth.ONE_SHOT_MIN)])
+@pytest.mark.parametrize("mode,bound", [("sidecar", truth.SIDECAR_MIN), ("one-shot", truth.ONE_SHOT_MIN),
+                                        ("one-shot-noflags", truth.ONE_SHOT_MIN)])
 def test_verdicts_agree_with_the_engine_on_enough_frames(mode: str, bound: float) -> None:
     scores = [s for s in SCORES if s.mode == mode]
     frames = sum(s.frames for s in scores)
@@ -18,7 +19,33 @@ def test_verdicts_agree_with_the_engine_on_enough_frames(mode: str, bound: float
 
 
 def test_no_kv_bound_preempting_or_transient_frame_is_flagged_false_full() -> None:
+    # Nor, in one-shot, any frame from a max_num_seqs one observation inferred.
     assert not [m for s in SCORES for m in s.misses if "flagged false_full" in m]
+
+
+def test_no_max_num_seqs_raise_in_the_lead_up_to_a_preemption_storm() -> None:
+    # Sidecar, one-shot with the server's flags and one-shot without any: the advice that preceded a storm.
+    lead_up = {mode: sum(s.lead_up for s in SCORES if s.mode == mode) for mode in truth.MODES}
+    assert all(n > 0 for n in lead_up.values()), lead_up  # the storms are there to be judged
+    assert not [m for s in SCORES for m in s.misses if "advises raising max_num_seqs" in m]
+
+
+def test_slots_full_is_not_accepted_where_memory_binds() -> None:
+    # Stricter than before: a frame whose preemption counter rises (now or at the next scrape), or whose slots
+    # are taken while the pool is exhausted in a storm, is preempting or kv_full; slots_full ("a slot, not
+    # memory") disagrees there.
+    for folder in truth.recordings():
+        if folder.name != "preemption":
+            continue
+        from exporter.replay import recording
+        rec = recording.load(folder)
+        frames = [truth.read_frame(t, text) for t, text in rec.frames]
+        srv = truth.server_of([str(a) for a in rec.meta["server_argv"]])
+        sent, exact = truth.sent_requests(folder, rec.meta)
+        for i in range(len(frames)):
+            j = truth.judge(frames, i, srv, sent, exact)
+            if j.label == "preempting":
+                assert "slots_full" not in j.accept | j.accept_one_shot, (folder, i)
 
 
 def test_the_truth_is_not_what_we_say() -> None:

@@ -6,7 +6,16 @@ from __future__ import annotations
 from dataclasses import replace
 
 from exporter.pipeline.target import EngineReport, Settings, Target
-from exporter.pipeline.verdict import History, Observation, Thresholds, Tracker, Verdict, classify, false_full_condition
+from exporter.pipeline.verdict import (
+    FALSE_FULL_VERDICTS,
+    History,
+    Observation,
+    Thresholds,
+    Tracker,
+    Verdict,
+    classify,
+    false_full_condition,
+)
 from tests import fixtures
 
 T = Thresholds()
@@ -47,10 +56,12 @@ def test_deferred_when_every_waiting_request_is_deferred() -> None:
     assert classify(obs(SLOTS, running=4, deferred=10), History(), T).verdict is Verdict.HEAD_OF_LINE
 
 
-def test_stuck_after_no_progress_or_asleep() -> None:
+def test_stuck_after_no_progress_asleep_is_sleeping() -> None:
     assert classify(obs(SLOTS), History(no_progress_for=61.0), T).verdict is Verdict.STUCK
     assert classify(obs(SLOTS), History(no_progress_for=59.0), T).verdict is Verdict.SLOTS_FULL
-    assert classify(obs(SLOTS, awake=False), History(), T).verdict is Verdict.STUCK
+    # An engine put to sleep is not hung: its own verdict (a wake-up, not a restart), never a false-full one.
+    asleep = classify(obs(SLOTS, awake=False), History(no_progress_for=600.0), T).verdict
+    assert asleep is Verdict.SLEEPING and asleep not in FALSE_FULL_VERDICTS
 
 
 def test_leak_when_blocks_stay_used_with_nothing_to_do() -> None:

@@ -284,12 +284,17 @@ def _count(cfg: dict[str, Any], model_type: str, *keys: str, low: int = 1) -> in
 # configuration_gemma2.py:95-97 (every 2nd), configuration_gemma3.py:109-113 (sliding_window_pattern,
 # default 6), configuration_cohere2.py:96-100 (sliding_window_pattern, default 4),
 # configuration_gpt_oss.py:83-85 (every 2nd), configuration_olmo3.py:93-95 (every 4th),
-# configuration_exaone4.py:97-106 (sliding_window_pattern, default 4); vLLM reads them in gemma2.py:155,
-# gemma3.py, commandr.py:243, gpt_oss.py, olmo2.py / olmo3, exaone4.py.
+# configuration_exaone4.py:97-106 (sliding_window_pattern, default 4), configuration_afmoe.py:91-105
+# (global_attn_every_n_layers, default 4), configuration_cwm.py:98-101 (every 4th),
+# configuration_vaultgemma.py:93-95 (every 2nd); vLLM reads them in gemma2.py:155, gemma3.py,
+# commandr.py:243, gpt_oss.py, olmo3, exaone4.py, afmoe.py:194. Gemma-3n is refused (num_kv_shared_layers);
+# Qwen2/Qwen3's default (sliding from max_window_layers on, with use_sliding_window) is `_sliding_layers`.
 _DEFAULT_PATTERN: dict[str, tuple[str | None, int]] = {
     "gemma2": (None, 2), "gemma3": ("sliding_window_pattern", 6), "gemma3_text": ("sliding_window_pattern", 6),
     "cohere2": ("sliding_window_pattern", 4), "gpt_oss": (None, 2), "olmo3": (None, 4),
-    "exaone4": ("sliding_window_pattern", 4),
+    "exaone4": ("sliding_window_pattern", 4), "afmoe": ("global_attn_every_n_layers", 4),
+    # served by vLLM's Transformers backend (registry.py:712, :729), which reads layer_types as well
+    "cwm": (None, 4), "vaultgemma": (None, 2),
 }
 # Cohere-2 passes sliding_window + 1 to attention (vllm/model_executor/models/commandr.py:237-244).
 _WINDOW_PLUS_ONE = ("cohere2",)
@@ -521,14 +526,16 @@ def _implied_params(c: dict[str, Any], shape: ModelShape) -> int | None:
 
 
 def _linear_heads(linear: LinearState | None) -> tuple[tuple[str, int], ...]:
-    """The head and group counts of linear / Mamba layers that vLLM splits over TP."""
+    """The head counts of linear / Mamba layers vLLM 0.32.0 splits over TP with `divide`: Mamba-2 heads
+    (mamba_mixer2.py:315-317), Gated DeltaNet value heads (mamba_utils.py:297,
+    gdn/qwen_gdn_linear_attn.py:557; key heads are floored, not divided), KDA heads (mamba_utils.py:326).
+    The conv dims they also divide (mamba_utils.py:213, :292, :324) are checked in `LinearState.shapes`."""
     if linear is None:
         return ()
     if linear.kind == "mamba2":
         return (("Mamba-2 heads", linear.num_heads),)
     if linear.kind == "gdn":
-        return (("linear-attention key heads", linear.num_k_heads), ("linear-attention value heads",
-                                                                      linear.num_heads))
+        return (("linear-attention value heads", linear.num_heads),)
     if linear.kind == "kda":
         return (("KDA heads", linear.num_heads),)
     return ()

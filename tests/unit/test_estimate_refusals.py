@@ -127,6 +127,8 @@ def test_gemma2_alternates_sliding_and_full_as_its_config_class_does() -> None:
     ({"model_type": "gpt_oss"}, 2, 1024),
     ({"model_type": "olmo3"}, 4, 1024),
     ({"model_type": "exaone4", "sliding_window_pattern": "LLLG"}, 4, 1024),
+    ({"model_type": "afmoe", "global_attn_every_n_layers": 3}, 3, 1024),
+    ({"model_type": "cwm"}, 4, 1024), ({"model_type": "vaultgemma"}, 2, 1024),
 ])
 def test_every_config_class_default_pattern(extra: dict[str, Any], period: int, window: int) -> None:
     base = {"num_hidden_layers": 12, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 64,

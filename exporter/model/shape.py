@@ -412,8 +412,9 @@ def weight_bytes_per_param(cfg: dict[str, Any], model_type: str) -> tuple[float 
         if len(found) == 1 and next(iter(found)) in (4, 8):
             b = int(next(iter(found)))
             return b / 8, f"compressed-tensors {b}-bit weights: {b / 8:g} bytes per parameter"
-    raise Unsupported(f"{model_type}: quantization_config quant_method {method or '?'!r} has a weight size this "
-                      "version does not know; give --weights-bytes (the checkpoint's size) instead of --params")
+    named = f"quant_method {method!r}" if method else "without a quant_method"
+    raise Unsupported(f"{model_type}: quantization_config {named} has a weight size this version does not know; "
+                      "give --weights-bytes (the checkpoint's size) instead of --params")
 
 
 def shape_from_config(cfg: dict[str, Any]) -> ModelShape:

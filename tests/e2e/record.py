@@ -221,7 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     # Releases that still have V0 (< 0.11) may fall back to it silently: name the engine explicitly.
     env = {"VLLM_USE_V1": "0"} if args.v0 else {"VLLM_USE_V1": "1"} if _before(args.version, (0, 11)) else {}
     (out / "start-failure.log").unlink(missing_ok=True)
-    (out / "server-failure.log").unlink(missing_ok=True)
+    if not args.resume:  # resuming keeps the evidence of an engine that died in an earlier scenario
+        (out / "server-failure.log").unlink(missing_ok=True)
 
     # Group by server flags, keeping the requested order within and across groups.
     groups: dict[str, list[Scenario]] = {}

@@ -160,6 +160,8 @@ def requests_grow(h: Headroom, prompt: Quantile | None, max_tokens: Quantile | N
     held = h.held_blocks_per_running
     if held is None or prompt is None or max_tokens is None:
         return True
+    if held > h.worst_case_blocks_profile_only:
+        return True  # a new workload the profile has not seen: nothing says its requests stop growing
     bs = h.block_size_tokens
     own = derive.blocks_for_tokens(derive.uncached_prompt(prompt.tokens, hit_share) + max_tokens.tokens, bs)
     return (own if hit_share > 0 else h.worst_case_blocks_profile) > held

@@ -270,8 +270,9 @@ def _count(cfg: dict[str, Any], model_type: str, *keys: str, low: int = 1) -> in
         value = cfg.get(key)
         if value is None:
             continue
-        if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
-            raise Unsupported(f"{model_type}: {key} is {value!r}, not a whole number")
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise Unsupported(f"{model_type}: {key} is {value!r}, not a whole number (vLLM's model code needs an "
+                              "integer)")
         if value < low:
             raise Unsupported(f"{model_type}: {key} is {int(value)}; a model needs at least {low}")
         return int(value)
@@ -348,13 +349,17 @@ def derived_max_len(cfg: dict[str, Any], model_type: str) -> tuple[int, str, int
     - no max_model_len given: LongRoPE takes original_max_position_embeddings (vllm/config/model.py:2619-2627).
     """
     derived: float = float("inf")
-    key = "default"
+    key = "None"  # vLLM names no key when none is set
     for k in _MAX_LEN_KEYS:
         value = cfg.get(k)
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            if value < derived:
-                key = k
-            derived = min(derived, value)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise Unsupported(f"{model_type}: {k} is {value!r}, not a number; vLLM cannot compare it to derive "
+                              "max_model_len")
+        if value < derived:
+            key = k
+        derived = min(derived, value)
     if isinstance(cfg.get("model_max_length"), int | float) and cfg["model_max_length"]:
         derived, key = cfg["model_max_length"], "model_max_length"
     if derived == float("inf"):

@@ -123,6 +123,9 @@ def check(x: Inputs) -> list[str]:
     if x.stage_kv_memory is not None and len(x.stage_kv_memory) not in (1, x.pipeline_parallel_size):
         raise ValueError(f"{len(x.stage_kv_memory)} KV pools given for {x.pipeline_parallel_size} pipeline stages")
     warnings = []
+    if x.shape.max_len_key == "None" and x.max_model_len is None:  # vllm/config/model.py:2563-2574
+        warnings.append("The model's config.json does not contain any of the keys to determine the original maximum "
+                        "length of the model. Assuming the model's maximum length is 2048.")
     warning = memory.check_max_model_len(x.context, x.shape, x.allow_long_max_model_len)
     if warning:
         warnings.append(warning)

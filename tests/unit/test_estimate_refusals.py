@@ -207,6 +207,15 @@ def test_the_smallest_length_key_wins_and_the_refusal_names_it(capsys: pytest.Ca
         estimate.estimate(Inputs(shape=shape, max_model_len=8192, kv_cache_memory=20 * GiB))
 
 
+def test_no_length_key_is_vllms_2048_with_its_warning() -> None:
+    shape = shape_from_config({"model_type": "llama", "num_hidden_layers": 2, "num_attention_heads": 8,
+                               "hidden_size": 512, "rope_theta": 10000.0, "max_position_embeddings": None})
+    e = estimate.estimate(Inputs(shape=shape, kv_cache_memory=GiB))
+    assert e.max_model_len == 2048 and any("Assuming the model's maximum length is 2048" in w for w in e.warnings)
+    with pytest.raises(ValueError, match=r"derived max_model_len \(None=2048\.0 or model_max_length=None"):
+        estimate.estimate(Inputs(shape=shape, kv_cache_memory=GiB, max_model_len=4096))
+
+
 # -- 7: the HF cache's refs/main ------------------------------------------------------------------------------
 
 def test_hf_ids_resolve_through_refs_main(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -236,6 +245,10 @@ def test_hf_ids_resolve_through_refs_main(tmp_path: Path, monkeypatch: pytest.Mo
       "num_key_value_heads": 64}, "more than num_attention_heads"),
     ({"model_type": "llama", "num_hidden_layers": "32", "num_attention_heads": 32, "hidden_size": 4096},
      "not a whole number"),
+    ({"model_type": "llama", "num_hidden_layers": 32.0, "num_attention_heads": 32, "hidden_size": 4096},
+     "not a whole number"),
+    ({"model_type": "llama", "num_hidden_layers": 32, "num_attention_heads": 32, "hidden_size": 4096,
+      "max_position_embeddings": "131072"}, "max_position_embeddings is '131072', not a number"),
 ])
 def test_malformed_configs_give_one_sentence(tmp_path: Path, capsys: pytest.CaptureFixture[str], doc: Any,
                                              message: str) -> None:

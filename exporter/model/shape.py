@@ -469,7 +469,8 @@ def shape_from_config(cfg: dict[str, Any]) -> ModelShape:
                               "model_max_length": mml if isinstance(mml, int) else None,
                               "weight_note": weight_note, "linear_heads": _linear_heads(linear)}
     if cfg.get("kv_lora_rank"):
-        latent = int(cfg["kv_lora_rank"]) + int(cfg.get("qk_rope_head_dim", 0))
+        latent = (_count(cfg, model_type, "kv_lora_rank") or 0) + (_count(cfg, model_type, "qk_rope_head_dim",
+                                                                          low=0) or 0)
         if kinds and SLIDING in kinds:
             raise Unsupported(f"{model_type}: MLA with sliding-window layers ({key}) is not supported")
         return _with_params(cfg, ModelShape(model_type, layers, 1, latent, dtype, mla_latent=latent,
@@ -499,7 +500,11 @@ def shape_from_config(cfg: dict[str, Any]) -> ModelShape:
 
 
 def _with_params(cfg: dict[str, Any], shape: ModelShape) -> ModelShape:
-    return replace(shape, implied_params=_implied_params(cfg, shape))
+    try:
+        implied = _implied_params(cfg, shape)
+    except (TypeError, ValueError):  # a key the rough count reads is malformed: no sanity warning
+        implied = None
+    return replace(shape, implied_params=implied)
 
 
 def _implied_params(c: dict[str, Any], shape: ModelShape) -> int | None:

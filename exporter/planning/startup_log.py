@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 
 from .estimate import GiB, Inputs
 
-_MEMORY = re.compile(r"^([^\n]*?)Available KV cache memory: ([\d.]+) GiB", re.M)
+_MEMORY = re.compile(r"^([^\n]*?)Available KV cache memory: (\d+(?:\.\d+)?) GiB", re.M)
 # Worker process names (vllm/v1/executor/multiproc_executor.py:1088-1096): "Worker", then _DP<r> with DP,
 # _PP<r> with PP, _PCP<r>, _TP<r> with TP: a PP×TP1 worker is "Worker_PP1", with no _TP part.
 _RANK = re.compile(r"Worker(?:_DP\d+)?_PP(\d+)(?![\d])|rank=(\d+)")
@@ -26,10 +26,10 @@ _TOKENS_STRICT = re.compile(r"KV cache size: \d{1,3}(?:,\d{3})* tokens|KV cache 
 # "Setting kv cache block size to %d for %s backend(s)." (vllm/platforms/interface.py:775-779): the
 # backend's block size when the user set none (FlashMLA 64, CUTLASS MLA 128, ...).
 _BACKEND_BLOCK = re.compile(r"Setting kv cache block size to (\d+) for ([\w/]+) backend")
-_CPU_MEMORY = re.compile(r"Explicitly set \(([\d.]+)/[\d.]+\) GiB for KV cache")  # vllm/v1/worker/cpu_worker.py
+_CPU_MEMORY = re.compile(r"Explicitly set \((\d+(?:\.\d+)?)/[\d.]+\) GiB for KV cache")  # vllm/v1/worker/cpu_worker.py
 _SSM_FLOAT32 = re.compile(r"Reset SSM cache type to float32|Updating mamba_ssm_cache_dtype to 'float32'")
 _TOKENS = re.compile(r"(\w+) KV cache size: (\d{1,3}(?:,\d{3})+|\d+) tokens")
-_CONCURRENCY = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
+_CONCURRENCY = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: (\d+(?:\.\d+)?)x")
 _OVERRIDE = re.compile(r"Overriding num_gpu_blocks=(\d+) with num_gpu_blocks_override=(\d+)")
 _ATTN_BLOCK = re.compile(r"Setting attention block size to (\d+) tokens")
 _ESTIMATED = re.compile(r"max seq len \((\d+)\).*?estimated maximum model length is (\d+)", re.S)

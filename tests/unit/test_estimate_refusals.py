@@ -277,3 +277,22 @@ def test_figures_never_print_a_bare_question_mark(capsys: pytest.CaptureFixture[
     # The inverse question without --params: the weights and device memory are unknown, said in words.
     code, out, _ = run(capsys, str(FIX / "llama31-70b.json"), "--max-model-len", "1024")
     assert code == 0 and " ?" not in out and "not known" in out
+
+
+@pytest.mark.parametrize("name", ["deepseek-v3", "nemotron-h-8b", "gemma3-27b", "gpt-oss-120b", "glm45"])
+def test_any_malformed_value_of_any_key_is_a_sentence_never_a_traceback(name: str) -> None:
+    base = cfg(name)
+    inner = base.get("text_config") if isinstance(base.get("text_config"), dict) else None
+    keys = [(None, k) for k in base] + [("text_config", k) for k in (inner or {})]
+    for parent, key in keys:
+        for value in ("x", [1, 2], {}, None, -3, 0, 2.5, True):
+            doc = json.loads(json.dumps(base))
+            (doc[parent] if parent else doc)[key] = value
+            try:
+                shape = shape_from_config(doc)
+                for x in (Inputs(shape=shape, kv_cache_memory=20 * GiB, tensor_parallel_size=2, max_model_len=4096),
+                          Inputs(shape=shape, gpu_memory=80 * GiB, params=70 * 10**9, max_model_len=4096)):
+                    e = estimate.estimate(x)
+                    estimate.render(x, e)
+            except ValueError as exc:
+                assert "\n" not in str(exc), (key, value)

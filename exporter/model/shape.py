@@ -280,40 +280,48 @@ def _count(cfg: dict[str, Any], model_type: str, *keys: str, low: int = 1) -> in
 
 
 # Configs whose Hugging Face config class fills `layer_types` when config.json omits it, and vLLM 0.32.0's
-# model reads it per layer (model_type: (pattern key, default pattern)): every pattern-th layer is full
-# attention, the others slide. Sources (transformers 5.x, the version vLLM 0.32.0 installs):
-# configuration_gemma2.py:95-97 (every 2nd), configuration_gemma3.py:109-113 (sliding_window_pattern,
-# default 6), configuration_cohere2.py:96-100 (sliding_window_pattern, default 4),
-# configuration_gpt_oss.py:83-85 (every 2nd), configuration_olmo3.py:93-95 (every 4th),
-# configuration_exaone4.py:97-106 (sliding_window_pattern, default 4), configuration_afmoe.py:91-105
-# (global_attn_every_n_layers, default 4), configuration_cwm.py:98-101 (every 4th),
-# configuration_vaultgemma.py:93-95 (every 2nd); vLLM reads them in gemma2.py:155, gemma3.py,
-# commandr.py:243, gpt_oss.py, olmo3, exaone4.py, afmoe.py:194. Gemma-3n is refused (num_kv_shared_layers);
+# model reads it per layer. model_type: (pattern key, default period, default sliding_window, full layer at
+# i % period == 0 rather than (i + 1) % period == 0). Sources (transformers 5.19, the version vLLM 0.32.0's
+# venv installs): configuration_gemma2.py:88,95-97; configuration_gemma3.py:97,109-113;
+# configuration_cohere2.py:85,96-100; configuration_gpt_oss.py:58,83-85; configuration_olmo3.py:86,93-95;
+# configuration_exaone4.py:96-108; configuration_afmoe.py:91-92,102-105; configuration_cwm.py:84,98-104
+# (full first); configuration_vaultgemma.py:87,93-95. vLLM reads them in gemma2.py:155, gemma3.py,
+# commandr.py:243, gpt_oss.py, olmo3, exaone4.py, afmoe.py:194; CWM and VaultGemma run on vLLM's
+# Transformers backend (registry.py:712, :729). Checked against the config classes themselves (the
+# default layer_types of a 12-layer config of each type). Gemma-3n is refused (num_kv_shared_layers);
 # Qwen2/Qwen3's default (sliding from max_window_layers on, with use_sliding_window) is `_sliding_layers`.
-_DEFAULT_PATTERN: dict[str, tuple[str | None, int]] = {
-    "gemma2": (None, 2), "gemma3": ("sliding_window_pattern", 6), "gemma3_text": ("sliding_window_pattern", 6),
-    "cohere2": ("sliding_window_pattern", 4), "gpt_oss": (None, 2), "olmo3": (None, 4),
-    "exaone4": ("sliding_window_pattern", 4), "afmoe": ("global_attn_every_n_layers", 4),
-    # served by vLLM's Transformers backend (registry.py:712, :729), which reads layer_types as well
-    "cwm": (None, 4), "vaultgemma": (None, 2),
+_DEFAULT_PATTERN: dict[str, tuple[str | None, int, int, bool]] = {
+    "gemma2": (None, 2, 4096, False), "gemma3": ("sliding_window_pattern", 6, 4096, False),
+    "gemma3_text": ("sliding_window_pattern", 6, 4096, False),
+    "cohere2": ("sliding_window_pattern", 4, 4096, False), "gpt_oss": (None, 2, 128, False),
+    "olmo3": (None, 4, 4096, False), "exaone4": ("sliding_window_pattern", 4, 4096, False),
+    "afmoe": ("global_attn_every_n_layers", 4, 1024, False), "cwm": (None, 4, 8192, True),
+    "vaultgemma": (None, 2, 4096, False),
 }
 # Cohere-2 passes sliding_window + 1 to attention (vllm/model_executor/models/commandr.py:237-244).
 _WINDOW_PLUS_ONE = ("cohere2",)
 
 
-def _default_layer_types(cfg: dict[str, Any], model_type: str, layers: int) -> list[str] | None:
-    """The layer_types a Hugging Face config class fills in when config.json has none (see _DEFAULT_PATTERN)."""
-    if model_type not in _DEFAULT_PATTERN or cfg.get("layer_types") is not None:
-        return None
-    if not isinstance(cfg.get("sliding_window"), int):
-        return None
-    key, pattern = _DEFAULT_PATTERN[model_type]
+def _class_defaults(cfg: dict[str, Any], model_type: str, layers: int) -> dict[str, Any]:
+    """`cfg` with the sliding_window and layer_types its Hugging Face config class fills in when config.json
+    omits them (see _DEFAULT_PATTERN); unchanged for other model types."""
+    if model_type not in _DEFAULT_PATTERN:
+        return cfg
+    key, period, window, full_first = _DEFAULT_PATTERN[model_type]
+    if "sliding_window" not in cfg:
+        cfg = {**cfg, "sliding_window": window}
+    if cfg.get("layer_types") is not None or not isinstance(cfg.get("sliding_window"), int):
+        return cfg
     raw = cfg.get(key) if key else None
-    if isinstance(raw, str) and raw:  # EXAONE-4 writes "LLLG": its length is the period
-        raw = len(raw)
+    if isinstance(raw, str):
+        raise Unsupported(f"{model_type}: {key} {raw!r} without layer_types: the config class cannot build the "
+                          "layer pattern from a string (transformers configuration_exaone4.py:102-108), so vLLM "
+                          "cannot load it; give layer_types")
     if isinstance(raw, int) and raw > 0:
-        pattern = raw
-    return ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(layers)]
+        period = raw
+    types = ["full_attention" if (i if full_first else i + 1) % period == 0 else "sliding_attention"
+             for i in range(layers)]
+    return {**cfg, "layer_types": types, "_layer_types_default": True}
 
 
 def _rope_parameters(cfg: dict[str, Any]) -> list[dict[str, Any]]:
@@ -448,11 +456,9 @@ def shape_from_config(cfg: dict[str, Any]) -> ModelShape:
         if cfg.get(extra):
             raise Unsupported(f"{model_type}: {extra} ({what}) changes vLLM's KV layout in a way this version does "
                               "not size; read the capacity from the server's start-up log (estimate --from-log)")
-    defaults = _default_layer_types(cfg, model_type, layers)
-    if defaults is not None:
-        cfg = {**cfg, "layer_types": defaults}
+    cfg = _class_defaults(cfg, model_type, layers)
     kinds, key = _layer_kinds(cfg, model_type, layers)
-    if defaults is not None:
+    if cfg.get("_layer_types_default"):
         key = f"layer_types (the {model_type} config class's default)"
     linear = _linear_state(cfg, model_type, key) if kinds and LINEAR in kinds else None
     if kinds is None and any(k in cfg for k in _MAMBA_HINTS):

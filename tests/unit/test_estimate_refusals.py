@@ -126,16 +126,32 @@ def test_gemma2_alternates_sliding_and_full_as_its_config_class_does() -> None:
     ({"model_type": "cohere2", "sliding_window_pattern": 2}, 2, 1025),
     ({"model_type": "gpt_oss"}, 2, 1024),
     ({"model_type": "olmo3"}, 4, 1024),
-    ({"model_type": "exaone4", "sliding_window_pattern": "LLLG"}, 4, 1024),
+    ({"model_type": "exaone4"}, 4, 1024), ({"model_type": "exaone4", "sliding_window_pattern": 3}, 3, 1024),
     ({"model_type": "afmoe", "global_attn_every_n_layers": 3}, 3, 1024),
-    ({"model_type": "cwm"}, 4, 1024), ({"model_type": "vaultgemma"}, 2, 1024),
+    ({"model_type": "vaultgemma"}, 2, 1024),
 ])
 def test_every_config_class_default_pattern(extra: dict[str, Any], period: int, window: int) -> None:
+    # Each pattern is what the config class (transformers 5.19 in vLLM 0.32.0's venv) gives a 12-layer config.
     base = {"num_hidden_layers": 12, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 64,
             "hidden_size": 512, "sliding_window": 1024, "max_position_embeddings": 131072}
     shape = shape_from_config({**base, **extra})
     assert shape.layer_kinds == tuple(FULL if (i + 1) % period == 0 else SLIDING for i in range(12))
     assert shape.sliding_window == window
+
+
+def test_config_class_quirks() -> None:
+    base = {"num_hidden_layers": 12, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 64,
+            "hidden_size": 512, "max_position_embeddings": 131072}
+    # CWM: full attention at i % 4 == 0 (configuration_cwm.py:98-104), window 8192 when omitted
+    cwm = shape_from_config({**base, "model_type": "cwm"})
+    assert cwm.layer_kinds[:5] == (FULL, SLIDING, SLIDING, SLIDING, FULL) and cwm.sliding_window == 8192
+    # A window the config omits is the class's default (Gemma-2: 4096, gpt-oss: 128); null means none.
+    assert shape_from_config({**base, "model_type": "gemma2"}).sliding_window == 4096
+    assert shape_from_config({**base, "model_type": "gpt_oss"}).sliding_window == 128
+    assert shape_from_config({**base, "model_type": "gemma2", "sliding_window": None}).sliding_layers == 0
+    # EXAONE-4's string pattern without layer_types breaks its config class: refused, not guessed.
+    with pytest.raises(Unsupported, match="give layer_types"):
+        shape_from_config({**base, "model_type": "exaone4", "sliding_window_pattern": "LLLG"})
 
 
 # -- 4 and 6: start-up logs ------------------------------------------------------------------------------------

@@ -242,6 +242,7 @@ class Score:
     confusion: Counter[tuple[str, str]] = field(default_factory=Counter)
     per_truth: Counter[tuple[str, bool]] = field(default_factory=Counter)  # (truth, agreed) -> frames
     misses: list[str] = field(default_factory=list)
+    undetermined: int = 0  # frames with no capacity to judge (no flags, a pool vLLM does not export): not scored
     lead_up: int = 0  # frames in the lead-up to a preemption storm
     raises: int = 0  # of them, frames whose advice raises max_num_seqs (must be 0)
 
@@ -293,14 +294,20 @@ def score(folder: Path) -> tuple[Score, Score, Score]:
     out = (Score(name, "sidecar"), Score(name, "one-shot"), Score(name, "one-shot-noflags"))
     for i, (t, text) in enumerate(rec.frames):
         truth = judge(frames, i, srv, sent, exact)
-        ours_live = _engine(sidecar.observe(t, text).engines)
-        ours_once = _engine(_target(meta, one_shot(settings)).observe(t, text, gauges_only=True).engines)
-        ours_bare = _engine(_target(meta, one_shot(bare)).observe(t, text, gauges_only=True).engines)
+        # An engine whose capacity cannot be derived (e.g. a pool vLLM does not export, without flags) is
+        # undetermined: the report says so, the frame is not judged.
+        ours_live = _maybe(sidecar.observe(t, text).engines)
+        ours_once = _maybe(_target(meta, one_shot(settings)).observe(t, text, gauges_only=True).engines)
+        ours_bare = _maybe(_target(meta, one_shot(bare)).observe(t, text, gauges_only=True).engines)
         # Without the cap one observation cannot tell "all slots taken" from "between two steps".
         bare_accept = truth.accept_one_shot | ({"transient"} if truth.label == "slots_full" else set())
         once_accept = truth.accept_one_shot if given is not None else bare_accept
-        for s, ours, accept in ((out[0], ours_live, truth.accept), (out[1], ours_once, once_accept),
-                                (out[2], ours_bare, bare_accept)):
+        for s, maybe, accept in ((out[0], ours_live, truth.accept), (out[1], ours_once, once_accept),
+                                 (out[2], ours_bare, bare_accept)):
+            if maybe is None:
+                s.undetermined += 1
+                continue
+            ours = maybe
             s.frames += 1
             verdict = str(ours.verdict)
             s.confusion[(truth.label, verdict)] += 1
@@ -327,6 +334,11 @@ def score(folder: Path) -> tuple[Score, Score, Score]:
 def _engine(engines: list[EngineReport]) -> EngineReport:
     assert len(engines) == 1
     return engines[0]
+
+
+def _maybe(engines: list[EngineReport]) -> EngineReport | None:
+    assert len(engines) <= 1
+    return engines[0] if engines else None
 
 
 def story(folder: Path) -> list[str]:
@@ -415,7 +427,8 @@ def render(scores: list[Score]) -> str:
         lines += [f"## {mode}: {agree}/{total} frames agree ({100 * agree / max(total, 1):.1f} %), "
                   f"{bad} false-full on KV-bound/preempting/transient frames, "
                   f"{sum(s.raises for s in ss)} of {sum(s.lead_up for s in ss)} lead-up frames advise a "
-                  "max_num_seqs raise", "",
+                  "max_num_seqs raise" + (f", {und} frames undetermined (capacity not derivable, not scored)"
+                                          if (und := sum(s.undetermined for s in ss)) else ""), "",
                   "| recording | frames | agree | false-full where forbidden |", "|---|---|---|---|"]
         lines += [f"| {s.scenario} | {s.frames} | {100 * s.agreement:.1f} % | {s.bad_false_full} |" for s in ss]
         per: dict[str, list[int]] = defaultdict(lambda: [0, 0])  # truth -> [agreed, frames]

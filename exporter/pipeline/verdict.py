@@ -130,11 +130,10 @@ def classify(o: Observation, h: History, t: Thresholds) -> Judgement:
         return Judgement(Verdict.DEFERRED)
     head_fits = hr.kv_free_blocks >= hr.prompt_blocks
     if o.max_num_seqs is not None and o.running >= o.max_num_seqs:
-        if (not head_fits or o.usage >= t.full_usage
-                or (hr.safe_headroom_requests < 0 and not o.thin_profile)):
-            # Slots taken and memory binds too: the head would not fit, the pool is (nearly) exhausted, or the
-            # running requests will outgrow it by a profile of finished requests (not merely by max_model_len,
-            # the stand-in of a thin profile). A free slot would not help; "a slot, not memory" would be false.
+        if o.usage >= t.full_usage or (not o.thin_profile and (not head_fits or hr.safe_headroom_requests < 0)):
+            # Slots taken and memory binds too: the pool is (nearly) exhausted, or by a profile of finished
+            # requests (not by max_model_len, the stand-in of a thin profile) the head would not fit or the running
+            # requests will outgrow the pool. A free slot would not help; "a slot, not memory" would be false.
             return Judgement(Verdict.KV_FULL)
         return Judgement(Verdict.SLOTS_FULL, slots_inferred=o.max_num_seqs_inferred)
     if o.running == 0 and hr.kv_used_blocks == 0 and o.max_model_len_exceeds_pool:

@@ -56,3 +56,8 @@ def test_the_truth_is_not_what_we_say() -> None:
     assert always_ok / frames < 0.7 < truth.SIDECAR_MIN  # it would agree only on the idle frames
     labels = {label for s in SCORES for (label, _ok) in s.per_truth}
     assert {"ok", "slots_full", "kv_full", "preempting", "budget_full", "head_of_line"} <= labels
+
+
+def test_every_recorded_0_32_0_frame_is_judged_in_every_mode() -> None:
+    # "Undetermined" (no capacity to derive) is for pools vLLM does not export; it must not hide 0.32.0 frames.
+    assert not [(s.scenario, s.mode) for s in SCORES if s.scenario.startswith("vllm-0.32.0/") and s.undetermined]

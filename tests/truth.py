@@ -278,21 +278,45 @@ def raises_max_num_seqs(e: EngineReport) -> bool:
 
 def score(folder: Path) -> tuple[Score, Score, Score]:
     rec = recording.load(folder)
-    meta = rec.meta
+    sent = sent_requests(folder, rec.meta)
+    given = None if folder.name in WITHOUT_FLAGS else [str(a) for a in rec.meta["server_argv"]]
+    return score_timeline(f"{folder.parent.name}/{folder.name}", rec.meta, rec.frames, [sent] * len(rec.frames),
+                          given)
+
+
+RESTART = ("preemption", "false-full")  # vllm-0.32.0 recordings of one server config, spliced across a restart
+
+
+def restart_timeline() -> tuple[dict[str, Any], list[tuple[float, str]], list[tuple[list[Sent], bool]]]:
+    """Two real 0.32.0 recordings of the same server flags as one server restarted between them: the storm, then
+    (every counter from 0 again, as a restarted vLLM exports them) the false-full incident. Each part keeps the
+    load driver's own requests. The recorder cannot restart vLLM mid-recording under load; at the exposition a
+    restart is exactly this splice."""
+    root = FIXTURES / "vllm-0.32.0"
+    first, second = (recording.load(root / n) for n in RESTART)
+    shift = first.frames[-1][0] + 0.5 - second.frames[0][0]
+    frames = list(first.frames) + [(t + shift, text) for t, text in second.frames]
+    s1 = sent_requests(root / RESTART[0], first.meta)
+    s2 = sent_requests(root / RESTART[1], second.meta)
+    s2 = ([Sent(x.at + shift, x.prompt_len, x.shared_prefix, None if x.finished is None else x.finished + shift)
+           for x in s2[0]], s2[1])
+    return first.meta, frames, [s1] * len(first.frames) + [s2] * len(second.frames)
+
+
+def score_timeline(name: str, meta: dict[str, Any], timeline: list[tuple[float, str]],
+                   sent_of: list[tuple[list[Sent], bool]], given: list[str] | None) -> tuple[Score, Score, Score]:
     argv = [str(a) for a in meta["server_argv"]]
     srv = server_of(argv)
-    sent, exact = sent_requests(folder, meta)
-    frames = [read_frame(t, text) for t, text in rec.frames]
+    frames = [read_frame(t, text) for t, text in timeline]
     storm = lead_up(frames)
-    name = f"{folder.parent.name}/{folder.name}"
-    given = None if folder.name in WITHOUT_FLAGS else argv
     interval = float(meta.get("interval", 0.5))
     settings = Settings("recorded", vllm_args=given, discover_cmdline=False,
                         thresholds=Thresholds(false_full_hold=max(2.0, 4 * interval)))
     bare = Settings("recorded", vllm_args=None, discover_cmdline=False, thresholds=settings.thresholds)
     sidecar = _target(meta, settings)
     out = (Score(name, "sidecar"), Score(name, "one-shot"), Score(name, "one-shot-noflags"))
-    for i, (t, text) in enumerate(rec.frames):
+    for i, (t, text) in enumerate(timeline):
+        sent, exact = sent_of[i]
         truth = judge(frames, i, srv, sent, exact)
         # An engine whose capacity cannot be derived (e.g. a pool vLLM does not export, without flags) is
         # undetermined: the report says so, the frame is not judged.
@@ -463,6 +487,14 @@ def render(scores: list[Score]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def all_scores() -> list[Score]:
+    """Every recording, and the restart splice (counters falling to 0 mid-timeline)."""
+    meta, frames, sent = restart_timeline()
+    restart = score_timeline("vllm-0.32.0/restart (preemption, then false-full)", meta, frames, sent,
+                             [str(a) for a in meta["server_argv"]])
+    return [s for folder in recordings() for s in score(folder)] + list(restart)
+
+
 def acceptable(scores: list[Score]) -> bool:
     """Issue 11's bounds: sidecar >= 95 %, one-shot (with and without flags) >= 90 %, no false-full where it is
     forbidden, no max_num_seqs raise in the lead-up to a preemption storm."""
@@ -480,7 +512,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true", help="exit 1 when an acceptance bound is missed")
     ap.add_argument("--out", type=Path, default=REPORT)
     args = ap.parse_args(argv)
-    scores = [s for folder in recordings() for s in score(folder)]
+    scores = all_scores()
     text = render(scores)
     args.out.write_text(text)
     print(text.split("## Frames that disagree")[0])

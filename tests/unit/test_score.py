@@ -6,7 +6,7 @@ import pytest
 
 from tests import truth
 
-SCORES = [s for folder in truth.recordings() for s in truth.score(folder)]
+SCORES = truth.all_scores()
 
 
 @pytest.mark.parametrize("mode,bound", [("sidecar", truth.SIDECAR_MIN), ("one-shot", truth.ONE_SHOT_MIN),

@@ -34,7 +34,11 @@ def test_every_subcommand_defaults_to_the_same_values(command: list[str]) -> Non
         "verdict.leak_after": defaults.LEAK_AFTER,
         "verdict.preempt_window": defaults.PREEMPT_WINDOW,
     }
-    assert {k: args[k] for k in expected} == expected
+    present = {k: args[k] for k in expected if k in args}
+    assert present == {k: v for k, v in expected.items() if k in present}
+    assert "scrape.timeout" in present and "profile.quantile" in present
+    if command[0] != "recommend":  # recommend judges no verdict, so it has no --verdict.* flags
+        assert present == expected
 
 
 def test_the_cli_builds_settings_equal_to_the_pipeline_defaults() -> None:

@@ -290,10 +290,12 @@ def rules(version: str | None, expo: Exposition) -> Rules:
     engine = "V1" if has_engine_label else ("V0" if has_gpu or has_kv else "unknown")
     release = parse_release(version)
     if release is not None and version is not None:
-        if release < (0, 11, 0) and engine == "unknown":
-            engine = "V1"
         if release >= (0, 11, 0):
             engine = "V1"  # V0 was removed in 0.11
+        if engine == "unknown":  # < 0.11 without scheduler series yet (V0 before its first request): V0 or V1
+            null, counts, _admission, summed = _rules_of_release(release, "V1")
+            return Rules("version", version, engine, null, False, FULL_PROMPT, summed,
+                         conservative=("engine (V0 or V1)", "usage", "admission"))
         null, counts, admission, summed = _rules_of_release(release, engine)
         return Rules("version", version, engine, null, counts, admission, summed)
     cci = [labels for labels, _ in expo.series(CACHE_CONFIG)]

@@ -13,6 +13,9 @@ import os
 import re
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
+from urllib.parse import urlsplit
+
+import httpx
 
 from ..core import defaults, units
 
@@ -79,7 +82,10 @@ def _positive_int(text: str) -> int:
 
 
 def _blocks(text: str) -> int:
-    value = _positive_int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a whole number") from None
     if value < 2:
         raise ValueError(f"{text!r} leaves no usable block: vLLM keeps one null block, so at least 2 are needed")
     return value
@@ -105,7 +111,44 @@ def _multiple(text: str) -> float:
     return value
 
 
+MIN_SCRAPE_INTERVAL = 0.1  # s: below this a sidecar would hammer vLLM's /metrics (a 53 KB body each time)
+MIN_MAX_BYTES = units.parse_size("64KiB")  # one vLLM exposition is ~53 KB; a smaller cap would refuse every scrape
+
+
+def _scrape_interval(text: str) -> float:
+    value = _positive_duration(text)
+    if value < MIN_SCRAPE_INTERVAL:
+        raise ValueError(f"{text!r} is shorter than {units.format_duration(MIN_SCRAPE_INTERVAL)}: vLLM's /metrics "
+                         "would be read faster than it changes")
+    return value
+
+
+def _max_bytes(text: str) -> int:
+    if re.fullmatch(r"\s*\d*\.\d+\s*[bB]?\s*", text):
+        raise ValueError(f"{text!r} is a fraction of a byte: give a whole size such as 16MiB")
+    value = units.parse_size(text)
+    if value < MIN_MAX_BYTES:
+        raise ValueError(f"{text!r} is below {units.format_size(MIN_MAX_BYTES)}: one vLLM exposition is about "
+                         "53 KB, so every scrape would be refused")
+    return value
+
+
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def parse_bool(text: str) -> bool:
+    """true/false, 1/0, yes/no, on/off (trimmed, any case); ValueError for anything else."""
+    word = text.strip().lower()
+    if word in _TRUE:
+        return True
+    if word in _FALSE:
+        return False
+    raise ValueError(f"{text!r} is not a boolean: use true or false (also 1/0, yes/no, on/off)")
+
+
 duration = _arg_type(_positive_duration)
+scrape_interval = _arg_type(_scrape_interval)
+max_bytes = _arg_type(_max_bytes)
 hold = _arg_type(units.parse_duration)  # a hold time: 0s means "at once"
 size = _arg_type(units.parse_size)
 tokens = _arg_type(_tokens)
@@ -124,6 +167,12 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
+        m = re.match(r"argument (--[\w.-]+)(?:/\S+)?: expected one argument$", message)
+        if m:  # `--vllm-args "--max-model-len 8k"`: argparse takes a value starting with -- for a flag
+            flag = m.group(1)
+            example = '"--max-model-len 8k --max-num-seqs 64"' if flag == "--vllm-args" else "VALUE"
+            raise UsageError(f"{message}: a value that starts with - must be joined to its flag with =, e.g. "
+                             f"{flag}={example} (see '{self.prog} --help')")
         raise UsageError(f"{message} (see '{self.prog} --help')")
 
     def parse_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
@@ -195,6 +244,36 @@ def looks_like_host_port(text: str) -> bool:
     return _HOST_PORT.match(text) is not None
 
 
+def check_target_url(url: str) -> str:
+    """`url` if vLLM can be reached at it (http or https, a host, a port in 1-65535, no query or fragment),
+    else ValueError with one sentence; `/v1` (the OpenAI base URL) is refused with the base URL meant."""
+    if looks_like_host_port(url):
+        raise ValueError(f"target {url!r} has no scheme: did you mean http://{url}?")
+    example = "such as http://127.0.0.1:8000"
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        detail = "its port is not a number in 1-65535" if "port" in str(exc).lower() else str(exc)
+        raise ValueError(f"target {url!r} is not a usable URL: {detail}") from None
+    if parts.scheme not in ("http", "https") or any(c.isspace() for c in url):
+        raise ValueError(f"target {url!r} is not an http(s) URL {example}")
+    if not parts.hostname:
+        raise ValueError(f"target {url!r} names no host: give vLLM's base URL {example}")
+    if port == 0:
+        raise ValueError(f"target {url!r} is not a usable URL: its port is not a number in 1-65535")
+    if parts.query or parts.fragment or url.endswith(("?", "#")):
+        raise ValueError(f"target {url!r} has a query or fragment (?... or #...): give vLLM's base URL {example}")
+    if parts.path.rstrip("/").endswith("/v1"):
+        base = url.rstrip("/")[: -len("/v1")]
+        raise ValueError(f"target {url!r} is the OpenAI base URL: vLLM's base URL is without /v1, {base}")
+    try:
+        httpx.URL(url)
+    except Exception as exc:  # whatever httpx refuses would otherwise fail on every scrape
+        raise ValueError(f"target {url!r} is not a usable URL: {exc}") from None
+    return url
+
+
 def base_url(url: str) -> tuple[str, bool]:
     """`url` without a trailing `/metrics` (and slash); True when `/metrics` was removed."""
     stripped = url.rstrip("/")
@@ -211,26 +290,40 @@ def _shown(default: Any, conv: Callable[[str], Any] | None) -> str:
     """A default as a user writes it: 5s, 16MiB, 0.8."""
     if default in (None, [], ""):
         return ""
-    if conv in (duration, hold):
+    if conv in (duration, hold, scrape_interval):
         return units.format_duration(float(default))
-    if conv is size:
+    if conv in (size, max_bytes):
         return units.format_size(int(default))
     if isinstance(default, bool):
         return "on" if default else "off"
     return str(default)
 
 
+class _AppendReplacingDefault(argparse._AppendAction):
+    """`append` whose first use on the command line replaces the env var's list: a flag wins over its env var
+    (argparse's own `append` would add the flag's values to the env var's)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        if getattr(namespace, self.dest, None) is self.default:
+            setattr(namespace, self.dest, None)
+        super().__call__(parser, namespace, values, option_string)
+
+
 def add(group: Any, flag: str, conv: Callable[[str], Any] | None = None, default: Any = None,
-        help: str = "", **kw: Any) -> None:
-    """Add a flag whose default comes from its env var, converted and checked like the flag itself."""
-    env = env_name(flag)
+        help: str = "", env: str | None = None, **kw: Any) -> None:
+    """Add a flag whose default comes from its env var (`env`, else derived from the flag's name), converted and
+    checked like the flag itself."""
+    env = env or env_name(flag)
     ENV_NAMES.add(env)
     raw = os.environ.get(env)
+    if kw.get("action") == "append":
+        kw["action"] = _AppendReplacingDefault
     if raw is not None and raw != "":
         try:
             if kw.get("action") == argparse.BooleanOptionalAction:
-                default = raw.lower() in ("1", "true", "yes", "on")
-            elif kw.get("action") == "append":
+                default = parse_bool(raw)
+            elif kw.get("action") is _AppendReplacingDefault:
                 default = [conv(x.strip()) if conv else x.strip() for x in raw.split(",") if x.strip()]
             else:
                 default = conv(raw) if conv else raw
@@ -243,8 +336,9 @@ def add(group: Any, flag: str, conv: Callable[[str], Any] | None = None, default
                        **kw)
 
 
-def add_config_flags(p: argparse.ArgumentParser) -> None:
-    """Serving config vLLM does not export, and the profile and verdict knobs (serve, diagnose, recommend)."""
+def add_config_flags(p: argparse.ArgumentParser, verdict: bool = True) -> None:
+    """Serving config vLLM does not export, the profile and (with `verdict`) the verdict knobs (serve, diagnose;
+    recommend, which judges no verdict, takes no verdict knobs)."""
     g = p.add_argument_group("serving config (wins over what vLLM reports)")
     add(g, "--max-num-seqs", positive_int, help="vLLM's max_num_seqs; not exported by vLLM")
     add(g, "--max-num-batched-tokens", tokens, help="vLLM's max_num_batched_tokens")
@@ -254,10 +348,12 @@ def add_config_flags(p: argparse.ArgumentParser) -> None:
     add(g, "--vllm-args", help="vLLM's command line as one string, e.g. \"vllm serve M --max-num-seqs 64\"")
     add(g, "--model-config", help="the model's config.json (or folder): adds KV bytes per token, bytes free and "
         "bytes per worst-case request")
-    g = p.add_argument_group("request profile and verdict")
+    g = p.add_argument_group("request profile and verdict" if verdict else "request profile")
     add(g, "--profile.quantile", fraction, defaults.PROFILE_QUANTILE, help="quantile of request lengths for "
         "worst-case math")
     add(g, "--profile.window", duration, defaults.PROFILE_WINDOW, help="window of the length quantiles")
+    if not verdict:
+        return
     add(g, "--verdict.full-usage", fraction, defaults.FULL_USAGE, help="usage at which waiting is judged KV-bound")
     add(g, "--verdict.false-full-hold", hold, defaults.FALSE_FULL_HOLD,
         help="how long false-full must hold before it is flagged")

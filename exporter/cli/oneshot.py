@@ -20,6 +20,7 @@ from .flags import (
     add_config_flags,
     add_target_access_flags,
     base_url,
+    check_target_url,
     looks_like_host_port,
     positive_int,
 )
@@ -35,7 +36,8 @@ def register(sub: Any) -> None:
                        epilog="example:\n  curl -s http://vllm:8000/metrics > m.prom\n  vllm-headroom diagnose "
                        "m.prom --vllm-args \"vllm serve M --max-num-seqs 8\"",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    d.add_argument("source", help="vLLM base URL (http://...) or a file holding a /metrics exposition")
+    d.add_argument("source", help="vLLM base URL (http://...), a file holding a /metrics exposition, or - for "
+                   "standard input")
     d.add_argument("--json", action="store_true", help="print the JSON diagnosis")
     add_target_access_flags(d)
     add_config_flags(d)
@@ -44,7 +46,7 @@ def register(sub: Any) -> None:
     r = sub.add_parser("recommend", help="recommend max_model_len and max_num_seqs from observed traffic",
                        description="Recommend max_model_len and max_num_seqs from a server's length histograms "
                        "(requests finished since it started): max_model_len at p99 and p99.9 of prompt + generated "
-                       "tokens, max_num_seqs at 70-80 %% of the worst-case concurrency the pool allows. Refuses "
+                       "tokens, max_num_seqs at 70-80 % of the worst-case concurrency the pool allows. Refuses "
                        "(exit code 1) below --min-requests finished requests.",
                        epilog="example:\n  vllm-headroom recommend http://127.0.0.1:8000 --max-num-seqs 64",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -53,27 +55,44 @@ def register(sub: Any) -> None:
     add(r, "--min-requests", positive_int, defaults.RECOMMEND_MIN_REQUESTS,
         help="refuse to recommend from fewer finished requests")
     add_target_access_flags(r)
-    add_config_flags(r)
+    add_config_flags(r, verdict=False)  # recommend judges no verdict: the verdict knobs would do nothing
     r.set_defaults(run=run_recommend)
 
 
 def source(text: str) -> str:
     """The source as the pipeline takes it: a URL ending in /metrics becomes its base URL (said on stderr);
     an address without http:// is refused with the URL it probably meant (UsageError)."""
+    if text == STDIN:
+        return text
     if oneshot.is_url(text):
+        try:
+            check_target_url(text)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
         base, stripped = base_url(text)
         if stripped:
             print(f"vllm-headroom: {text} ends in /metrics: reading {base} (its /metrics, /v1/models and "
                   "/version)", file=sys.stderr)
         return base
+    if not Path(text).exists() and "://" in text:  # ftp://..., http:/ typos: a URL, not a file name
+        try:
+            check_target_url(text)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
     if not Path(text).exists() and looks_like_host_port(text):
         raise UsageError(f"{text} is neither a file nor a URL: did you mean http://{text}?")
     return text
 
 
+STDIN = "-"
+
+
 def _observe(args: argparse.Namespace) -> TargetReport:
     args.source = source(args.source)
     try:
+        if args.source == STDIN:  # `curl -s http://vllm:8000/metrics | vllm-headroom diagnose -`
+            text = sys.stdin.buffer.read().decode("utf-8", errors="replace")
+            return oneshot.observe("<stdin>", settings_for("<stdin>", args), text=text)
         return oneshot.observe(args.source, settings_for(args.source, args))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
@@ -87,12 +106,16 @@ def run_diagnose(args: argparse.Namespace) -> int:
         print(json.dumps(diagnosis.document([report]), indent=2))
     else:
         print(diagnosis.render_text([report]))
-    return 0 if report.up else 1
+    # 1 when the target is down, or no engine could be judged (every engine's capacity underivable).
+    return 0 if report.up and report.engines else 1
 
 
 def run_recommend(args: argparse.Namespace) -> int:
     report = _observe(args)
     if not report.up:
+        if args.json:  # like diagnose --json, a JSON answer on stdout; the sentence and exit code 1 as without
+            print(json.dumps({"target": report.url, "up": False, "error_reason": report.error_reason,
+                              "error": report.error, "recommendations": []}, indent=2))
         raise RuntimeFailure(report.error or "the target is down")
     try:
         if not report.engines:

@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from ..core import defaults
-from ..expose.server import bind, parse_listen_address
+from ..expose.server import bind, host_port, parse_listen_address
 from ..replay import demo, recording
-from .flags import UsageError, add, hold, multiple, opt
+from .flags import ENV_PREFIX, UsageError, add, hold, multiple, opt
 
 
 def register(sub: Any) -> None:
@@ -25,8 +25,9 @@ def register(sub: Any) -> None:
     d.add_argument("--once", action="store_true", help="run to the end at once, print the diagnosis, exit "
                    "(serves nothing)")
     d.add_argument("--json", action="store_true", help="print only the JSON diagnosis on stdout")
-    add(d, "--speed", multiple, defaults.DEMO_SPEED, help="replay speed-up factor")
-    add(d, "--web.listen-address", default=defaults.DEMO_LISTEN_ADDRESS,
+    # Their own env names: in the image VLLM_HEADROOM_WEB_LISTEN_ADDRESS is serve's, and must not move a replay.
+    add(d, "--speed", multiple, defaults.DEMO_SPEED, help="replay speed-up factor", env=ENV_PREFIX + "DEMO_SPEED")
+    add(d, "--web.listen-address", default=defaults.DEMO_LISTEN_ADDRESS, env=ENV_PREFIX + "DEMO_LISTEN_ADDRESS",
         help="address of the sidecar's status page, /metrics and /api/v1/*")
     d.set_defaults(run=run_demo)
 
@@ -40,11 +41,13 @@ def register(sub: Any) -> None:
                        "  vllm-headroom serve --target http://127.0.0.1:8000 --web.listen-address :9478",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     r.add_argument("recording", nargs="?", help="recording folder (default: the embedded demo incident)")
-    add(r, "--speed", multiple, 1.0, help="replay speed-up factor")
-    add(r, "--start-at", hold, 0.0, help="seconds into the recording to start from, e.g. 6s")
+    add(r, "--speed", multiple, 1.0, help="replay speed-up factor", env=ENV_PREFIX + "REPLAY_SPEED")
+    add(r, "--start-at", hold, 0.0, help="seconds into the recording to start from, e.g. 6s",
+        env=ENV_PREFIX + "REPLAY_START_AT")
     r.add_argument("--loop", action=argparse.BooleanOptionalAction, default=True,
                    help="start over at the end (default on)")
-    add(r, "--web.listen-address", default=defaults.REPLAY_LISTEN_ADDRESS, help="address to serve on")
+    add(r, "--web.listen-address", default=defaults.REPLAY_LISTEN_ADDRESS, help="address to serve on",
+        env=ENV_PREFIX + "REPLAY_LISTEN_ADDRESS")
     r.set_defaults(run=run_replay)
 
 
@@ -70,7 +73,7 @@ def run_replay(args: argparse.Namespace) -> int:
     meta = rec.meta
     print(f"Serving recording {meta.get('scenario', args.recording or 'incident')} (vLLM "
           f"{meta.get('vllm_version', '?')}, {len(rec.frames)} frames over {rec.duration:.1f} s) at speed "
-          f"{args.speed:g}{', looping' if args.loop else ''} as vLLM on http://{host}:{port}: /metrics, /v1/models, "
-          "/version, /health (Ctrl-C to stop).", flush=True)
+          f"{args.speed:g}{', looping' if args.loop else ''} as vLLM on http://{host_port(host, port)}: /metrics, "
+          "/v1/models, /version, /health (Ctrl-C to stop).", flush=True)
     recording.serve(recording.Player(rec, speed=args.speed, loop=args.loop, start_at=args.start_at), sock)
     return 0

@@ -9,7 +9,7 @@ from typing import Any
 
 from .. import __version__
 from ..core import defaults
-from ..expose.server import Sidecar, bind, parse_listen_address, serve
+from ..expose.server import Sidecar, bind, host_port, page_url, parse_listen_address, serve
 from ..pipeline.oneshot import check_url
 from ..pipeline.target import Target
 from .flags import (
@@ -19,10 +19,11 @@ from .flags import (
     add_config_flags,
     add_target_access_flags,
     base_url,
+    check_target_url,
     duration,
-    looks_like_host_port,
+    max_bytes,
     opt,
-    size,
+    scrape_interval,
 )
 from .settings import settings_for
 
@@ -45,10 +46,10 @@ def register(sub: Any) -> None:
         help="read vLLM's flags from /proc/<pid>/cmdline when the process is visible")
     g = p.add_argument_group("scraping and serving")
     add(g, "--web.listen-address", default=defaults.LISTEN_ADDRESS, help="address of our /metrics")
-    add(g, "--scrape.interval", duration, defaults.SCRAPE_INTERVAL, help="how often to scrape vLLM's /metrics")
+    add(g, "--scrape.interval", scrape_interval, defaults.SCRAPE_INTERVAL, help="how often to scrape vLLM's /metrics")
     add(g, "--scrape.timeout", duration, Implicit(defaults.SCRAPE_TIMEOUT),
         help="timeout of one scrape, below the interval; when not given, 80 %% of an interval shorter than it")
-    add(g, "--scrape.max-bytes", size, defaults.SCRAPE_MAX_BYTES, help="refuse expositions larger than this")
+    add(g, "--scrape.max-bytes", max_bytes, defaults.SCRAPE_MAX_BYTES, help="refuse expositions larger than this")
     add(g, "--models.interval", duration, defaults.MODELS_INTERVAL,
         help="how often to read /v1/models and /version")
     add(g, "--log.level", default="info", choices=["debug", "info", "warning", "error"], help="log level")
@@ -59,6 +60,7 @@ def register(sub: Any) -> None:
 def target_urls(args: argparse.Namespace, notes: list[str] | None = None) -> list[str]:
     """The checked base URLs of every target; a URL ending in /metrics is taken as its base URL (a note
     saying so is appended to `notes`). Raises UsageError for a URL that cannot be used."""
+    given = args.target is not None or bool(args.targets_file)
     urls = list(args.target or [])
     if args.targets_file:
         try:
@@ -66,10 +68,16 @@ def target_urls(args: argparse.Namespace, notes: list[str] | None = None) -> lis
         except OSError as exc:
             raise UsageError(f"cannot read --targets-file {args.targets_file}: {exc.strerror}") from None
         urls += [ln.split("#", 1)[0].strip() for ln in lines if ln.split("#", 1)[0].strip()]
+    if not urls and given:  # an empty file or a blank VLLM_HEADROOM_TARGET must not mean the default target
+        where = (f"--targets-file {args.targets_file} lists" if args.targets_file
+                 else "--target / VLLM_HEADROOM_TARGET give")
+        raise UsageError(f"no targets: {where} no URL (leave both unset to watch {defaults.TARGET})")
     urls = urls or [defaults.TARGET]
     for u in urls:
-        if looks_like_host_port(u):
-            raise UsageError(f"target {u!r} has no scheme: did you mean http://{u}?")
+        try:
+            check_target_url(u)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
     bases = []
     for u in urls:
         base, stripped = base_url(u)
@@ -106,8 +114,7 @@ def run(args: argparse.Namespace) -> int:
     log = logging.getLogger("vllm_headroom")
     for note in notes:
         log.info("%s", note)
-    log.info("vllm-headroom %s watching %s, listening on %s:%d (status page http://%s:%d/)", __version__,
-             ", ".join(t.settings.url for t in targets), host, port,
-             "127.0.0.1" if host in ("0.0.0.0", "::") else host, port)
+    log.info("vllm-headroom %s watching %s, listening on %s (status page %s)", __version__,
+             ", ".join(t.settings.url for t in targets), host_port(host, port), page_url(host, port))
     serve(Sidecar(targets, interval), sock)
     return 0

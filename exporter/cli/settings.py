@@ -52,7 +52,7 @@ def settings_for(url: str, args: argparse.Namespace) -> Settings:
             stuck_after=opt(args, "verdict.stuck_after"),
             leak_after=opt(args, "verdict.leak_after"),
             preempt_window=opt(args, "verdict.preempt_window"),
-        ),
+        ) if opt(args, "verdict.full_usage") is not None else defaults.thresholds,
         timeout=opt(args, "scrape.timeout") or defaults.timeout,
         max_bytes=opt(args, "scrape.max_bytes") or defaults.max_bytes,
         models_interval=opt(args, "models.interval") or defaults.models_interval,

@@ -320,6 +320,7 @@ def target_json(r: TargetReport) -> dict[str, Any]:
         "engines": ([engine_json(e, r.engines) for e in r.engines] if r.up
                     else [_down_json(r, m, e) for m, e in r.known_engines]),
         "undetermined_engines": [_gap_json(g) for g in r.gaps],
+        "notes": list(r.notes),
     }
 
 
@@ -369,4 +370,6 @@ def render_text(reports: list[TargetReport]) -> str:
                 lines.append(f"  note: {n}")
         for g in r.gaps:
             lines.append(f"{r.url}  model={g.model_name} engine={g.engine}: {g.explanation}")
+        for n in r.notes:
+            lines.append(f"{r.url}  note: {n}")
     return "\n".join(lines)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from html import escape
 
 from .. import __version__
-from ..pipeline.target import EngineReport, TargetReport
+from ..pipeline.target import EngineGap, EngineReport, TargetReport
 from . import diagnosis, headline
 from .history import SERIES, EngineHistory, History
 
@@ -24,7 +24,7 @@ from .history import SERIES, EngineHistory, History
 VERDICT_COLOURS = {
     "ok": "#1a7f37", "slots_full": "#b35900", "head_of_line": "#b35900", "deferred": "#b35900",
     "kv_full": "#c62828", "preempting": "#c62828", "stuck": "#6a1b1b", "leak": "#6a1b1b", "target_down": "#555555",
-    "sleeping": "#455a64",
+    "sleeping": "#455a64", "config_error": "#6a1b1b", "undetermined": "#555555",
 }
 USAGE, WAITING, ADMISSION, WORST, FREE, PREEMPT = "#1f6feb", "#d62728", "#2ca02c", "#8e44ad", "#0f8b8d", "#e67e22"
 FALSE_FULL_FILL = "#ffe3a3"
@@ -200,6 +200,11 @@ def _engine(r: TargetReport, e: EngineReport, h: EngineHistory | None) -> str:
             f'<div>{charts(h, name)}</div></article>')
 
 
+def _gap_state(g: EngineGap) -> str:
+    """config_error (values that make no sense) or undetermined (values unknown): the badge of a gap."""
+    return "config_error" if g.config_error else "undetermined"
+
+
 def _target(r: TargetReport, history: History, label: str) -> str:
     parts = [f'<section class="target"><h2>{escape(label)}</h2>']
     if not r.up:
@@ -211,8 +216,12 @@ def _target(r: TargetReport, history: History, label: str) -> str:
                              f"<div>{charts(h, name)}</div></article>")
     for e in r.engines:
         parts.append(_engine(r, e, history.of(r.url, e.model_name, e.engine)))
-    for g in r.gaps:
-        parts.append(f"<p>{escape(g.model_name)} engine {escape(g.engine)}: {escape(g.explanation)}</p>")
+    for g in r.gaps:  # an engine whose capacity cannot be derived: shown with its badge and reason, and counted
+        name = f"{g.model_name} engine {g.engine}"
+        parts.append(f'<article class="engine"><div><h3>{escape(name)}</h3><p>{_badge(_gap_state(g))}</p>'
+                     f'<p class="explanation">{escape(g.explanation)}</p></div><div></div></article>')
+    for n in r.notes:
+        parts.append(f'<p class="note">note: {escape(n)}</p>')
     parts.append("</section>")
     return "".join(parts)
 
@@ -226,7 +235,8 @@ def render(reports: Sequence[TargetReport], history: History, interval: float,
     labels = labels or {}
     counts: dict[str, int] = {}
     for r in reports:
-        for v in ([str(e.verdict) for e in r.engines] if r.up else ["target_down"]):
+        for v in ([str(e.verdict) for e in r.engines] + [_gap_state(g) for g in r.gaps] if r.up
+                  else ["target_down"]):
             counts[v] = counts.get(v, 0) + 1
     summary = ", ".join(f"{n} {v}" for v, n in sorted(counts.items(), key=lambda kv: -kv[1]))
     refresh = max(1, math.ceil(interval))

@@ -9,6 +9,7 @@ import logging
 import socket
 import time
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -17,7 +18,8 @@ from fastapi import FastAPI, Response
 from fastapi.responses import HTMLResponse, JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, ProcessCollector, generate_latest
 
-from ..pipeline.target import Target
+from ..pipeline.scrape import describe
+from ..pipeline.target import Target, TargetReport
 from . import diagnosis, page
 from .collector import HeadroomCollector
 from .history import History
@@ -40,6 +42,8 @@ class Sidecar:
         self.registry.register(HeadroomCollector(self.targets))
         ProcessCollector(registry=self.registry)
         self._logged: dict[str, str | None] = {}
+        self._noted: set[tuple[str, str]] = set()  # (target, note) already logged: each note once
+        self._loop_error: str | None = None
         self.looping = False
         self._rendered: bytes | None = None
         self._clients: dict[str, httpx.AsyncClient] = {}
@@ -67,7 +71,20 @@ class Sidecar:
                 elif r.url in self._logged:
                     log.info("%s: scraping again", r.url)
                 self._logged[r.url] = r.error
+            for note in r.notes:
+                if (r.url, note) not in self._noted:
+                    self._noted.add((r.url, note))
+                    log.warning("%s: %s", r.url, note)
         self.last_tick = time.monotonic()
+
+    def named(self, report: TargetReport) -> TargetReport:
+        """`report` under the target's name for people (the demo's recording, not its random replay port)."""
+        name = self.labels.get(report.url)
+        return report if name is None else replace(report, url=name)
+
+    def reports(self) -> list[TargetReport]:
+        """Every target's latest report, each under its name for people: one name in every API and page."""
+        return [self.named(t.last) for t in self.targets]
 
     async def run(self) -> None:
         self.looping = True
@@ -83,8 +100,13 @@ class Sidecar:
                 started = time.monotonic()
                 try:
                     await self.tick(client)
-                except Exception:  # a bug in one tick must not end the loop of a sidecar
-                    log.exception("scrape loop iteration failed")
+                    self._loop_error = None
+                except Exception as exc:  # a bug in one tick must not end the loop of a sidecar
+                    said = describe(exc)
+                    if said != self._loop_error:  # one line per new error, not one traceback per tick
+                        log.error("scrape loop iteration failed: %s", said)
+                        log.debug("scrape loop iteration failed", exc_info=True)
+                        self._loop_error = said
                 await asyncio.sleep(max(0.0, self.interval - (time.monotonic() - started)))
 
     def status_page(self) -> str:
@@ -96,7 +118,10 @@ class Sidecar:
 
     def history_document(self) -> dict[str, Any]:
         """The `/api/v1/history` document (see `History.document`)."""
-        return self.history.document([t.settings.url for t in self.targets], self.interval)
+        doc = self.history.document([t.settings.url for t in self.targets], self.interval)
+        for entry in doc["targets"]:  # the same name as /api/v1/diagnosis and the page
+            entry["target"] = self.labels.get(entry["target"], entry["target"])
+        return doc
 
     def healthy(self) -> bool:
         if self.last_tick is None or not self.looping:
@@ -106,9 +131,9 @@ class Sidecar:
 
     def readiness(self) -> dict[str, Any]:
         not_ready = [
-            {"target": t.settings.url, "reason": t.last.error_reason, "error": t.last.error}
-            for t in self.targets
-            if not t.last.up
+            {"target": r.url, "reason": r.error_reason, "error": r.error}
+            for r in self.reports()
+            if not r.up
         ]
         return {"ready": not not_ready, "not_ready": not_ready}
 
@@ -133,7 +158,7 @@ def make_app(sidecar: Sidecar, start_loop: bool = True) -> FastAPI:
 
     @app.get("/api/v1/diagnosis")
     def diagnosis_json() -> JSONResponse:
-        return JSONResponse(diagnosis.document([t.last for t in sidecar.targets]))
+        return JSONResponse(diagnosis.document(sidecar.reports()))
 
     @app.get("/healthz")
     def healthz() -> JSONResponse:
@@ -157,12 +182,28 @@ def make_app(sidecar: Sidecar, start_loop: bool = True) -> FastAPI:
 
 
 def parse_listen_address(text: str) -> tuple[str, int]:
-    """'0.0.0.0:9478', '[::]:9478' or ':9478' → (host, port); raises ValueError."""
+    """'0.0.0.0:9478', '[::]:9478' or ':9478' → (host, port); raises ValueError with one sentence."""
     host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"listen address {text!r} is not host:port")
+    if not sep or not port.isdigit():
+        raise ValueError(f"listen address {text!r} is not host:port, e.g. 0.0.0.0:9478, [::1]:9478 or :9478")
+    if int(port) == 0:
+        raise ValueError(f"listen address {text!r}: port 0 (any free port) is not allowed, since Prometheus and "
+                         "the health check need a known port: pick one such as :9478")
+    if int(port) > 65535:
+        raise ValueError(f"listen address {text!r}: port {int(port)} is not in 1-65535")
     host = host.strip("[]") or "0.0.0.0"
     return host, int(port)
+
+
+def host_port(host: str, port: int) -> str:
+    """host:port as written in a URL: an IPv6 address in brackets ([::1]:9478)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def page_url(host: str, port: int) -> str:
+    """The status page's URL for people: a wildcard address becomes the loopback of its family."""
+    shown = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
+    return f"http://{host_port(shown, port)}/"
 
 
 class PortInUse(OSError):

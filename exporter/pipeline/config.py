@@ -16,7 +16,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from ..core.units import parse_tokens
+from ..core.units import human_readable_int, parse_tokens
 from .vllm import CacheInfo
 
 
@@ -71,9 +71,46 @@ def parse_token_count(text: str) -> int | None:
         return None
 
 
+def _vllm_int(text: str) -> int | None:
+    """A flag vLLM 0.32.0 types as a plain `int` (max_num_seqs, block_size, tensor_parallel_size, ...): Python's
+    int(); 'None' or '' is vLLM's optional_type for "unset" (vllm/engine/arg_utils.py:172-178 @0.32.0)."""
+    if text in ("", "None"):
+        return None
+    return int(text)
+
+
+def _vllm_max_model_len(text: str) -> int | None:
+    return None if text in ("", "None") else parse_tokens(text)  # human_readable_int_or_auto
+
+
+def _vllm_human_int(text: str) -> int | None:
+    return None if text in ("", "None") else human_readable_int(text)
+
+
+# Each int flag with the type vLLM 0.32.0 parses it with (`_compute_kwargs`, vllm/engine/arg_utils.py:389-405):
+# human_readable_int only for max_num_batched_tokens (and a few we do not read), _or_auto for max_model_len.
+_INT_TYPES = {
+    "max_model_len": (_vllm_max_model_len, "a token count such as 32768, 32k or 32K, or auto"),
+    "max_num_batched_tokens": (_vllm_human_int, "a token count such as 8192, 8k or 8K"),
+    "max_num_seqs": (_vllm_int, "a whole number (vLLM reads it with int())"),
+    "block_size": (_vllm_int, "a whole number (vLLM reads it with int())"),
+    "port": (_vllm_int, "a whole number (vLLM reads it with int())"),
+    "tensor_parallel_size": (_vllm_int, "a whole number (vLLM reads it with int())"),
+    "data_parallel_size": (_vllm_int, "a whole number (vLLM reads it with int())"),
+    "num_gpu_blocks_override": (_vllm_int, "a whole number (vLLM reads it with int())"),
+}
+
+
 def parse_vllm_args(argv: list[str]) -> dict[str, Any]:
     """Pick the flags we understand out of a vLLM command line (`vllm serve M --flag v`, `--flag=v`)."""
+    return parse_vllm_args_noting(argv)[0]
+
+
+def parse_vllm_args_noting(argv: list[str], where: str = "--vllm-args") -> tuple[dict[str, Any], list[str]]:
+    """`parse_vllm_args`, and one note per value that is ignored because vLLM would not take it (`where` names
+    the command line in the note)."""
     out: dict[str, Any] = {}
+    notes: list[str] = []
     # `vllm serve MODEL`: the model is the first positional after `serve`.
     if "serve" in argv:
         i = argv.index("serve")
@@ -107,12 +144,55 @@ def parse_vllm_args(argv: list[str]) -> dict[str, Any]:
             i += 1
         if name == "api_key":
             continue  # never keep a secret we were not asked for
-        if name in _INT_FLAGS + _INT_FLAGS_ALSO:
-            parsed = parse_token_count(inline)
+        if name in _INT_TYPES:
+            conv, grammar = _INT_TYPES[name]
+            shown = "--" + name.replace("_", "-")
+            try:
+                parsed = conv(inline)
+            except ValueError:
+                notes.append(f"{where} {shown} {inline!r} is ignored: vLLM expects {grammar}")
+                continue
+            least = 2 if name == "num_gpu_blocks_override" else 1
+            if parsed is not None and parsed < least:
+                why = ("leaves no usable block (vLLM keeps one null block, so at least 2 are needed)" if least == 2
+                       else "is not a positive number")
+                notes.append(f"{where} {shown} {inline!r} is ignored: it {why}")
+                continue
             if parsed is not None:
                 out[name] = parsed
         else:
             out[name] = inline
+    return out, notes
+
+
+def unreadable(cache: CacheInfo | None) -> str | None:
+    """One sentence naming a capacity label of `vllm:cache_config_info` that is no number ("abc"), else None."""
+    if cache is None:
+        return None
+    for key in ("num_gpu_blocks", "block_size"):
+        raw = cache.labels.get(key)
+        if raw not in (None, "", "None") and getattr(cache, key) is None:
+            return f"vLLM exports {key}={raw!r} in cache_config_info, which is not a number"
+    return None
+
+
+def contradictions(overrides: Overrides, cache: CacheInfo | None, data_parallel_engines: int) -> list[str]:
+    """One note per flag of ours that contradicts what vLLM itself exports (`vllm:cache_config_info`); the flag
+    still wins (it is the operator's word), but a typo must not pass silently."""
+    if cache is None:
+        return []
+    out = []
+    exported_bs = cache.block_size
+    if overrides.block_size is not None and exported_bs is not None and overrides.block_size != exported_bs:
+        out.append(f"--block-size {overrides.block_size} contradicts vLLM's cache_config_info block_size "
+                   f"{exported_bs}; the flag is used")
+    total = cache.num_gpu_blocks
+    if overrides.num_gpu_blocks is not None and total is not None:
+        exported = total // max(data_parallel_engines, 1)
+        if overrides.num_gpu_blocks != exported:
+            out.append(f"--num-gpu-blocks {overrides.num_gpu_blocks} contradicts vLLM's cache_config_info "
+                       f"num_gpu_blocks {exported}{' per engine' if data_parallel_engines > 1 else ''}; the flag "
+                       "is used")
     return out
 
 

@@ -123,12 +123,28 @@ def sniff(text: str) -> str | None:
     if text.startswith("\x1f\x8b") or text.startswith("\x1f\ufffd"):
         return ("the body is gzip-compressed data, not a text exposition: decompress it first "
                 "(gunzip the file, or fetch with curl --compressed)")
+    sample = text[:4096]
+    limit = max(8, len(sample) // 20)  # a stray NUL or bad byte in a label value is no binary file
+    if sample.count("\ufffd") > limit or sum(1 for c in sample if c < " " and c not in "\t\r\n") > limit:
+        return "the body is binary data, not a text exposition: is this the right file or URL?"
+    if head[:1] in ("{", "["):
+        return ("the body is a JSON document, not a Prometheus text exposition: save vLLM's /metrics "
+                "(curl -s http://HOST:8000/metrics > m.prom), not an API answer")
     lowered = head[:64].lower()
     if lowered.startswith(("<!doctype html", "<html", "<head", "<body")) or (
             lowered.startswith("<") and "<html" in head.lower()):
         return ("the body is an HTML page, not a Prometheus exposition: is this vLLM's address (it serves "
                 "/metrics as text), or a proxy, login or error page in front of it?")
     return None
+
+
+def blank(text: str) -> str | None:
+    """One sentence for a body with nothing in it (empty, whitespace, a byte-order mark only), else None: said
+    instead of "no vllm: series", which sends people looking at vLLM's flags."""
+    if text.strip("\ufeff \t\r\n"):
+        return None
+    return ("the body is empty" + (" (only a byte-order mark)" if "\ufeff" in text else "")
+            + ": no exposition was saved or served (is this the right file, or did the fetch fail?)")
 
 
 def parse(text: str, wanted: Iterable[str] | None = None) -> Exposition:
@@ -141,7 +157,7 @@ def parse(text: str, wanted: Iterable[str] | None = None) -> Exposition:
     sniffed = sniff(text)
     if sniffed is not None:
         raise ExpositionError(sniffed, reason="malformed")
-    if text and not text.endswith("\n"):
+    if text and not text.endswith("\n") and blank(text) is None:
         # The format requires a final line feed; its absence means the body was cut off.
         raise ExpositionError("the exposition ends mid-line (truncated body)", reason="truncated")
     if "ray_vllm" in text:

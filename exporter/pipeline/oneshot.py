@@ -30,19 +30,21 @@ def check_url(url: str) -> str:
     return url.rstrip("/")
 
 
-def observe(source: str, settings: Settings) -> TargetReport:
+def observe(source: str, settings: Settings, text: str | None = None) -> TargetReport:
     """The report of one observation of `source` (a URL or a file path); `settings.url` is replaced by it.
+    With `text` (standard input), that body is judged and `source` only names it.
 
     Raises ValueError for a bad URL and OSError for an unreadable file; a failed fetch or an unusable body
     becomes a down report (`up` False, `error_reason` as in `vllm_headroom_scrape_errors_total`).
     """
-    url = is_url(source)
+    url = is_url(source) and text is None
     name = check_url(source) if url else source
     local = url and _LOCAL.match(source) is not None
     target = one_shot(replace(settings, url=name,
                               discover_cmdline=settings.discover_cmdline and local and settings.vllm_args is None))
     try:
-        text = target.fetch_once() if url else Path(source).read_text(encoding="utf-8", errors="replace")
+        if text is None:
+            text = target.fetch_once() if url else Path(source).read_text(encoding="utf-8", errors="replace")
         return target.observe(time.monotonic(), text, gauges_only=True)
     except ScrapeError as exc:
         return TargetReport(target.settings.url, up=False, error_reason=exc.reason, error=str(exc))

@@ -57,7 +57,19 @@ async def fetch(
         raise ScrapeError("truncated", f"{url} closed the connection mid-body: {exc}") from None
     except httpx.HTTPError as exc:
         raise ScrapeError("connect", f"{url}: {exc}") from None
+    except ScrapeError:
+        raise
+    except Exception as exc:  # httpx/anyio raise others for URLs they cannot use (OverflowError in a group)
+        raise ScrapeError("connect", f"cannot fetch {url}: {describe(exc)}") from None
     return b"".join(chunks).decode("utf-8", errors="replace")
+
+
+def describe(exc: BaseException) -> str:
+    """One line naming an unexpected exception: the first leaf of an exception group, its type and message."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def parse_models(body: str) -> ModelsInfo:

@@ -26,14 +26,16 @@ from .config import (
     Overrides,
     ServingConfig,
     Source,
+    contradictions,
     find_vllm_cmdline,
-    parse_vllm_args,
+    parse_vllm_args_noting,
     resolve,
+    unreadable,
     value,
 )
 from .derive import Headroom
 from .profile import Quantile, Window, histogram_quantile, profile_value
-from .scrape import ModelsInfo, ScrapeError, fetch, parse_models, parse_version
+from .scrape import ModelsInfo, ScrapeError, describe, fetch, parse_models, parse_version
 from .verdict import Judgement, Observation, Thresholds, Tracker, Verdict
 
 log = logging.getLogger("vllm_headroom")
@@ -216,6 +218,7 @@ class TargetReport:
     scrape_duration_seconds: float | None = None
     observed_at: float = 0.0
     known_engines: list[tuple[str, str]] = field(default_factory=list)  # when down: the engines last seen up
+    notes: list[str] = field(default_factory=list)  # values ignored or contradicted (said once in the log)
 
 
 class Target:
@@ -232,6 +235,7 @@ class Target:
         self._cmdline_at: float | None = None
         self._cmdline_args: dict[str, object] | None = None
         self._given_args: dict[str, object] | None = None
+        self._args_notes: list[str] = []  # values of the vLLM command line that vLLM would not take
         self.errors: dict[str, int] = {}
         self.known_engines: set[tuple[str, str]] = set()
         self._prompt_tokens: dict[tuple[str, str], float] = {}  # vllm:prompt_tokens_total at the last scrape
@@ -243,7 +247,7 @@ class Target:
     def _vllm_args(self, now: float) -> tuple[dict[str, object] | None, Source]:
         if self.settings.vllm_args is not None:
             if self._given_args is None:
-                self._given_args = parse_vllm_args(self.settings.vllm_args)
+                self._given_args, self._args_notes = parse_vllm_args_noting(self.settings.vllm_args)
             return self._given_args, Source.VLLM_ARGS
         if not self.settings.discover_cmdline:
             return None, Source.CMDLINE
@@ -252,7 +256,9 @@ class Target:
             parts = urlsplit(self.settings.url)
             port = parts.port or (443 if parts.scheme == "https" else 80)
             self._cmdline = find_vllm_cmdline(port)
-            self._cmdline_args = parse_vllm_args(self._cmdline.argv) if self._cmdline else None
+            self._cmdline_args, self._args_notes = (
+                parse_vllm_args_noting(self._cmdline.argv, f"vLLM's command line (/proc/{self._cmdline.pid})")
+                if self._cmdline else (None, []))
         return self._cmdline_args, Source.CMDLINE
 
     # -- the synchronous core ------------------------------------------------------------------
@@ -265,6 +271,8 @@ class Target:
             expo = exposition.parse(text, vllm.WANTED)
         except exposition.ExpositionError as exc:
             raise ScrapeError(exc.reason, f"{self.settings.url}: {exc}") from None
+        if expo.vllm_lines == 0 and (empty := exposition.blank(text)) is not None:
+            raise ScrapeError("malformed", f"{self.settings.url}: {empty}")
         if expo.vllm_lines == 0:
             raise ScrapeError(
                 "no_vllm_metrics",
@@ -275,10 +283,13 @@ class Target:
         except vllm.InvalidValue as exc:
             raise ScrapeError("invalid_value", f"{self.settings.url}: {exc}") from None
         args, args_source = self._vllm_args(now)
-        report = TargetReport(self.settings.url, up=True, version=self.version, observed_at=now)
+        report = TargetReport(self.settings.url, up=True, version=self.version, observed_at=now,
+                              notes=list(self._args_notes))
         models_len = self.models.max_model_len if self.models else None
         for e in snap.engines:
             cache = snap.cache_info.get(e.engine) or (next(iter(snap.cache_info.values()), None))
+            report.notes += [n for n in contradictions(self.settings.overrides, cache, snap.data_parallel_engines)
+                             if n not in report.notes]
             cfg = resolve(self.settings.overrides, args, args_source, cache, snap.data_parallel_engines, models_len)
             item = self._engine(now, e, cfg, snap, gauges_only)
             if isinstance(item, EngineGap):
@@ -354,7 +365,8 @@ class Target:
         missing = [k for k, v in (("num_gpu_blocks", n_blocks), ("block_size", block_size),
                                   ("usage", e.usage), ("running", e.running), ("waiting", e.waiting)) if v is None]
         if missing:
-            return EngineGap(e.model_name, e.engine, ", ".join(missing))
+            bad = unreadable(snap.cache_info.get(e.engine) or next(iter(snap.cache_info.values()), None))
+            return EngineGap(e.model_name, e.engine, ", ".join(missing), config_error=bad)
         assert n_blocks is not None and block_size is not None and e.usage is not None
         problem = config_problem(cfg)
         if problem is not None:
@@ -496,15 +508,17 @@ class Target:
         return {"Authorization": f"Bearer {key}"} if key else None
 
     async def _refresh_models(self, client: httpx.AsyncClient, now: float) -> None:
+        """/v1/models and /version, at most once per --models.interval whether they answered or not; their
+        failures count under the reason `models` (never as a failed scrape of /metrics)."""
         if self._models_at is not None and now - self._models_at < self.settings.models_interval:
             return
+        self._models_at = now
         base = self.settings.url.rstrip("/")
         try:
             self.models = parse_models(await fetch(client, base + "/v1/models", self.settings.timeout,
                                                    1024 * 1024, self._headers()))
-            self._models_at = now
-        except ScrapeError as exc:  # /v1/models is needed only for max_model_len; /metrics still counts
-            self.errors[exc.reason] = self.errors.get(exc.reason, 0) + 1
+        except ScrapeError:  # /v1/models is needed only for max_model_len; /metrics still counts
+            self.errors["models"] = self.errors.get("models", 0) + 1
         with contextlib.suppress(ScrapeError):  # /version is optional: older or proxied servers lack it
             self.version = parse_version(await fetch(client, base + "/version", self.settings.timeout, 65536))
 
@@ -535,11 +549,12 @@ class Target:
             report = TargetReport(self.settings.url, up=False, error_reason=exc.reason, error=str(exc),
                                   version=self.version, observed_at=now)
         except Exception as exc:  # a bug on one target's input must not stop the tick or other targets
-            log.exception("%s: internal error while judging the scrape", self.settings.url)
+            # One clean line, logged by the sidecar when the error changes; the traceback only at debug level.
+            log.debug("%s: internal error while judging the scrape", self.settings.url, exc_info=True)
             self.errors["internal_error"] = self.errors.get("internal_error", 0) + 1
             report = TargetReport(self.settings.url, up=False, error_reason="internal_error",
-                                  error=f"{self.settings.url}: internal error: {exc!r}", version=self.version,
-                                  observed_at=now)
+                                  error=f"{self.settings.url}: internal error: {describe(exc)}",
+                                  version=self.version, observed_at=now)
         report.scrape_duration_seconds = time.perf_counter() - started
         if report.up:
             self.known_engines = {(e.model_name, e.engine) for e in report.engines}

@@ -147,7 +147,7 @@ class VllmSnapshot:
 
 
 class InvalidValue(ValueError):
-    """A gauge the verdict depends on is NaN or infinite."""
+    """A gauge the verdict depends on is NaN, infinite or negative."""
 
 
 def _key(labels: Labels) -> tuple[str, str]:
@@ -186,6 +186,8 @@ def _checked(name: str, values: dict[tuple[str, str], float]) -> dict[tuple[str,
     for (model, engine), value in values.items():
         if not math.isfinite(value):
             raise InvalidValue(f"{name} of model {model!r} engine {engine} is {value}, not a finite number")
+        if value < 0:  # a count of requests or a share of blocks is never below 0
+            raise InvalidValue(f"{name} of model {model!r} engine {engine} is {value:g}, a negative count or share")
     return values
 
 

@@ -24,7 +24,7 @@ import uvicorn
 
 from ..core import defaults
 from ..expose import diagnosis, headline
-from ..expose.server import Sidecar, bind, make_app
+from ..expose.server import Sidecar, bind, make_app, page_url
 from ..pipeline.config import split_args
 from ..pipeline.target import EngineReport, Settings, Target
 from ..pipeline.verdict import Thresholds
@@ -32,16 +32,72 @@ from . import recording as replay
 
 # The recorded incident is short; a 10 s hold lets the false-full flag rise within it.
 DEMO_FALSE_FULL_HOLD = defaults.DEMO_FALSE_FULL_HOLD
-MIN_WIDTH, MAX_WIDTH = 60, 120  # the table and sparklines adapt to the terminal between these widths
+MIN_WIDTH, MAX_WIDTH = 40, 120  # the table and sparklines adapt to the terminal between these widths
 
-# One row is 76 characters wide; the legend defines every column in three lines.
-HEADER = (f"{'t':>6}  {'panel':>5}  {'slots':>5}  {'wait':>4}  {'free':>4}  {'W':>3}  {'adm':>3}  "
-          f"{'unreachable':<12} {'verdict':<12} false_full")
+# One row is 76 characters wide; the legend defines every column in three lines. Narrower terminals drop
+# columns (DROP_ORDER first) rather than cut a row mid-column, and the legend says which are not shown.
+# Each column: name, width, right-aligned, separator before it, definition for the legend.
+COLUMNS = (
+    ("t", 6, True, "", ""),
+    ("panel", 5, True, "  ", "panel = vLLM's KV usage (the usual panel)"),
+    ("slots", 5, True, "  ", "slots = running/max_num_seqs"),
+    ("wait", 4, True, "  ", "wait = queue"),
+    ("free", 4, True, "  ", "free = free KV blocks"),
+    ("W", 3, True, "  ", "W = worst-case blocks per request"),
+    ("adm", 3, True, "  ", "adm = admissible now"),
+    ("unreachable", 12, False, "  ", "unreachable = pool a new request can't get, what binds"),
+    ("verdict", 12, False, " ", ""),
+    ("false_full", 10, False, " ", ""),
+)
+DROP_ORDER = ("unreachable", "adm", "W", "free", "wait", "slots", "panel")
+ALL = tuple(c[0] for c in COLUMNS)
+
+
+def _line(cells: dict[str, str], shown: Sequence[str]) -> str:
+    out = []
+    for name, width, right, sep, _ in COLUMNS:
+        if name in shown:
+            out.append(sep + (f"{cells[name]:>{width}}" if right else f"{cells[name]:<{width}}"))
+    return "".join(out).rstrip()
+
+
+def header(shown: Sequence[str] = ALL) -> str:
+    return _line({c: c for c in ALL}, shown)
+
+
+def columns_for(width: int) -> tuple[str, ...]:
+    """The columns that fit `width`: all of them at 76 and more, else dropping DROP_ORDER's first."""
+    shown = list(ALL)
+    for name in DROP_ORDER:
+        if len(header(shown)) <= width:
+            break
+        shown.remove(name)
+    return tuple(shown)
+
+
+HEADER = header()
 LEGEND = (
     "panel = vLLM's KV usage (the usual panel)   slots = running/max_num_seqs",
     "wait = queue   free = free KV blocks   W = worst-case blocks per request",
     "adm = admissible now   unreachable = pool a new request can't get, what binds",
 )
+
+
+def legend(shown: Sequence[str], width: int) -> list[str]:
+    """The legend of the shown columns within `width`, and which columns this width leaves out."""
+    if tuple(shown) == ALL and width >= max(len(ln) for ln in LEGEND):
+        return list(LEGEND)
+    defs = [d for name, _, _, _, d in COLUMNS if d and name in shown]
+    lines: list[str] = []
+    for d in defs:  # definitions side by side while they fit, never split but at a space
+        if lines and len(lines[-1]) + 3 + len(d) <= width:
+            lines[-1] += "   " + d
+        else:
+            lines += textwrap.wrap(d, width, subsequent_indent="  ") or [""]
+    dropped = [c for c in ALL if c not in shown]
+    if dropped:
+        lines += textwrap.wrap(f"(not shown at {width} columns: {', '.join(dropped)}; 80 columns show all)", width)
+    return lines
 SPARKS = "▁▂▃▄▅▆▇█"
 ASCII_SPARKS = "_.-=+*#@"
 
@@ -59,18 +115,22 @@ def basis(e: EngineReport) -> str:
     return f"profile (p99 of finished requests' prompt + max_tokens, {e.max_tokens.basis})"
 
 
-def row(t: float, target: Target) -> str:
-    """One table row (76 characters) of the target's latest report."""
+def row(t: float, target: Target, shown: Sequence[str] = ALL) -> str:
+    """One table row (76 characters with every column) of the target's latest report."""
     r = target.last
     if not r.up or not r.engines:
         return f"{t:5.1f}s  target down: {r.error}"
     e = r.engines[0]
     h = e.headroom
     slots = f"{e.running}/{e.max_num_seqs}" if e.max_num_seqs else str(e.running)
-    unreachable = f"{100 * headline.unreachable_pool_ratio(h):3.0f}% {headline.binding_limit(h)}"
-    return (f"{t:5.1f}s  {100 * h.panel_usage_ratio:4.0f}%  {slots:>5}  {e.waiting:>4}  {h.kv_free_blocks:>4}  "
-            f"{h.worst_case_blocks_profile:>3}  {h.admission_headroom_requests:>3}  {unreachable:<12} "
-            f"{e.verdict!s:<12} {'YES' if e.false_full else 'no'}")
+    cells = {
+        "t": f"{t:5.1f}s", "panel": f"{100 * h.panel_usage_ratio:4.0f}%", "slots": slots, "wait": str(e.waiting),
+        "free": str(h.kv_free_blocks), "W": str(h.worst_case_blocks_profile),
+        "adm": str(h.admission_headroom_requests),
+        "unreachable": f"{100 * headline.unreachable_pool_ratio(h):3.0f}% {headline.binding_limit(h)}",
+        "verdict": str(e.verdict), "false_full": "YES" if e.false_full else "no",
+    }
+    return _line(cells, shown)
 
 
 def sparkline(values: Sequence[float], width: int, glyphs: str = SPARKS) -> str:
@@ -170,18 +230,18 @@ async def run(once: bool, as_json: bool, speed: float, host: str, listen_port: i
                                             lifespan="on"))
         api_task = asyncio.create_task(api.serve(sockets=[sock]))
         await _started(api)
-        page = f"http://{host if host not in ('0.0.0.0', '::') else '127.0.0.1'}:{listen_port}/"
-        print(f"Status page: {page}  (also /metrics, /api/v1/diagnosis, /api/v1/history)",
-              file=out if text else sys.stderr, flush=True)
+        print(_wrap(f"Status page: {page_url(host, listen_port)}  (also /metrics, /api/v1/diagnosis, "
+                    "/api/v1/history)", width), file=out if text else sys.stderr, flush=True)
     load = meta.get("load")
     what = load.get("description", "") if isinstance(load, dict) else str(load or "")
     say(_wrap(f"Replaying {name}: {what}", width))
     say(_wrap(f"vLLM flags: {' '.join(str(a) for a in meta.get('server_argv', [])[-8:])}", width))
-    say(f"False-full hold {DEMO_FALSE_FULL_HOLD:g} s for the demo (30 s by default).")
+    say(_wrap(f"False-full hold {DEMO_FALSE_FULL_HOLD:g} s for the demo (30 s by default).", width))
     say("")
-    for line in LEGEND:
-        say(line[:width])
-    say(HEADER[:width])
+    shown = columns_for(width)
+    for line in legend(shown, width):
+        say(line)
+    say(header(shown))
     curves: dict[str, list[float]] = {"KV usage %": [], "waiting": [], "worst-case W": [], "free blocks": [],
                                       "false_full": []}
     shown_basis: str | None = None
@@ -195,14 +255,14 @@ async def run(once: bool, as_json: bool, speed: float, host: str, listen_port: i
                     e = report.engines[0]
                     now_basis = basis(e)
                     if now_basis != shown_basis:
-                        say(f"  W basis: {now_basis}"[:width])
+                        say(_wrap(f"  W basis: {now_basis}", width))
                         shown_basis = now_basis
                     h = e.headroom
                     for key, v in (("KV usage %", round(100 * h.panel_usage_ratio)), ("waiting", e.waiting),
                                    ("worst-case W", h.worst_case_blocks_profile), ("free blocks", h.kv_free_blocks),
                                    ("false_full", 1 if e.false_full else 0)):
                         curves[key].append(float(v))
-                say(row(t, target)[:width])
+                say(_wrap(row(t, target, shown), width))
                 if not once and i + 1 < len(steps):
                     await asyncio.sleep((steps[i + 1] - t) / speed)
         say("")

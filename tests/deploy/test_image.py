@@ -34,8 +34,11 @@ def test_dockerignore_keeps_the_context_small() -> None:
 
 
 def test_dockerfile_labels_the_package_version() -> None:
+    # The version is written once (pyproject.toml); the Dockerfile repeats none, deploy/docker/build passes it.
     text = (ROOT / "Dockerfile").read_text()
-    assert f"ARG VERSION={__version__}\n" in text
+    assert 'ARG VERSION=""\n' in text and __version__ not in text
+    build = (ROOT / "deploy/docker/build").read_text()
+    assert "pyproject.toml" in build and "VERSION=$version" in build
     assert 'ENTRYPOINT ["/opt/vllm-headroom/bin/vllm-headroom"]\nCMD ["serve"]\n' in text
 
 
@@ -101,7 +104,8 @@ def image(docker: Docker) -> str:
                           timeout=900)
     assert base.returncode == 0, base.stderr[-3000:]
     docker("build", "--network", "host", "--build-arg", f"BASE_IMAGE={base.stdout.strip()}", "--build-arg",
-           "SOURCE=https://example.org/vllm-headroom.git", "-t", IMAGE, str(ROOT), timeout=900)
+           "SOURCE=https://example.org/vllm-headroom.git", "--build-arg", f"VERSION={__version__}", "-t", IMAGE,
+           str(ROOT), timeout=900)
     return IMAGE
 
 
@@ -137,8 +141,9 @@ def test_image_serves_the_demo_replay_and_stops_on_sigterm(docker: Docker, image
     docker("run", "-d", "--name", "sidecar", "--network", "host", "--read-only", "--cap-drop", "ALL",
            "--security-opt", "no-new-privileges", "--health-interval", "1s", "--health-start-period", "1s",
            "-e", f"VLLM_HEADROOM_TARGET=http://127.0.0.1:{vllm_port}",
-           "-e", f"VLLM_HEADROOM_WEB_LISTEN_ADDRESS=127.0.0.1:{our_port}",
-           "-e", "VLLM_HEADROOM_SCRAPE_INTERVAL=1s", "-e", "VLLM_HEADROOM_SCRAPE_TIMEOUT=0.8s", image)
+           "-e", "VLLM_HEADROOM_SCRAPE_INTERVAL=1s", "-e", "VLLM_HEADROOM_SCRAPE_TIMEOUT=0.8s", image,
+           # The address as a flag, not the image's VLLM_HEADROOM_WEB_LISTEN_ADDRESS: the HEALTHCHECK follows it.
+           "serve", "--web.listen-address", f"127.0.0.1:{our_port}")
     deadline, body = time.monotonic() + 60, ""
     while time.monotonic() < deadline:
         status, body = _get(f"http://127.0.0.1:{our_port}/metrics")
@@ -171,3 +176,34 @@ def test_image_serves_the_demo_replay_and_stops_on_sigterm(docker: Docker, image
     assert took < 5, f"SIGTERM took {took:.1f} s"
     assert state["ExitCode"] == 0, state
     assert "Traceback" not in docker("logs", "sidecar").stderr
+
+
+def _healthcheck() -> object:
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("healthcheck", ROOT / "deploy/docker/healthcheck.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(("argv", "env", "url"), [
+    # `docker run IMAGE serve --web.listen-address :9000`: the flag, not the image's env var, is followed.
+    (["python", "/opt/vllm-headroom/bin/vllm-headroom", "serve", "--web.listen-address", ":9000"],
+     {"VLLM_HEADROOM_WEB_LISTEN_ADDRESS": "0.0.0.0:9478"}, "http://127.0.0.1:9000/healthz"),
+    (["python", "/opt/vllm-headroom/bin/vllm-headroom", "serve", "--web.listen-address=[::1]:9001"], {},
+     "http://[::1]:9001/healthz"),
+    (["python", "/opt/vllm-headroom/bin/vllm-headroom", "serve"], {"VLLM_HEADROOM_WEB_LISTEN_ADDRESS": "[::]:9002"},
+     "http://[::1]:9002/healthz"),
+    # replay and demo have their own env names, so the image's serve address does not move them.
+    (["python", "/opt/vllm-headroom/bin/vllm-headroom", "replay"],
+     {"VLLM_HEADROOM_WEB_LISTEN_ADDRESS": "0.0.0.0:9478", "VLLM_HEADROOM_REPLAY_LISTEN_ADDRESS": "0.0.0.0:8000"},
+     "http://127.0.0.1:8000/health"),
+    (["python", "/opt/vllm-headroom/bin/vllm-headroom", "demo"], {"VLLM_HEADROOM_DEMO_LISTEN_ADDRESS": ":9478"},
+     "http://127.0.0.1:9478/healthz"),
+    (["python", "/opt/vllm-headroom/bin/vllm-headroom", "diagnose", "http://vllm:8000"], {}, None),
+    (["python", "/opt/vllm-headroom/bin/vllm-headroom", "demo", "--once"], {}, None),
+])
+def test_healthcheck_follows_the_running_commands_address(argv: list[str], env: dict[str, str],
+                                                           url: str | None) -> None:
+    assert _healthcheck().target(argv, env) == url  # type: ignore[attr-defined]

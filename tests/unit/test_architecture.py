@@ -37,7 +37,28 @@ def imports(path: Path) -> set[str]:
                           or (PACKAGE.parent / full.replace(".", "/")).is_dir() else mod)
         elif isinstance(node, ast.Import):
             found |= {a.name for a in node.names if a.name.split(".")[0] == "exporter"}
+        elif isinstance(node, ast.Call) and (dynamic := _dynamic_import(node, package)):
+            found.add(dynamic)
     return found - {here}
+
+
+def _dynamic_import(node: ast.Call, package: str) -> str | None:
+    """`importlib.import_module("exporter.x")`, `import_module(".x", __package__)` or `__import__("exporter.x")`
+    with a literal name: the module imported, absolute; None for any other call."""
+    f = node.func
+    name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
+    if name not in ("import_module", "__import__") or not node.args:
+        return None
+    arg = node.args[0]
+    if not isinstance(arg, ast.Constant) or not isinstance(arg.value, str):
+        return None
+    target = arg.value
+    if target.startswith("."):
+        level = len(target) - len(target.lstrip("."))
+        base = package.split(".")
+        base = base[: len(base) - level + 1]
+        target = ".".join([*base, target.lstrip(".")] if target.lstrip(".") else base)
+    return target if target.split(".")[0] == "exporter" else None
 
 
 def graph() -> dict[str, set[str]]:
@@ -70,6 +91,20 @@ def test_wings_import_only_downwards() -> None:
 def test_every_module_lives_in_a_wing() -> None:
     loose = [m for m in graph() if wing(m) is None and m not in ("exporter", "exporter.__main__")]
     assert loose == []
+
+
+def test_dynamic_imports_count() -> None:
+    """importlib.import_module and __import__ with a literal name are imports too: an upward one is caught."""
+    for code, package, expected in [
+        ('importlib.import_module("exporter.cli.serve")', "exporter.pipeline", "exporter.cli.serve"),
+        ('import_module("..cli.serve", __package__)', "exporter.pipeline", "exporter.cli.serve"),
+        ('__import__("exporter.expose.server")', "exporter.core", "exporter.expose.server"),
+        ('import_module(name)', "exporter.core", None),
+        ('import_module("json")', "exporter.core", None),
+    ]:
+        call = ast.parse(code).body[0]
+        assert isinstance(call, ast.Expr) and isinstance(call.value, ast.Call)
+        assert _dynamic_import(call.value, package) == expected, code
 
 
 def test_cli_does_no_arithmetic() -> None:

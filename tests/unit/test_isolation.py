@@ -70,7 +70,7 @@ def test_a_config_that_leaves_no_block_marks_only_its_target(monkeypatch: pytest
     (["serve", "--scrape.interval", "0"], "must be longer than 0s"),
     (["serve", "--scrape.interval", "2s", "--scrape.timeout", "3s"], "must be shorter than --scrape.interval"),
     (["serve", "--profile.window=-5m"], "is not a duration"),
-    (["diagnose", "x.prom", "--num-gpu-blocks", "0"], "greater than 0"),
+    (["diagnose", "x.prom", "--num-gpu-blocks", "0"], "leaves no usable block"),
 ])
 def test_bad_values_are_refused_at_start_up(argv: list[str], sentence: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(argv) == 2

@@ -135,6 +135,7 @@ class ModelShape:
     linear_heads: tuple[tuple[str, int], ...] = ()  # (what, count) of linear/Mamba heads TP must divide
     implied_params: int | None = None  # a rough parameter count from the config, for a sanity warning
     source: str = ""  # where the config was read from (the HF snapshot for an id)
+    experts: int | None = None  # routed experts, where vLLM's MoE block refuses a TP above them
 
     @property
     def layer_kinds(self) -> tuple[str, ...]:
@@ -505,12 +506,31 @@ def shape_from_config(cfg: dict[str, Any]) -> ModelShape:
                                         sliding_layers=order.count(SLIDING), kinds=order, **common))
 
 
+# MoE blocks that raise "Tensor parallel size N is greater than the number of experts M." (vLLM 0.32.0,
+# vllm/model_executor/models/<file>:<line>): the config key each reads.
+_EXPERTS_TP = {
+    "qwen2_moe": "num_experts",  # qwen2_moe.py:138
+    "qwen3_moe": "num_experts",  # qwen3_moe.py:154-158
+    "qwen3_next": "num_experts",  # qwen3_next.py:176-180
+    "cohere2_moe": "num_experts",  # cohere2_moe.py:268
+    "exaone_moe": "num_experts",  # exaone_moe.py:85
+    "minimax_m2": "num_local_experts",  # minimax_m2.py:79-83
+    "mimo_v2": "n_routed_experts", "mimo_v2_flash": "n_routed_experts",  # mimo_v2.py:139
+    "lfm2_moe": "num_experts",  # lfm2_moe.py:114 (n_routed_experts = config.num_experts)
+    "ernie4_5_moe": "moe_num_experts",  # ernie45_moe.py:152
+    "step3_text": "moe_num_experts",  # step3_text.py:68
+}
+
+
 def _with_params(cfg: dict[str, Any], shape: ModelShape) -> ModelShape:
     try:
         implied = _implied_params(cfg, shape)
     except (TypeError, ValueError):  # a key the rough count reads is malformed: no sanity warning
         implied = None
-    return replace(shape, implied_params=implied)
+    key = _EXPERTS_TP.get(shape.model_type)
+    experts = cfg.get(key) if key else None
+    return replace(shape, implied_params=implied,
+                   experts=experts if isinstance(experts, int) and not isinstance(experts, bool) else None)
 
 
 def _implied_params(c: dict[str, Any], shape: ModelShape) -> int | None:

@@ -56,12 +56,16 @@ def check_tensor_parallel(shape: ModelShape, tp: int) -> None:
       assertion "X is not divisible by Y"; MLA keeps one latent per rank and is exempt;
     - Mamba-2: heads must divide (mamba_mixer2.py:315-317) and n_groups must divide or be 1
       (mamba_mixer2.py:319-322); Gated DeltaNet / KDA heads are split with `divide` as well
-      (qwen3_next.py, kimi_linear.py), so TP must divide them.
+      (mamba_utils.py:292-297, :324-326), so TP must divide them;
+    - MoE: Qwen2/3-MoE, Qwen3-Next, MiniMax-M2 and others refuse a TP above their experts
+      (e.g. qwen3_moe.py:154-158; the list is `shape._EXPERTS_TP`).
     """
     heads = shape.num_attention_heads
     if heads and heads % tp:
         raise ValueError(f"Total number of attention heads ({heads}) must be divisible by tensor "
                          f"parallel size ({tp}).")
+    if shape.experts is not None and tp > shape.experts:  # the MoE blocks listed in shape._EXPERTS_TP
+        raise ValueError(f"Tensor parallel size {tp} is greater than the number of experts {shape.experts}.")
     kv = shape.num_kv_heads
     if shape.mla_latent is None and kv and shape.attention_layers:
         if tp >= kv and tp % kv:

@@ -312,3 +312,15 @@ def test_any_malformed_value_of_any_key_is_a_sentence_never_a_traceback(name: st
                     estimate.render(x, e)
             except ValueError as exc:
                 assert "\n" not in str(exc), (key, value)
+
+
+def test_moe_blocks_refuse_a_tp_above_their_experts(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    # qwen3_moe.py:154-158 (vLLM 0.32.0) raises this before any KV cache is sized
+    small = {"model_type": "qwen3_moe", "num_hidden_layers": 4, "num_attention_heads": 32, "num_key_value_heads": 8,
+             "head_dim": 128, "hidden_size": 2048, "num_experts": 4, "max_position_embeddings": 32768}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(small))
+    err = refused(capsys, str(path), "--tensor-parallel-size", "8", "--kv-cache-memory", "10GiB")
+    assert "Tensor parallel size 8 is greater than the number of experts 4." in err
+    doc = run_json(capsys, str(path), "--tensor-parallel-size", "4", "--kv-cache-memory", "10GiB")
+    assert not any("tensor parallel 8" in r["change"] for r in doc["what_if"])

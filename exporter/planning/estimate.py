@@ -425,7 +425,8 @@ def figures(x: Inputs, e: Estimate) -> list[tuple[str, str, Any, str]]:
         ("block_size", "block size (tokens)", e.block_size, str(e.block_size)),
         ("bytes_per_block", "bytes per block per device" + per_stage, e.bytes_per_block, f"{e.bytes_per_block:,}"),
         ("num_blocks", "blocks (vLLM's num_gpu_blocks)", e.num_blocks,
-         f"{e.num_blocks:,} ({max(e.num_blocks - 1, 0):,} usable, one is the null block)"),
+         f"{e.num_blocks:,} ({e.num_blocks - 1:,} usable, one is the null block)" if e.num_blocks
+         else "0 (no KV cache)"),
         ("blocks_per_request", "blocks per max_model_len request", e.blocks_per_request, f"{e.blocks_per_request:,}"),
         ("kv_tokens", "KV cache size (vLLM's 'KV cache size' tokens)", e.kv_tokens, f"{e.kv_tokens:,} tokens"),
         ("max_concurrency", "max concurrency (vLLM's 'Maximum concurrency')", round(e.max_concurrency, 4),

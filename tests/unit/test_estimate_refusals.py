@@ -81,7 +81,7 @@ def test_a_negative_pool_is_said_plainly_in_text_and_json(capsys: pytest.Capture
     assert doc["kv_pool_bytes"] < 0 and doc["verdict"] == "budget_exhausted"
     assert "negative" in doc["explanation"] and "exceed" in doc["explanation"]
     code, out, _err = run(capsys, *argv)
-    assert code == 0 and "0.00 GiB" not in out and "negative" in out
+    assert code == 0 and "0.00 GiB" not in out and "negative" in out and "0 (no KV cache)" in out
 
 
 # -- 2: vLLM's TP refusals -------------------------------------------------------------------------------------

@@ -101,9 +101,13 @@ def test_idle_capacity_and_usable_blocks(rel: Release) -> None:
         assert ours.verdict is Verdict.OK
         u = engine_truth(text)["usage"]
         assert u is not None
-        # An idle V1 <= 0.10.1 reports the null block as used: 1 / N; later releases and V0 report 0.
-        counts_null = not is_v0(rel) and release_of(rel) < (0, 10, 2)
-        assert u == pytest.approx(1 / n if counts_null else 0.0)
+        # A fresh V1 publishes no usage before its first step (0); V0 shows no gauge before its first request.
+        assert u == 0.0
+    # Idle again after load: V1 <= 0.10.1 reports the null block as used (1 / N); later releases and V0 report 0.
+    counts_null = not is_v0(rel) and release_of(rel) < (0, 10, 2)
+    _t, text, ours = replay_scenario(rel.scenarios["false-full"], version_of(rel))[-1]
+    assert engine_truth(text)["usage"] == pytest.approx(1 / n if counts_null else 0.0)
+    assert ours is not None and ours.headroom.kv_used_blocks == 0 and ours.verdict is Verdict.OK
 
 
 def _usage_values(rel: Release) -> list[float]:

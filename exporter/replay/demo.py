@@ -277,7 +277,7 @@ async def run(once: bool, as_json: bool, speed: float, host: str, listen_port: i
             say("Final diagnosis:")
             say(_wrap(diagnosis.render_text(reports), width))
         if api_task is not None:
-            print("\nThe sidecar stays up on the last recorded state (Ctrl-C to stop).",
+            print("\n" + _wrap("The sidecar stays up on the last recorded state (Ctrl-C to stop).", width),
                   file=out if text else sys.stderr, flush=True)
             # Serve the final state as it is: scraping the frozen last frame on a wall clock would soon call the
             # engine stuck, which is true of a replay and not of the incident.

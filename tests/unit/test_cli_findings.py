@@ -388,3 +388,48 @@ def test_recommend_json_on_a_dead_target_prints_json_like_diagnose(capsys: pytes
     doc = json.loads(out)
     assert doc["up"] is False and doc["error_reason"] == "connect"
     assert err.startswith(f"vllm-headroom: cannot connect to {url}/metrics") and err.count("\n") == 1
+
+
+# -- 9: the live demo: one name everywhere, and it fits narrow terminals (columns dropped, not cut) ------------
+@pytest.mark.parametrize("columns", [80, 60, 40])
+def test_live_demo_fits_the_terminal_and_names_the_recording(columns: int) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    import httpx
+
+    from exporter.replay import demo
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "exporter", "demo", "--speed", "50", "--web.listen-address",
+                             f"127.0.0.1:{port}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "COLUMNS": str(columns), "PYTHONIOENCODING": "utf-8"},
+                            start_new_session=True)
+    lines: list[str] = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line.rstrip("\n"))
+            if line.startswith("The sidecar stays up"):
+                break
+        name = "recording false-full (vLLM 0.32.0)"
+        diag = httpx.get(f"http://127.0.0.1:{port}/api/v1/diagnosis", timeout=5).json()
+        hist = httpx.get(f"http://127.0.0.1:{port}/api/v1/history", timeout=5).json()
+        ready = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5).json()
+        assert diag["targets"][0]["target"] == name and hist["targets"][0]["target"] == name
+        assert ready["ready"] is True
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(15)
+    too_wide = [ln for ln in lines if len(ln) > columns]
+    assert not too_wide, too_wide
+    shown = demo.columns_for(columns)
+    assert demo.header(shown) in lines  # the header of the columns that fit, never a cut one
+    if columns < 76:
+        dropped = [c for c in demo.ALL if c not in shown]
+        assert dropped and any(f"not shown at {columns} columns: {', '.join(dropped)}" in " ".join(lines)
+                               for _ in [0])
+    rows = [ln for ln in lines if ln.strip().endswith((" no", " YES"))]
+    assert rows and all(len(r.split()) == len(shown) + ("unreachable" in shown) for r in rows)

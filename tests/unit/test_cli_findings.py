@@ -433,3 +433,25 @@ def test_live_demo_fits_the_terminal_and_names_the_recording(columns: int) -> No
                                for _ in [0])
     rows = [ln for ln in lines if ln.strip().endswith((" no", " YES"))]
     assert rows and all(len(r.split()) == len(shown) + ("unreachable" in shown) for r in rows)
+
+
+# -- 19: the suite runs this clone's code, never a copy in the shared dev venv ----------------------------------
+def test_subprocesses_and_the_console_script_run_this_clone(tmp_path: Path) -> None:
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    clone = os.environ.get("HEADROOM_TEST_CLONE")
+    if clone is None:
+        pytest.skip("run through scripts/test (make test), which puts the clone first on PYTHONPATH and PATH")
+    root = Path(__file__).resolve().parents[2]
+    assert Path(clone) == root
+    where = subprocess.run([sys.executable, "-c", "import exporter; print(exporter.__file__)"], cwd=tmp_path,
+                           capture_output=True, text=True, check=True).stdout.strip()
+    assert Path(where) == root / "exporter" / "__init__.py"  # `python -m exporter` from any folder
+    script = shutil.which("vllm-headroom")
+    assert script is not None and Path(script).parent == root / "build" / "dev-bin"
+    out = subprocess.run([script, "--version"], cwd=tmp_path, capture_output=True, text=True, check=True).stdout
+    from exporter import __version__
+    assert out.strip() == f"vllm-headroom {__version__}"

@@ -130,10 +130,11 @@ def classify(o: Observation, h: History, t: Thresholds) -> Judgement:
         return Judgement(Verdict.DEFERRED)
     head_fits = hr.kv_free_blocks >= hr.prompt_blocks
     if o.max_num_seqs is not None and o.running >= o.max_num_seqs:
-        if o.usage >= t.full_usage or (not o.thin_profile and (not head_fits or hr.safe_headroom_requests < 0)):
+        if o.usage >= t.full_usage or (not o.thin_profile and (not head_fits or o.memory_pressure)):
             # Slots taken and memory binds too: the pool is (nearly) exhausted, or by a profile of finished
-            # requests (not by max_model_len, the stand-in of a thin profile) the head would not fit or the running
-            # requests will outgrow the pool. A free slot would not help; "a slot, not memory" would be false.
+            # requests (not by max_model_len, the stand-in of a thin profile) the head would not fit, the running
+            # requests will outgrow the pool (safe headroom < 0) or already hold more than the profile (a new
+            # workload). A free slot would not help; "a slot, not memory" would be false.
             return Judgement(Verdict.KV_FULL)
         return Judgement(Verdict.SLOTS_FULL, slots_inferred=o.max_num_seqs_inferred)
     if o.running == 0 and hr.kv_used_blocks == 0 and o.max_model_len_exceeds_pool:
@@ -147,7 +148,9 @@ def classify(o: Observation, h: History, t: Thresholds) -> Judgement:
         if h.one_shot or h.pool_empty_before:
             return Judgement(Verdict.NEVER_FITS, suspected=h.one_shot)
         return Judgement(h.previous if h.previous in _WAITING_VERDICTS else Verdict.OK, first_look=True)
-    if not head_fits or o.usage >= t.full_usage:
+    if not head_fits or o.usage >= t.full_usage or (o.memory_pressure and not o.thin_profile):
+        # Memory pressure the panel does not show yet (running requests will outgrow the pool, or already hold
+        # more than any finished request did: a new workload) binds before a large head or a step's gap would.
         return Judgement(Verdict.KV_FULL)
     if o.budget_used is not None and o.budget_used >= BUDGET_BOUND:
         # Prefills that fill whole steps completed since the last scrape; a second scrape in a row confirms it

@@ -61,3 +61,18 @@ def test_the_truth_is_not_what_we_say() -> None:
 def test_every_recorded_0_32_0_frame_is_judged_in_every_mode() -> None:
     # "Undetermined" (no capacity to derive) is for pools vLLM does not export; it must not hide 0.32.0 frames.
     assert not [(s.scenario, s.mode) for s in SCORES if s.scenario.startswith("vllm-0.32.0/") and s.undetermined]
+
+
+def test_no_recording_is_left_behind_by_the_average() -> None:
+    # A kind confined to one timeline (a restart kept `preempting` over a whole incident: 52 % of its frames)
+    # hides under the aggregate bound; every recording must agree on most of its frames in every mode.
+    low = [(s.scenario, s.mode, round(s.agreement, 3)) for s in SCORES if s.frames and s.agreement < 0.85]
+    assert not low, low
+
+
+def test_memory_bound_frames_are_never_called_slots_full() -> None:
+    # Preempting (counted now or at the next scrape) or slots taken beside an exhausted pool in a storm: saying
+    # "a slot, not memory" there is the dangerous miss.
+    said = [(s.scenario, s.mode, n) for s in SCORES for (truth_label, ours), n in s.confusion.items()
+            if truth_label == "preempting" and ours == "slots_full"]
+    assert not said, said

@@ -238,3 +238,15 @@ def test_no_action_of_zero_blocks_on_any_recorded_frame() -> None:
         for at, text in recording.load(folder).frames:
             for e in t.observe(at, text).engines:
                 _no_zero_action(e)
+
+
+# minor -- no free block while requests of a new workload decode and others wait: preemption, inferred ----------
+def test_exhausted_pool_under_a_new_workload_is_inferred_preempting_before_the_counter() -> None:
+    # Scraped every 0.5 s (as recorded) and every 1 s (as the breaker's sidecar ran: the scrape before shows no
+    # fall of running, so only the exhausted pool itself tells).
+    for step in (1, 2):
+        t = _target("0.32.0", "workload-switch")
+        seen = [t.observe(at, text).engines[0] for at, text in _rec("0.32.0", "workload-switch").frames[::step]]
+        first = next(e for e in seen if e.headroom.kv_free_blocks == 0 and e.waiting > 0 and e.running > 0)
+        assert first.verdict is Verdict.PREEMPTING and first.preemption_inferred, (step, first.verdict)
+        assert first.preemptions_total == 0

@@ -57,10 +57,15 @@ F = 'cluster=~"$cluster",namespace=~"$namespace",job=~"$job",model_name=~"$model
 FM = 'cluster=~"$cluster",namespace=~"$namespace",model_name=~"$model_name"'  # model_name: rules carry no job
 LEGEND = "{{pod}}{{instance}}/{{engine}}"  # pod in Kubernetes; the instance elsewhere (the other label is empty)
 
-# Verdicts by severity: colour of the verdict stat and timeline.
+# Verdicts by severity (exporter.pipeline.verdict.Verdict; tests/monitoring checks every member has one): colour
+# of the verdict stat and timeline. Dark red: pages critical; red/orange: capacity; yellow: false-full (room, but
+# something else holds requests back); blue: deliberate or one-shot notes, no fault.
 VERDICT_COLORS = {"ok": "green", "kv_full": "orange", "slots_full": "yellow", "preempting": "red",
                   "head_of_line": "yellow", "deferred": "yellow", "stuck": "dark-red", "leak": "orange",
-                  "target_down": "dark-red"}
+                  "target_down": "dark-red", "budget_full": "yellow", "never_fits": "dark-red",
+                  "transient": "light-blue", "sleeping": "blue"}
+# vllm_headroom_binding_limit{limit}: what binds a new worst-case request now.
+LIMIT_COLORS = {"slots": "yellow", "blocks": "orange"}
 
 
 def q(expr: str, legend: str = "__auto", ref: str = "A", instant: bool = False) -> prom.Dataquery:
@@ -122,9 +127,17 @@ def _thresholds(*steps: tuple[float | None, str]) -> dash.ThresholdsConfig:
     return dash.ThresholdsConfig().mode(ThresholdsMode.ABSOLUTE).steps([Threshold(value=v, color=c) for v, c in steps])
 
 
-def _verdicts() -> list[Any]:
-    results = {v: ValueMappingResult(text=v, color=c, index=i) for i, (v, c) in enumerate(VERDICT_COLORS.items())}
+def _verdicts(colors: dict[str, str] = VERDICT_COLORS) -> list[Any]:
+    results = {v: ValueMappingResult(text=v, color=c, index=i) for i, (v, c) in enumerate(colors.items())}
     return [ValueMap(results)]
+
+
+def _by_name(panel: Any, colors: dict[str, str] = VERDICT_COLORS) -> Any:
+    """The verdict series carry value 1 and the verdict as their name (legend): colour each by name as well, since
+    a value map only sees the 1."""
+    for name, c in colors.items():
+        panel = panel.override_by_name(name, [DynamicConfigValue("color", {"mode": "fixed", "fixedColor": c})])
+    return panel
 
 
 def _yes_no() -> list[Any]:
@@ -155,9 +168,10 @@ def admission(cfg: Config = DEFAULT) -> dash.Dashboard:
 
     d = d.with_row(dash.Row("Now"))
     d = d.with_panel(
-        _stat("Verdict", f"Why requests wait now, by the sidecar's verdict (colour by severity). {NEEDS_SIDECAR}.")
+        _by_name(_stat("Verdict", "Why requests wait now, by the sidecar's verdict (colour by severity). "
+                       f"{NEEDS_SIDECAR}.")
         .with_target(q(f"max by (verdict) (vllm_headroom_verdict{{{H}}}) > 0", "{{verdict}}"))
-        .text_mode(BigValueTextMode.NAME).color_mode(BigValueColorMode.BACKGROUND).mappings(_verdicts()))
+        .text_mode(BigValueTextMode.NAME).color_mode(BigValueColorMode.BACKGROUND).mappings(_verdicts())))
     d = d.with_panel(
         _stat("False-full", f"Requests wait while the KV cache has room. {RULES}; the sidecar's held flag is "
               "vllm_headroom_false_full.")
@@ -170,10 +184,15 @@ def admission(cfg: Config = DEFAULT) -> dash.Dashboard:
         .thresholds(_thresholds((None, "red"), (1, "yellow"), (4, "green"))).color_mode(BigValueColorMode.BACKGROUND))
     d = d.with_panel(
         _stat("KV usage (panel) vs unreachable pool", "KV usage as vLLM reports it and the share of the pool a "
-              "new worst-case request cannot get now (slots or blocks). Threshold at the full-usage setting. "
-              f"Panel: vLLM's metric; unreachable: {NEEDS_SIDECAR}.", "percentunit").min(0).max(1)
+              "new worst-case request cannot get now (vllm_headroom_unreachable_pool_ratio, which replaces the "
+              "deprecated effective_usage_ratio), with the limit that binds (slots: max_num_seqs; blocks: KV). "
+              "1 with slots binding is not a full KV cache. Threshold at the full-usage setting. "
+              f"Panel: vLLM's metric; unreachable and binding limit: {NEEDS_SIDECAR}.", "percentunit").min(0).max(1)
         .with_target(q(f"max(instance_engine:vllm_kv_usage_ratio:max{{{V}}})", "panel", "A"))
         .with_target(q(f"max(vllm_headroom_unreachable_pool_ratio{{{H}}})", "unreachable", "B"))
+        .with_target(q(f"max by (limit) (vllm_headroom_binding_limit{{{H}}}) > 0", "binding limit: {{limit}}", "C"))
+        .override_by_query("C", [DynamicConfigValue("unit", "none"), DynamicConfigValue("mappings", [ValueMap({
+            "1": ValueMappingResult(text="binds", color="blue")})])])
         .thresholds(_thresholds((None, "green"), (full, "red"))))
     d = d.with_panel(
         _stat("max_num_seqs slots used", f"Running requests / max_num_seqs. {NEEDS_SIDECAR} (max_num_seqs comes from "
@@ -235,11 +254,12 @@ def admission(cfg: Config = DEFAULT) -> dash.Dashboard:
 
     d = d.with_row(dash.Row("Over time"))
     d = d.with_panel(
-        statetimeline.Panel().title("Verdict over time").datasource(DS).height(6).span(24)
-        .description(f"The sidecar's verdict per scrape (ok, kv_full, slots_full, preempting, head_of_line, deferred, "
-                     f"stuck, leak, target_down), coloured by severity. {NEEDS_SIDECAR}.")
+        _by_name(statetimeline.Panel().title("Verdict over time").datasource(DS).height(6).span(24)
+        .description(f"The sidecar's verdict per scrape ({', '.join(VERDICT_COLORS)}), coloured by severity; "
+                     f"below it, the limit that binds a new request (slots or blocks). {NEEDS_SIDECAR}.")
         .with_target(q(f"max by (verdict) (vllm_headroom_verdict{{{H}}}) > 0", "{{verdict}}"))
-        .mappings(_verdicts()).show_value(VisibilityMode.NEVER))
+        .with_target(q(f"max by (limit) (vllm_headroom_binding_limit{{{H}}}) > 0", "{{limit}}", "B"))
+        .mappings(_verdicts()).show_value(VisibilityMode.NEVER), {**VERDICT_COLORS, **LIMIT_COLORS}))
     d = d.with_panel(
         _ts("Preemptions per finished request", "vLLM's preemptions over finished requests (5 m): a ratio, so it "
             f"means the same at 0.2 and at 50 requests/s. {RULES}.", "percentunit", 12)

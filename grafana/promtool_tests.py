@@ -201,6 +201,9 @@ class Pod:
     no_vllm_metrics: bool = False  # --disable-log-stats: vLLM answers without vllm:* series
     api_requests: bool = False  # vLLM's http_requests_total for its API handlers
     sidecar_fails: tuple[float, float] | None = None  # seconds [from, to): the sidecar's scrapes of vLLM fail
+    verdict: str | None = None  # the sidecar's vllm_headroom_verdict for engine 0 of MODEL (None: not exported)
+    waiting: float = 0  # the sidecar's vllm_headroom_requests_waiting beside that verdict
+    undetermined: str | None = None  # vllm_headroom_capacity_undetermined{reason} of that engine
 
     def vllm_up(self, t: float) -> bool:
         return t >= self.vllm_up_from and (self.vllm_up_until is None or t < self.vllm_up_until)
@@ -235,6 +238,15 @@ class Pod:
         ]
         out.append(c.series("vllm_headroom_target_seen_up", s,
                             scraped(lambda t: 1.0 if first_up is not None and t >= first_up else 0.0)))
+        eng = {**s, "model_name": MODEL, "engine": "0"}
+        if self.verdict is not None:
+            for v in sorted({self.verdict, "ok"}):
+                out.append(c.series("vllm_headroom_verdict", {**eng, "verdict": v},
+                                    scraped(_f(1.0 if v == self.verdict else 0.0))))
+            out.append(c.series("vllm_headroom_requests_waiting", eng, scraped(_f(self.waiting))))
+        if self.undetermined is not None:
+            out.append(c.series("vllm_headroom_capacity_undetermined", {**eng, "reason": self.undetermined},
+                                scraped(_f(1.0))))
         return out
 
     def alert_labels(self, which: str) -> Labels:
@@ -271,6 +283,7 @@ def _cases() -> list[tuple[Case, Case]]:
 
     e_ff = Engine(**ff)  # type: ignore[arg-type]
     eng = e_ff.alert_labels
+    side = {"instance": BARE_SIDECAR["instance"], "model_name": MODEL, "engine": "0", "host": "host-a"}
     cap = {**BARE, "engine": "0"}
     two_cluster = [{**K8S, "cluster": c} for c in ("a", "b")]
     two_models = [{**K8S, "instance": f"10.0.0.5:{p}", "container": f"vllm-{m}"}
@@ -325,11 +338,29 @@ def _cases() -> list[tuple[Case, Case]]:
          Case("deferred waiters (KV transfer) without steps are not stuck: false-full",
               [Engine(usage=0.1, running=0, waiting=10, deferred=10, steps_per_s=0, finished_per_s=0)], [Pod()],
               fires=[Expect("VLLMKVFalseFull", eng, 10)])),
-        (Case("sleeping engine with a queue: its own warning, not stuck",
-              [Engine(usage=0.0, running=0, waiting=4, steps_per_s=0, finished_per_s=0, asleep=True)], [Pod()],
+        (Case("sleeping engine with a queue: its own info, not stuck nor false-full",
+              [Engine(usage=0.0, running=0, waiting=4, steps_per_s=0, finished_per_s=0, asleep=True)],
+              [Pod(verdict="sleeping", waiting=4)],
               fires=[Expect("VLLMEngineAsleepWithQueue", eng, 4)]),
-         Case("sleeping engine, nothing waits",
-              [Engine(usage=0.0, running=0, steps_per_s=0, finished_per_s=0, asleep=True)], [Pod()])),
+         Case("sleeping engine, nothing waits, 30 % of blocks kept (a leak if awake): quiet",
+              [Engine(usage=0.3, running=0, steps_per_s=0, finished_per_s=0, asleep=True)], [Pod(verdict="sleeping")])),
+        (Case("never_fits: the head needs more blocks than the pool, nothing runs: one critical page, not stuck",
+              [Engine(usage=0.0, running=0, waiting=10, steps_per_s=0, finished_per_s=0)],
+              [Pod(verdict="never_fits", waiting=10)],
+              fires=[Expect("VLLMHeadroomNeverFits", side, 10)], early={"VLLMHeadroomNeverFits": "1m"}),
+         Case("same queue without a step, the sidecar says stuck: the stuck page",
+              [Engine(usage=0.0, running=0, waiting=10, steps_per_s=0, finished_per_s=0)],
+              [Pod(verdict="stuck", waiting=10)], fires=[Expect("VLLMSchedulerStuck", eng, 10)])),
+        (Case("budget_full: prefills use up max_num_batched_tokens, pool has room: budget page, not false-full",
+              [e_ff], [Pod(verdict="budget_full", waiting=50)],
+              fires=[Expect("VLLMHeadroomBudgetFull", side, 50)], early={"VLLMHeadroomBudgetFull": "9m"}),
+         Case("same raw state, the sidecar says slots_full: the false-full page", [e_ff],
+              [Pod(verdict="slots_full", waiting=50)], fires=[Expect("VLLMKVFalseFull", eng, 50)])),
+        (Case("capacity config_error (num_gpu_blocks < 2)", [Engine()],
+              [Pod(verdict="ok", undetermined="config_error")],
+              fires=[Expect("VLLMHeadroomCapacityConfigError", {"host": "host-a", "model_name": MODEL, "engine": "0"},
+                            1)]),
+         Case("capacity missing (values unknown): no page", [Engine()], [Pod(verdict="ok", undetermined="missing")])),
         (Case("block leak: 30 % used with nothing running or waiting",
               [Engine(usage=0.3, running=0, steps_per_s=0, finished_per_s=0)], [Pod()],
               fires=[Expect("VLLMKVBlockLeak", eng, 12)], early={"VLLMKVBlockLeak": "14m"}),

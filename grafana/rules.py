@@ -254,11 +254,28 @@ def alerts(cfg: Config) -> list[Alert]:
     def f(name: str, default: str) -> str:
         return cfg.for_.get(name, default)
 
-    def engine(expr: str) -> str:
+    def verdict(names: str) -> str:
+        """The sidecar's verdict (a regex of names) per pod and engine, joinable to engine alerts."""
+        return (f"max by ({pod}, model_name, engine) (\n"
+                + _host(f'vllm_headroom_verdict{{verdict=~"{names}"}} == 1') + "\n)")
+
+    def engine(expr: str, explained_by: str = "", awake: bool = True) -> str:
         """Per engine, one series per pod whatever the number of scraping jobs, with `host`, unless the sidecar
-        says the target is down."""
-        return (f"max by ({ded}) (\n{_host(expr)}\n)\n"
-                f"unless on ({pod})\ninstance:vllm_headroom_target_down:bool")
+        says the target is down, the sidecar's verdict `explained_by` (a regex) holds, or the engine sleeps
+        (sleep mode is deliberate: only VLLMEngineAsleepWithQueue, an info, speaks of it)."""
+        if awake:
+            expr = f"(\n{expr}\n)\nunless on ({me})\n({R}vllm_engine_asleep:bool > 0)"
+        out = (f"max by ({ded}) (\n{_host(expr)}\n)\n"
+               f"unless on ({pod})\ninstance:vllm_headroom_target_down:bool")
+        explained = "|".join(x for x in (explained_by, "sleeping" if awake else "") if x)
+        if explained:
+            out += f"\nunless on ({pod}, model_name, engine)\n{verdict(explained)}"
+        return out
+
+    def sidecar(v: str) -> str:
+        """Waiting requests of an engine whose sidecar verdict is `v`, as an engine alert (host, no job)."""
+        return engine("vllm_headroom_requests_waiting\nand ignoring (verdict)\n"
+                      f'(vllm_headroom_verdict{{verdict="{v}"}} == 1)', awake=False)
 
     storm = f"({R}vllm_preemptions_per_request:ratio{w} >= {cfg.preemption_ratio:g})"
     pressure = (f"(\n  ({R}vllm_kv_usage_ratio:max_over_time{w} >= {full})\n  or on ({me})\n"
@@ -271,11 +288,13 @@ def alerts(cfg: Config) -> list[Alert]:
         f("VLLMKVBlockLeak", "15m")
     t_sd, t_td, t_start, t_abs = (f("VLLMHeadroomSidecarDown", "5m"), f("VLLMHeadroomTargetDown", "5m"),
                                   f("VLLMStartupSlow", "1m"), f("VLLMMetricsAbsent", "10m"))
+    t_never, t_budget, t_cfg = (f("VLLMHeadroomNeverFits", "2m"), f("VLLMHeadroomBudgetFull", "10m"),
+                                f("VLLMHeadroomCapacityConfigError", "10m"))
     limit = parse_duration(cfg.startup_limit)
     a = [
         Alert("VLLMKVFalseFull",
               engine(f"{R}vllm_num_requests_waiting:max\nand on ({me})\n({R}vllm_kv_false_full:bool == 1)\n"
-                     f"unless on ({me})\n{R}vllm_stuck:bool\nunless on ({me})\n({R}vllm_engine_asleep:bool > 0)"),
+                     f"unless on ({me})\n{R}vllm_stuck:bool", "never_fits|budget_full"),
               t_ff, "warning",
               "vLLM requests wait although the KV cache has room (false-full).",
               f"{ENGINE}: {{{{ $value | humanize }}}} requests have waited for {_minutes(t_ff)} while KV usage stayed "
@@ -284,7 +303,7 @@ def alerts(cfg: Config) -> list[Alert]:
               "the sidecar's vllm_headroom_verdict names the cause."),
         Alert("VLLMKVCacheFull",
               engine(f"{R}vllm_num_requests_waiting:max\nand on ({me})\n({R}vllm_kv_full:bool == 1)\n"
-                     f"unless on ({me})\n{storm}"),
+                     f"unless on ({me})\n{storm}", "never_fits"),
               t_full, "warning",
               "vLLM's KV cache is truly full: requests wait for blocks.",
               f"{ENGINE}: {{{{ $value | humanize }}}} requests have waited for {_minutes(t_full)} while KV usage "
@@ -307,16 +326,37 @@ def alerts(cfg: Config) -> list[Alert]:
               f"{ENGINE}: safe headroom {{{{ $value | humanize }}}} requests: if every running request reached "
               f"max_tokens vLLM would preempt. No pressure now (usage under {full}, no preemptions)."),
         Alert("VLLMSchedulerStuck",
-              engine(f"{R}vllm_num_requests_waiting_schedulable:max\nand on ({me})\n{R}vllm_stuck:bool"),
+              engine(f"{R}vllm_num_requests_waiting_schedulable:max\nand on ({me})\n{R}vllm_stuck:bool", "never_fits"),
               t_stuck, "critical", "vLLM has queued requests but makes no engine steps.",
               f"{ENGINE}: {{{{ $value | humanize }}}} schedulable requests wait and the engine made no step for "
               f"{_minutes(f'{parse_duration(w) + parse_duration(t_stuck):g}s')} (vllm:iteration_tokens_total_count "
               "flat). Requests will time out."),
         Alert("VLLMEngineAsleepWithQueue",
-              engine(f"{R}vllm_num_requests_waiting:max > 0\nand on ({me})\n({R}vllm_engine_asleep:bool > 0)"),
-              t_sleep, "warning", "vLLM is in sleep mode while requests wait.",
+              engine(f"{R}vllm_num_requests_waiting:max > 0\nand on ({me})\n({R}vllm_engine_asleep:bool > 0)",
+                     awake=False),
+              t_sleep, "info", "vLLM is in sleep mode while requests wait (deliberate; no page).",
               f"{ENGINE}: {{{{ $value | humanize }}}} requests wait while the engine sleeps (vllm:engine_sleep_state), "
-              f"for {_minutes(t_sleep)}. Wake it (POST /wake_up) or route elsewhere."),
+              f"for {_minutes(t_sleep)}. Sleep mode is put on deliberately (POST /sleep); if these requests should "
+              "run, wake it (POST /wake_up) or route elsewhere. No other engine alert fires on a sleeping engine."),
+        Alert("VLLMHeadroomNeverFits", sidecar("never_fits"), t_never, "critical",
+              "The request at the head of vLLM's queue can never be admitted: it needs more KV blocks than the pool.",
+              f"{ENGINE}: {{{{ $value | humanize }}}} requests wait behind a head request that needs more KV blocks "
+              f"than the whole pool holds, for {_minutes(t_never)} (sidecar verdict never_fits). It will never run "
+              "and, first-come-first-served, the queue behind it barely moves. Lower max_model_len to what the pool "
+              "holds, or start vLLM with --no-scheduler-reserve-full-isl; cancel the request now."),
+        Alert("VLLMHeadroomBudgetFull", sidecar("budget_full"), t_budget, "warning",
+              "vLLM's running prefills use up max_num_batched_tokens: requests wait beside free KV.",
+              f"{ENGINE}: {{{{ $value | humanize }}}} requests have waited for {_minutes(t_budget)} while running "
+              "prefills used the whole step token budget (max_num_batched_tokens; sidecar verdict budget_full). "
+              "The KV cache has room: raise max_num_batched_tokens or enable chunked prefill with a larger budget."),
+        Alert("VLLMHeadroomCapacityConfigError",
+              f"max by ({pod}, model_name, engine) (\n"
+              + _host('vllm_headroom_capacity_undetermined{reason="config_error"} == 1') + "\n)",
+              t_cfg, "warning", "The sidecar cannot derive an engine's KV capacity: its configuration makes no sense.",
+              f"The sidecar of {WHERE} reports vllm_headroom_capacity_undetermined{{reason=\"config_error\"}} = "
+              f"{{{{ $value | humanize }}}} for {{{{ $labels.model_name }}}} engine {{{{ $labels.engine }}}}, for "
+              f"{_minutes(t_cfg)} (e.g. num_gpu_blocks < 2): no verdict, headroom or capacity panel for it. "
+              "/api/v1/diagnosis of the sidecar names the value."),
         Alert("VLLMKVBlockLeak",
               engine(f"{R}vllm_kv_used_blocks:round > 0\n"
                      f"and on ({me}) {R}vllm_num_requests_running:max == 0\n"
@@ -358,6 +398,25 @@ def alerts(cfg: Config) -> list[Alert]:
               "vLLM started with --disable-log-stats exports none: KV, queue and headroom are blind."),
     ]
     return a
+
+
+# Every verdict of the sidecar (exporter.pipeline.verdict.Verdict) and the alert that speaks for it; None: no
+# alert by design. tests/monitoring fails when the sidecar gains a verdict this table does not name.
+VERDICT_ALERTS: dict[str, str | None] = {
+    "ok": None,
+    "kv_full": "VLLMKVCacheFull",
+    "slots_full": "VLLMKVFalseFull",
+    "head_of_line": "VLLMKVFalseFull",
+    "deferred": "VLLMKVFalseFull",
+    "preempting": "VLLMPreemptionStorm",
+    "stuck": "VLLMSchedulerStuck",
+    "leak": "VLLMKVBlockLeak",
+    "target_down": "VLLMHeadroomTargetDown",
+    "budget_full": "VLLMHeadroomBudgetFull",  # a false-full with a known cause: replaces VLLMKVFalseFull
+    "never_fits": "VLLMHeadroomNeverFits",  # replaces VLLMKVFalseFull, VLLMKVCacheFull, VLLMSchedulerStuck
+    "sleeping": "VLLMEngineAsleepWithQueue",  # info; every other engine alert is silent on a sleeping engine
+    "transient": None,  # one-shot (`vllm-headroom check`) only: a served sidecar never exports it as current
+}
 
 
 def anchor(name: str) -> str:
@@ -428,8 +487,15 @@ def inhibit_rules() -> list[dict[str, Any]]:
     return [
         {"source_matchers": ['alertname="VLLMHeadroomTargetDown"'],
          "target_matchers": ['alertname=~"VLLMKV.*|VLLMPreemptionStorm|VLLMSchedulerStuck|VLLMEngineAsleepWithQueue'
-                             '|VLLMMetricsAbsent"'],
+                             '|VLLMMetricsAbsent|VLLMHeadroomNeverFits|VLLMHeadroomBudgetFull"'],
          "equal": INHIBIT_EQUAL_POD},
+        {"source_matchers": ['alertname="VLLMHeadroomNeverFits"'],
+         "target_matchers": ['alertname=~"VLLMKVFalseFull|VLLMKVCacheFull|VLLMSchedulerStuck"'], "equal": engine},
+        {"source_matchers": ['alertname="VLLMHeadroomBudgetFull"'],
+         "target_matchers": ['alertname="VLLMKVFalseFull"'], "equal": engine},
+        {"source_matchers": ['alertname="VLLMEngineAsleepWithQueue"'],
+         "target_matchers": ['alertname=~"VLLMKV.*|VLLMPreemptionStorm|VLLMSchedulerStuck|VLLMHeadroomNeverFits'
+                             '|VLLMHeadroomBudgetFull"'], "equal": engine},
         {"source_matchers": ['alertname="VLLMPreemptionStorm"'],
          "target_matchers": ['alertname=~"VLLMKVCacheFull|VLLMKVOversubscribed"'], "equal": engine},
         {"source_matchers": ['alertname="VLLMSchedulerStuck"'],

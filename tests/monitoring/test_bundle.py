@@ -16,11 +16,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporter.core.units import parse_duration
 from exporter.expose.server import Sidecar
 from exporter.pipeline.target import Settings, one_shot
+from exporter.pipeline.verdict import Verdict
 from grafana import generate
 from grafana.config import DEFAULT
 from grafana.dashboards import dashboards
 from grafana.promtool_tests import cases, twins
-from grafana.rules import alerts, anchor, rule_groups
+from grafana.rules import VERDICT_ALERTS, alerts, anchor, rule_groups
 from tests import fixtures
 from tests.monitoring.promql import dashboard_queries, metric_names, require, rules, substitute
 
@@ -28,7 +29,8 @@ ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "vllm-0.32.0"
 REQUIRED_ALERTS = {"VLLMKVFalseFull", "VLLMKVCacheFull", "VLLMPreemptionStorm", "VLLMKVOversubscribed",
                    "VLLMSchedulerStuck", "VLLMEngineAsleepWithQueue", "VLLMKVBlockLeak", "VLLMHeadroomSidecarDown",
-                   "VLLMHeadroomTargetDown", "VLLMStartupSlow", "VLLMMetricsAbsent"}
+                   "VLLMHeadroomTargetDown", "VLLMStartupSlow", "VLLMMetricsAbsent", "VLLMHeadroomNeverFits",
+                   "VLLMHeadroomBudgetFull", "VLLMHeadroomCapacityConfigError"}
 # Names the rules read that the recorded vLLM 0.32.0 does not export: older versions' (see
 # ../shared/reference/vllm-metrics-and-admission.md) and Prometheus' own.
 OLDER_VERSIONS = {"vllm:gpu_cache_usage_perc"}  # V0 and V1 <= 0.10 (hidden in 0.11, gone from 0.12)
@@ -89,6 +91,18 @@ def test_alerts_are_complete_and_link_the_runbook() -> None:
             assert f"**{section}**" in body, f"runbook section {name} lacks {section}"
     engine_alerts = [r for r in found if "model_name" in r["annotations"]["description"]]
     assert all("$value" in r["annotations"]["description"] for r in engine_alerts)
+
+
+def test_every_verdict_of_the_sidecar_has_a_decided_alert() -> None:
+    """A verdict the sidecar gains fails here until the bundle says which alert (or none) speaks for it."""
+    assert set(VERDICT_ALERTS) == {str(v) for v in Verdict}
+    names = {a.name for a in alerts(DEFAULT)}
+    assert {a for a in VERDICT_ALERTS.values() if a} <= names
+    fired = {e.alert for c in cases() for e in c.fires}
+    titles = " ".join(c.name for c in cases())
+    for v in ("never_fits", "budget_full", "sleeping", "config_error"):
+        assert v in titles, v  # each new sidecar state has its promtool twins
+    assert {"VLLMHeadroomNeverFits", "VLLMHeadroomBudgetFull", "VLLMHeadroomCapacityConfigError"} <= fired
 
 
 def test_every_alert_fires_in_one_case_and_each_case_has_a_quiet_twin() -> None:
@@ -201,8 +215,17 @@ def test_dashboards_are_well_formed() -> None:
     by_title = {p["title"]: p for p in adm["panels"]}
     verdict = by_title["Verdict"]["fieldConfig"]["defaults"]["mappings"][0]["options"]
     assert verdict["stuck"]["color"] != "green" and verdict["ok"]["color"] == "green"
-    assert set(verdict) == {"ok", "kv_full", "slots_full", "preempting", "head_of_line", "deferred", "stuck", "leak",
-                            "target_down"}
+    every = {str(v) for v in Verdict}  # a verdict the sidecar gains must get a colour here
+    assert set(verdict) == every
+    assert verdict["never_fits"]["color"] == verdict["stuck"]["color"] and verdict["budget_full"]["color"] != "green"
+    timeline = by_title["Verdict over time"]
+    for panel in (by_title["Verdict"], timeline):  # value 1 per verdict series: colours by series name too
+        named = {o["matcher"]["options"]: o["properties"][0]["value"]["fixedColor"]
+                 for o in panel["fieldConfig"]["overrides"] if o["matcher"]["id"] == "byName"}
+        assert every <= set(named) and named["ok"] == "green", panel["title"]
+    assert "binding_limit" in " ".join(t["expr"] for t in timeline["targets"])
+    ratio = " ".join(t["expr"] for p in adm["panels"] for t in p.get("targets", []))
+    assert "unreachable_pool_ratio" in ratio and "effective_usage_ratio" not in ratio  # the deprecated alias goes
     main = next(p for t, p in by_title.items() if t.startswith("Waiting vs admission headroom"))
     exprs = " ".join(t["expr"] for t in main["targets"])
     assert "kv_free_blocks" not in exprs  # free blocks (tens of thousands) get their own panel
@@ -228,6 +251,12 @@ def _recorded_names() -> set[str]:
         t.last = t.observe(1.0, fixtures.snapshot(scenario))
         t.known_engines = {(e.model_name, e.engine) for e in t.last.engines}
         targets.append(t)
+    # vllm_headroom_capacity_undetermined{reason="config_error"} is exported only for a nonsensical config: the
+    # idle recording with num_gpu_blocks 1 (a pool of nothing but the null block).
+    bad = one_shot(Settings("http://config-error:8000", vllm_args=fixtures.vllm_argv("idle"), discover_cmdline=False))
+    bad.last = bad.observe(1.0, re.sub(r'num_gpu_blocks="\d+"', 'num_gpu_blocks="1"', fixtures.snapshot("idle")))
+    assert bad.last.gaps and bad.last.gaps[0].config_error
+    targets.append(bad)
     ours = generate_latest(Sidecar(targets, 5.0).registry).decode()
     for fam in text_string_to_metric_families(ours):
         names |= {s.name for s in fam.samples}

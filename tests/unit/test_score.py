@@ -76,3 +76,11 @@ def test_memory_bound_frames_are_never_called_slots_full() -> None:
     said = [(s.scenario, s.mode, n) for s in SCORES for (truth_label, ours), n in s.confusion.items()
             if truth_label == "preempting" and ours == "slots_full"]
     assert not said, said
+
+
+def test_only_v0_and_dead_engine_recordings_are_left_out_of_the_score() -> None:
+    left = truth.unscored()
+    assert not [f for f, _ in left if f.parent.name == "vllm-0.32.0"]
+    assert all(why.startswith(("V0 engine", "the engine died")) for _, why in left), left
+    scored_releases = {f.parent.name for f in truth.recordings()}
+    assert len(scored_releases) >= 7, scored_releases

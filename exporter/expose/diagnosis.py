@@ -317,6 +317,10 @@ def target_json(r: TargetReport) -> dict[str, Any]:
         "error_reason": r.error_reason,
         "error": r.error,
         "vllm_version": r.version,
+        "vllm_rules": None if r.rules is None else {
+            "source": r.rules.source, "release": r.rules.release, "engine": r.rules.engine,
+            "admission": r.rules.admission, "usage_counts_null_block": r.rules.usage_counts_null_block,
+            "conservative": list(r.rules.conservative), "description": r.rules.describe()},
         "engines": ([engine_json(e, r.engines) for e in r.engines] if r.up
                     else [_down_json(r, m, e) for m, e in r.known_engines]),
         "undetermined_engines": [_gap_json(g) for g in r.gaps],
@@ -361,6 +365,8 @@ def render_text(reports: list[TargetReport]) -> str:
                 f"{'?' if h.max_concurrency_max_model_len is None else h.max_concurrency_max_model_len}")
             cfg = ", ".join(f"{k}={v['value']} ({v['source']})" for k, v in e.config.as_json().items())
             lines.append(f"  config: {cfg}")
+            if r.rules is not None:
+                lines.append(f"  rules: {r.rules.describe()}")
             if e.cmdline_pid is not None:
                 lines.append(f"  cmdline values read from /proc/{e.cmdline_pid}/cmdline "
                              f"(found by its {e.cmdline_found_by})")

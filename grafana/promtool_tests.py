@@ -373,7 +373,9 @@ def _cases() -> list[tuple[Case, Case]]:
               [Engine(usage=1 / 40, running=0, steps_per_s=0, finished_per_s=0, version="0.10")], [Pod()])),
         (Case("0.8-style exposition (old usage name, no engine label): false-full",
               [Engine(**ff, engine=None, version="0.8")], [Pod()],  # type: ignore[arg-type]
-              fires=[Expect("VLLMKVFalseFull", Engine(engine=None).alert_labels, 50)]),
+              fires=[Expect("VLLMKVFalseFull", Engine(engine=None).alert_labels, 50)],
+              # no engine label: V0's convention, a pool without a null block (all 40 usable)
+              exprs=[(f"{rec}vllm_kv_capacity_blocks:usable", [(dict(BARE), 40)])]),
          Case("0.8-style exposition, healthy", [Engine(engine=None, version="0.8")], [Pod()])),
         (Case("double scrape: one pod, two jobs, false-full pages once",
               [Engine(**ff, labels=dict(K8S)), Engine(**ff, labels={**K8S, "job": "vllm"})],  # type: ignore[arg-type]

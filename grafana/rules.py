@@ -3,7 +3,8 @@
 The recording rules mirror exporter/pipeline/derive.py where raw vLLM data allows it:
 
   N  = num_gpu_blocks of one engine  = label of vllm:cache_config_info / engines of the API server
-  B  = usable blocks                 = N - 1 (block 0 is vLLM's null block)
+  B  = usable blocks                 = N - 1 (block 0 is V1's null block); N on V0 (no null block; its series
+                                       carry no `engine` label, every V1's do)
   used = round(u * (B + c)) - c      c = 1 where usage counts the null block (V1 <= 0.10, recognised by the
                                      deprecated vllm:gpu_cache_usage_perc beside it), else 0; free = B - used
   P, M = profile prompt / max_tokens = upper bound of the histogram bucket holding the q-quantile over the window,
@@ -44,6 +45,7 @@ INF, NOT_INF = 'le="+Inf"', 'le!="+Inf"'
 DEFERRED = 'reason="deferred"'
 ASLEEP = 'sleep_state!="awake"'
 PREEMPTIONS = '__name__=~"vllm:num_preemptions(_total)?"'
+V1_SERIES, V0_SERIES = 'engine!=""', 'engine=""'  # V1 labels every series with its engine, V0 none
 API_HANDLERS = 'handler=~"/v1/(models|completions|chat/completions)"'
 
 
@@ -112,7 +114,12 @@ def recording_rules(cfg: Config) -> list[dict[str, str]]:
         (f"{R}vllm_num_gpu_blocks:per_engine",
          _label_value(cfg, "num_gpu_blocks") + f"\n/ on ({cfg.by()}) group_left ()\ninstance:vllm_engines:count"),
         (f"{R}vllm_block_size_tokens:max", _label_value(cfg, "block_size")),
-        (f"{R}vllm_kv_capacity_blocks:usable", f"{R}vllm_num_gpu_blocks:per_engine - 1"),
+        # 1 where block 0 is vLLM's null block (V1: its series carry `engine`); 0 on V0, whose pool has none.
+        (f"{R}vllm_null_block:bool",
+         f"max by ({e}) (vllm:cache_config_info{cfg.sel(V1_SERIES)} * 0 + 1)\n"
+         f"or\nmax by ({e}) (vllm:cache_config_info{cfg.sel(V0_SERIES)} * 0)"),
+        (f"{R}vllm_kv_capacity_blocks:usable",
+         f"{R}vllm_num_gpu_blocks:per_engine\n- on ({e})\n{R}vllm_null_block:bool"),
         (f"{R}vllm_kv_capacity_tokens:usable",
          f"{R}vllm_kv_capacity_blocks:usable\n* on ({e}) group_left ()\n{R}vllm_block_size_tokens:max"),
         # vllm:kv_cache_usage_perc from 0.9, vllm:gpu_cache_usage_perc before (both in 0.9-0.10: the new one wins).
@@ -122,9 +129,11 @@ def recording_rules(cfg: Config) -> list[dict[str, str]]:
          f"max by ({me}) (max_over_time(vllm:kv_cache_usage_perc{s}[{w}]))\n"
          f"or\nmax by ({me}) (max_over_time(vllm:gpu_cache_usage_perc{s}[{w}]))"),
         # 1 where usage divides by num_gpu_blocks (null block counted as used): the servers that still export the
-        # deprecated name (V1 <= 0.10, and V0); 0 from 0.11.
+        # deprecated name (V1 <= 0.10); 0 from 0.11 and on V0 (no null block).
         (f"{R}vllm_kv_usage_counts_null_block:bool",
-         f"max by ({me}) (vllm:gpu_cache_usage_perc{s} * 0 + 1)\nor\nmax by ({me}) (vllm:kv_cache_usage_perc{s} * 0)"),
+         f"(\n  max by ({me}) (vllm:gpu_cache_usage_perc{s} * 0 + 1)\n"
+         f"  or\n  max by ({me}) (vllm:kv_cache_usage_perc{s} * 0)\n)"
+         f"\n* on ({e}) group_left ()\n{R}vllm_null_block:bool"),
         (f"{R}vllm_num_requests_running:max", f"max by ({me}) (vllm:num_requests_running{s})"),
         (f"{R}vllm_num_requests_waiting:max", f"max by ({me}) (vllm:num_requests_waiting{s})"),
         # Waiting minus vLLM's deferred waiters (LoRA, grammar, KV transfer; labelled from 0.20).

@@ -113,6 +113,9 @@ def _fold_ray(text: str) -> str:
     return text.replace("\nray_vllm:", "\nvllm:").replace("\nray_vllm_", "\nvllm:")[1:]
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")  # control characters no text exposition holds
+
+
 def sniff(text: str) -> str | None:
     """One sentence naming a body that is no text exposition at all (gzip data, an HTML page), else None.
 
@@ -125,7 +128,7 @@ def sniff(text: str) -> str | None:
                 "(gunzip the file, or fetch with curl --compressed)")
     sample = text[:4096]
     limit = max(8, len(sample) // 20)  # a stray NUL or bad byte in a label value is no binary file
-    if sample.count("\ufffd") > limit or sum(1 for c in sample if c < " " and c not in "\t\r\n") > limit:
+    if sample.count("\ufffd") > limit or len(_CONTROL.findall(sample)) > limit:
         return "the body is binary data, not a text exposition: is this the right file or URL?"
     if head[:1] in ("{", "["):
         return ("the body is a JSON document, not a Prometheus text exposition: save vLLM's /metrics "
@@ -154,10 +157,10 @@ def parse(text: str, wanted: Iterable[str] | None = None) -> Exposition:
     is what keeps a scrape cheap; lines of other families are not validated, so junk in a family we do not
     use cannot take the sidecar down (Prometheus, scraping vLLM itself, reports such lines).
     """
-    sniffed = sniff(text)
-    if sniffed is not None:
-        raise ExpositionError(sniffed, reason="malformed")
+    # A body that is no exposition at all (gzip, binary, JSON, HTML) is named as such; it is sniffed only when
+    # the parse would fail or find no vLLM series, so a good scrape pays nothing for it.
     if text and not text.endswith("\n") and blank(text) is None:
+        _raise_if_not_an_exposition(text)
         # The format requires a final line feed; its absence means the body was cut off.
         raise ExpositionError("the exposition ends mid-line (truncated body)", reason="truncated")
     if "ray_vllm" in text:
@@ -170,8 +173,20 @@ def parse(text: str, wanted: Iterable[str] | None = None) -> Exposition:
         lines = [(0, ln) for ln in all_lines if ln.startswith(prefixes)]  # line numbers only for errors
     out = Exposition()
     out.vllm_lines = text.count("\nvllm:") + text.startswith("vllm:")
-    _parse_lines(lines, out.samples, None if wanted is None else frozenset(wanted))
+    if out.vllm_lines == 0:
+        _raise_if_not_an_exposition(text)
+    try:
+        _parse_lines(lines, out.samples, None if wanted is None else frozenset(wanted))
+    except ExpositionError:
+        _raise_if_not_an_exposition(text)
+        raise
     return out
+
+
+def _raise_if_not_an_exposition(text: str) -> None:
+    sniffed = sniff(text)
+    if sniffed is not None:
+        raise ExpositionError(sniffed, reason="malformed") from None
 
 
 def _parse_lines(lines: Iterable[tuple[int, str]], samples: dict[str, Series], want: frozenset[str] | None) -> None:

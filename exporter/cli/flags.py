@@ -71,21 +71,22 @@ def _tokens(text: str) -> int:
     return value
 
 
-def _positive_int(text: str) -> int:
+def _whole(text: str) -> int:
     try:
-        value = int(text)
+        return int(text)
     except ValueError:
         raise ValueError(f"{text!r} is not a whole number") from None
+
+
+def _positive_int(text: str) -> int:
+    value = _whole(text)
     if value <= 0:
         raise ValueError(f"{text!r} must be greater than 0")
     return value
 
 
 def _blocks(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise ValueError(f"{text!r} is not a whole number") from None
+    value = _whole(text)
     if value < 2:
         raise ValueError(f"{text!r} leaves no usable block: vLLM keeps one null block, so at least 2 are needed")
     return value

@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from exporter.pipeline.scrape import parse_models, parse_version
+from exporter.pipeline.target import Target
 from exporter.replay import recording as replay
 
 ROOT = Path(__file__).parent / "fixtures" / "vllm-0.32.0"
@@ -28,3 +30,12 @@ def recording(scenario: str) -> replay.Recording:
 def vllm_argv(scenario: str) -> list[str]:
     """vLLM's command line as recorded (what the sidecar reads from /proc in a pod)."""
     return [str(a) for a in meta(scenario)["server_argv"]]
+
+
+def as_recorded(target: Target, meta: dict[str, Any]) -> Target:
+    """`target` knowing what the recorded server answered on /v1/models and /version (as the sidecar reads them)."""
+    if meta.get("v1_models"):
+        target.models = parse_models(json.dumps(meta["v1_models"]))
+    if meta.get("version"):
+        target.version = parse_version(json.dumps(meta["version"]))
+    return target

@@ -12,16 +12,15 @@ no timestamps; scrape durations are absent because nothing was fetched).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, generate_latest
 
 from exporter.expose.collector import HeadroomCollector
-from exporter.pipeline.scrape import parse_models, parse_version
 from exporter.pipeline.target import Settings, Target
 from exporter.replay import recording
+from tests import fixtures
 
 FIXTURES = Path(__file__).parent / "fixtures"
 NAME = "golden-metrics.prom"
@@ -37,10 +36,7 @@ def render(folder: Path) -> str:
     meta = rec.meta
     argv = [str(a) for a in meta.get("server_argv") or []]
     target = Target(Settings(url="http://vllm:8000", vllm_args=argv or None, discover_cmdline=False))
-    if meta.get("v1_models"):
-        target.models = parse_models(json.dumps(meta["v1_models"]))
-    if meta.get("version"):
-        target.version = parse_version(json.dumps(meta["version"]))
+    fixtures.as_recorded(target, meta)
     start = rec.frames[0][0]
     until = float(meta.get("snapshot_t", rec.duration))
     for t, text in rec.frames:

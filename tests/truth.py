@@ -32,10 +32,10 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.pipeline.scrape import parse_models, parse_version
 from exporter.pipeline.target import EngineReport, Settings, Target, one_shot
 from exporter.pipeline.verdict import Thresholds
 from exporter.replay import recording
+from tests import fixtures
 
 FIXTURES = Path(__file__).parent / "fixtures"
 REPORT = FIXTURES / "SCORE.md"
@@ -253,10 +253,7 @@ class Score:
 
 def _target(meta: dict[str, Any], settings: Settings | Target) -> Target:
     target = settings if isinstance(settings, Target) else Target(settings)
-    if meta.get("v1_models"):
-        target.models = parse_models(json.dumps(meta["v1_models"]))
-    if meta.get("version"):
-        target.version = parse_version(json.dumps(meta["version"]))
+    fixtures.as_recorded(target, meta)
     return target
 
 

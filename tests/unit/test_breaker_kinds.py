@@ -11,11 +11,11 @@ import re
 from pathlib import Path
 
 from exporter.expose import diagnosis
-from exporter.pipeline.scrape import parse_models, parse_version
 from exporter.pipeline.target import EngineReport, Settings, Target, one_shot
 from exporter.pipeline.verdict import FALSE_FULL_VERDICTS, Thresholds, Verdict
 from exporter.planning import advice
 from exporter.replay import recording
+from tests import fixtures
 
 FIX = Path(__file__).parents[1] / "fixtures"
 HOLD = 2.0
@@ -32,10 +32,7 @@ def _target(release: str, scenario: str, args: list[str] | bool | None = True, o
     settings = Settings("recorded", vllm_args=given, discover_cmdline=False,  # type: ignore[arg-type]
                         thresholds=Thresholds(false_full_hold=HOLD), **kw)  # type: ignore[arg-type]
     t = one_shot(settings) if once else Target(settings)
-    if meta.get("v1_models"):
-        t.models = parse_models(json.dumps(meta["v1_models"]))
-    if meta.get("version"):
-        t.version = parse_version(json.dumps(meta["version"]))
+    fixtures.as_recorded(t, meta)
     return t
 
 

@@ -87,11 +87,12 @@ class Clock:
         body = ",".join(f'{k}="{v}"' for k, v in labels.items())
         return {"series": f"{name}{{{body}}}", "values": _encode([fn(t) for t in self.times])}
 
-    def counter(self, rate: float | Fn, reset_at: float | None = None, alive: Fn | None = None) -> Fn:
-        """A counter rising at `rate` per second, restarting from 0 at `reset_at`."""
+    def counter(self, rate: float | Fn, reset_at: float | None = None, alive: Fn | None = None,
+                start: float = 0.0) -> Fn:
+        """A counter at `start` when first scraped, rising at `rate` per second, restarting from 0 at `reset_at`."""
         r = _f(rate)
         acc: dict[float, float] = {}
-        total = 0.0
+        total = start
         for t in self.times:
             if reset_at is not None and t == reset_at:
                 total = 0.0
@@ -121,6 +122,9 @@ class Engine:
     asleep: bool = False
     prompt_le: str = "20.0"  # bucket of every finished request's prompt
     max_tokens_le: str = "100.0"
+    # Requests with a top-bucket prompt that finished before Prometheus' first scrape (a server that served other
+    # traffic first): the buckets' counters start unequal, which increase()'s extrapolation does not survive.
+    earlier_long_prompts: float = 0
     finished_per_s: float = 10
     preempt_per_s: float = 0
     steps_per_s: float = 10
@@ -184,8 +188,10 @@ class Engine:
             reached = False
             for b in BUCKETS:
                 reached = reached or b == le
+                earlier = self.earlier_long_prompts if b in BUCKETS[-2:] else 0
                 out.append(c.series(hist, {**lb, "le": b},
-                                    c.counter(self.finished_per_s if reached else 0, self.reset_at, self.alive)))
+                                    c.counter(self.finished_per_s if reached else 0, self.reset_at, self.alive,
+                                              earlier)))
         return out
 
 
@@ -305,6 +311,17 @@ def _cases() -> list[tuple[Case, Case]]:
                      (f"{rec}vllm_kv_false_full:bool", [(e_ff.engine_labels, 1)]),
                      (f"{rec}vllm_kv_full:bool", [(e_ff.engine_labels, 0)])]),
          Case("healthy busy server: 60 % used, nothing waits", [Engine()], [Pod()])),
+        # Seen live (CI, vLLM 0.32.0, 30 s scrapes): a server that had served 500-token prompts earlier, then only
+        # 16-token ones; increase() extrapolated the +Inf bucket further than the le=20 one (their counters began
+        # apart), the le=20 share fell under 0.99, the prompt read as 500 tokens, and false-full flapped off.
+        # 70 % used: 12 free blocks hold a 1-block prompt but not a 16-block one.
+        (Case("false-full after earlier long prompts: the window's prompts, not the lifetime's",
+              [Engine(usage=0.7, waiting=50, earlier_long_prompts=5000)], [Pod()],
+              fires=[Expect("VLLMKVFalseFull", eng, 50)], also_at=["7m"],
+              exprs=[(f"{rec}vllm_kv_free_blocks:sub", [(e_ff.engine_labels, 12)]),
+                     (f"{rec}vllm_request_prompt_tokens:bucket_quantile", [(e_ff.engine_labels, 20)]),
+                     (f"{rec}vllm_prompt_blocks:ceil", [(e_ff.engine_labels, 1)])]),
+         Case("earlier long prompts, nothing waits", [Engine(earlier_long_prompts=5000)], [Pod()])),
         (Case("nothing finished for the whole window: false-full on the max_model_len basis",
               [Engine(**ff, finished_per_s=0)], [Pod()],  # type: ignore[arg-type]
               fires=[Expect("VLLMKVFalseFull", eng, 50), Expect("VLLMKVOversubscribed", eng, -6, "info")],

@@ -73,14 +73,23 @@ def _top_bucket(cfg: Config, histogram: str) -> str:
 
 def _bucket_quantile(cfg: Config, histogram: str) -> str:
     """Upper bound of the bucket holding the profile quantile over the window; lifetime when nothing finished in
-    it; the top finite bucket (max_model_len) when nothing ever finished."""
+    it; the top finite bucket (max_model_len) when nothing ever finished.
+
+    The window's counts are each bucket's rise over the samples in the window (`x - min_over_time(x[w])`), not
+    increase(): increase() extrapolates each series on its own, and buckets whose counters began apart (a server
+    that served other prompts before Prometheus' first scrape) come out with unequal factors. Seen live on vLLM
+    0.32.0: the le=20 share of 16-token prompts fell under 0.99 and the prompt read as the top bucket (500).
+    A counter reset inside the window counts from the lowest sample, the same for every bucket."""
     by = cfg.by("model_name", "engine")
     inf = cfg.sel(INF)
 
+    def rise(series: str, rng: str) -> str:
+        return f"({series} - min_over_time({series}[{rng}]))"
+
     def over(rng: str) -> str:
         if rng:
-            buckets = f"sum by ({by}, le) (increase({histogram}_bucket{cfg.sel()}[{rng}]))"
-            total = f"sum by ({by}) (increase({histogram}_bucket{inf}[{rng}]))"
+            buckets = f"sum by ({by}, le) {rise(histogram + '_bucket' + cfg.sel(), rng)}"
+            total = f"sum by ({by}) {rise(histogram + '_bucket' + inf, rng)}"
         else:
             buckets = f"sum by ({by}, le) ({histogram}_bucket{cfg.sel()})"
             total = f"sum by ({by}) ({histogram}_bucket{inf})"

@@ -81,7 +81,9 @@ class TruthLoad(Load):
                                    "sent": round(time.monotonic() - self.t0, 3)}
             self.requests.append(rec)
             body = {"model": self.model, "prompt": prompt_for(wave, self._seed), "max_tokens": wave.max_tokens,
-                    "ignore_eos": True, "temperature": 0}
+                    "ignore_eos": True, "temperature": 0,
+                    # n engine requests per HTTP request (vLLM rejects n > 1 with greedy sampling).
+                    **({"n": wave.n, "temperature": 1.0} if wave.n != 1 else {})}
             try:
                 resp = await client.post(f"{self.url}/v1/completions", json=body)
                 rec["finished"] = round(time.monotonic() - self.t0, 3)

@@ -91,6 +91,32 @@ def _run_load(server: VllmServer, waves: list[Wave], timeout: float = 120.0) -> 
     return load
 
 
+def drive(load: Load, watch: Watch, enough: Callable[[list[Sample]], bool], deadline: float) -> bool:
+    """Run `load` until the samples show `enough` of the state under test, at most `deadline` seconds; cancel it.
+
+    No timing luck: build the load's closed-loop waves with `until_cancelled`, so a slow machine gets more time,
+    not a thinner state. False when the deadline passed first: the caller's assertions then say what was seen."""
+    load.start()
+    end = time.monotonic() + deadline
+    try:
+        while time.monotonic() < end:
+            if enough(list(watch.samples)):
+                return True
+            if load.errors:
+                raise AssertionError(f"the load failed: {load.errors[:3]}")
+            if load.done:
+                return enough(list(watch.samples))
+            time.sleep(0.5)
+        return False
+    finally:
+        load.cancel()
+
+
+def until_cancelled(waves: list[Wave], deadline: float) -> list[Wave]:
+    """The waves with every closed-loop wave running until `drive` cancels it (or `deadline` seconds)."""
+    return [dataclasses.replace(w, duration=deadline) if w.duration else w for w in waves]
+
+
 def _wait_idle(sidecar: SidecarProcess) -> dict[str, Any]:
     _t, engine = sidecar.wait_for(lambda e: e["requests_running"] == 0 and e["requests_waiting"] == 0, 30)
     return engine
@@ -133,7 +159,10 @@ def test_idle_capacity_and_provenance_are_discovered_exactly(vllm_main: VllmServ
 def test_slots_bound_false_full_is_reported_within_two_intervals(vllm_main: VllmServer) -> None:
     with SidecarProcess(vllm_main.url, FAST) as sidecar, Watch(vllm_main, sidecar) as watch:
         _wait_idle(sidecar)
-        _run_load(vllm_main, _short("false-full", 8.0))
+        # Enough of the slots-bound state with a deep queue for the checks below (Watch reads every 0.25 s).
+        drive(Load(vllm_main.url, vllm_main.served_model_name, until_cancelled(SCENARIOS["false-full"].waves, 120)),
+              watch, lambda samples: sum(1 for s in samples if _n(s, "running") == 8 and _n(s, "waiting") > 20) >= 24,
+              120)
     state = watch.first(lambda s: _n(s, "waiting") > 0 and _n(s, "running") == 8 and _n(s, "kv_cache_usage_perc") < 0.8)
     assert state is not None, "the engine never showed the slots-bound state"
     ours = watch.first(lambda s: s.t >= state.t and s.ours is not None and s.ours["verdict"] == "slots_full"
@@ -152,7 +181,10 @@ def test_slots_bound_false_full_is_reported_within_two_intervals(vllm_main: Vllm
 def test_kv_bound_true_full_is_kv_full_not_false_full(vllm_main: VllmServer) -> None:
     with SidecarProcess(vllm_main.url, FAST) as sidecar, Watch(vllm_main, sidecar) as watch:
         _wait_idle(sidecar)
-        _run_load(vllm_main, _short("kv-full", 8.0))
+        # 6 s of the KV-bound state by the engine's own gauges: at least 3 sidecar scrapes (1 s) of it.
+        drive(Load(vllm_main.url, vllm_main.served_model_name, until_cancelled(SCENARIOS["kv-full"].waves, 120)),
+              watch, lambda samples: sum(1 for s in samples if _n(s, "waiting") > 0 and _n(s, "running") < 8
+                                         and _n(s, "kv_cache_usage_perc") >= 0.8) >= 24, 120)
     engine_state_seen = watch.first(lambda s: _n(s, "waiting") > 0 and _n(s, "running") < 8
                                     and _n(s, "kv_cache_usage_perc") >= 0.8)
     assert engine_state_seen is not None, "the engine never showed the KV-bound state"

@@ -10,9 +10,10 @@ request: the front end delivered ~20 requests/s to an engine that finishes 64 to
 clients kept 0-8 running and nothing waiting, the way this test once failed.) The load runs until the test ends (a
 failed request is retried, not a lost client), and the test first verifies from the engine's own gauges that the
 queue stands before it waits for the alert, with a deadline derived from the scrape interval and the alert's `for:`.
-While it waits it keeps reading the gauges: if the queue ever drained, the failure says so (the load's fault), not
-"the rules did not fire". The alert is read from the ALERTS series Prometheus stored, the flags from max_over_time
-over the whole run, each polled with a deadline.
+While it waits it keeps reading the gauges: a momentary drain is what production queues do too and only matters if a
+scrape lands on it, so it fails nobody by itself; if the alert misses its deadline, the failure says whether the
+queue drained meanwhile (the load's fault) or stood throughout (the rules'). The alert is read from the ALERTS
+series Prometheus stored, the flags from max_over_time over the whole run, each polled with a deadline.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ FIRED = '''max(max_over_time(ALERTS{alertname="VLLMKVFalseFull",alertstate="firi
 SLOTS = int(SHARED_FLAGS["max_num_seqs"])
 PROMPT, MAX_TOKENS = 16, 64
 PARALLEL = SLOTS  # one HTTP request alone fills every slot
-CLIENTS = 12
+CLIENTS = 24  # 24 x 8 engine requests in flight: a queue of 184 rides out the front end's bursts (12 drained once)
 QUEUE = CLIENTS * PARALLEL - SLOTS
 BLOCKS_PER_REQUEST = math.ceil((PROMPT + MAX_TOKENS) / SHARED_FLAGS["block_size"])
 USABLE_BLOCKS = SHARED_FLAGS["num_gpu_blocks_override"] - 1
@@ -153,14 +154,15 @@ def test_false_full_fires_at_a_30s_scrape_interval(vllm_main: VllmServer, tmp_pa
             # 2. The alert, with a deadline from the rules' timing; the queue must keep standing meanwhile.
             end = time.monotonic() + FIRE_DEADLINE
             while _stored(stack, FIRED) != 1:
-                drained = [f for f in _gauges(timeline, stood_at) if f[2] == 0]
-                if drained:
-                    pytest.fail(f"the queue drained at t={drained[0][0]:.0f} s (load's fault, not the rules'): "
-                                f"{load.finished} finished, {len(load.errors)} errors {load.errors[:3]}")
                 if time.monotonic() > end:
-                    pytest.fail(f"VLLMKVFalseFull not stored as firing {FIRE_DEADLINE:.0f} s after the queue stood "
-                                f"(it still stands: min waiting {min(f[2] for f in _gauges(timeline, stood_at))}); "
-                                "what Prometheus stored:\n" + _history(stack))
+                    # A read with nothing waiting can restart the alert's for: if a Prometheus scrape lands on it;
+                    # the failure says whether that happened (the load's fault) or the queue stood throughout.
+                    drained = [round(f[0]) for f in _gauges(timeline, stood_at) if f[2] == 0]
+                    pytest.fail(f"VLLMKVFalseFull not stored as firing {FIRE_DEADLINE:.0f} s after the queue stood; "
+                                + (f"the queue drained at t={drained[:10]} s ({load.finished} finished, "
+                                   f"{len(load.errors)} errors {load.errors[:3]}): the load's fault, or the rules' "
+                                   if drained else "it stood throughout: the rules' fault; ")
+                                + "what Prometheus stored:\n" + _history(stack))
                 time.sleep(2)
             print(f"VLLMKVFalseFull firing {timeline.now() - stood_at:.0f} s after the queue stood "
                   f"(scrape {SCRAPE}, for {FOR}, deadline {FIRE_DEADLINE:.0f} s)")

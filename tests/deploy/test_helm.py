@@ -12,7 +12,7 @@ import yaml
 
 from .conftest import K8S_VERSIONS, Doc, find, load_all, sidecar_of
 
-Helm = Callable[[dict[str, Any]], dict[str, Any]]
+Helm = Callable[..., dict[str, Any]]
 Validate = Callable[..., list[dict[str, Any]]]
 WARNING = 2  # Helm's lint severities: 1 info, 2 warning, 3 error
 
@@ -48,7 +48,7 @@ def rendered(helm: Helm) -> dict[str, dict[str, Any]]:
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_lints_renders_and_validates(variant: str, rendered: dict[str, dict[str, Any]], validate: Validate) -> None:
     out = rendered[variant]
-    assert out["schema_error"] is None
+    assert out["schema_error"] is None and out["render_error"] is None
     assert not out["lint"]["errors"], out["lint"]
     assert not [m for m in out["lint"]["messages"] if m["severity"] >= WARNING], out["lint"]["messages"]
     docs = objects(out)
@@ -124,24 +124,46 @@ def test_values_file_documents_every_key() -> None:
     assert set(values) == set(schema["properties"]) - {"global"}
 
 
-def test_schema_refuses_two_scrape_paths(helm: Helm) -> None:
-    """PodMonitor and ServiceMonitor together would scrape every pod twice."""
-    both = {"podMonitor": {"enabled": True}, "serviceMonitor": {"enabled": True}}
-    assert helm(both)["schema_error"]
-    assert helm({"podMonitor": {"enabled": False}, "serviceMonitor": {"enabled": True}})["schema_error"] is None
+TWO_SCRAPE_PATHS = ("podMonitor.enabled and serviceMonitor.enabled are both true, which would scrape every vLLM pod "
+                    "twice: set podMonitor.enabled=false to scrape through the Service, or serviceMonitor.enabled=false"
+                    " to keep the PodMonitor")
 
 
-def test_relabel_knobs_reach_both_endpoints(helm: Helm) -> None:
+def test_two_scrape_paths_are_refused_in_one_sentence(helm: Helm) -> None:
+    """PodMonitor and ServiceMonitor together would scrape every pod twice: `helm install` stops with one sentence
+    naming both values (a schema `not` would print only "at '': 'not' failed"); either one alone renders."""
+    out = helm({"serviceMonitor": {"enabled": True}})  # podMonitor.enabled is true by default
+    assert out["schema_error"] is None
+    where = r"execution error at \(vllm-headroom/templates/servicemonitor\.yaml:\d+:\d+\): "
+    assert re.fullmatch(where + re.escape(TWO_SCRAPE_PATHS), str(out["render_error"])), out["render_error"]
+    for one in ({"podMonitor": {"enabled": False}, "serviceMonitor": {"enabled": True}}, {}):
+        out = helm(one)
+        assert out["schema_error"] is None and out["render_error"] is None, one
+        kinds = [d["kind"] for d in objects(out)]
+        assert kinds.count("PodMonitor") + kinds.count("ServiceMonitor") == 1, kinds
+    out = helm({"podMonitor": {"enabled": False}, "serviceMonitor": {"enabled": True}, "service": {"enabled": False}})
+    assert str(out["render_error"]).endswith(": serviceMonitor.enabled needs service.enabled (the ServiceMonitor "
+                                             "scrapes through the chart's Service): set service.enabled=true, or use "
+                                             "the PodMonitor")
+
+
+@pytest.mark.parametrize(("value", "kind", "field"), [("podMonitor", "PodMonitor", "podMetricsEndpoints"),
+                                                      ("serviceMonitor", "ServiceMonitor", "endpoints")])
+def test_relabel_knobs_reach_both_endpoints(helm: Helm, validate: Validate, value: str, kind: str, field: str) -> None:
     relabel = [{"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node"}]
     drop = [{"sourceLabels": ["__name__"], "regex": "http_request_size_bytes.*", "action": "drop"}]
-    docs = objects(helm({"podMonitor": {"relabelings": relabel, "metricRelabelings": drop, "honorLabels": True}}))
-    endpoints = find(docs, "PodMonitor")["spec"]["podMetricsEndpoints"]
-    assert len(endpoints) == 2
+    only = {"podMonitor": {"enabled": value == "podMonitor"}, "serviceMonitor": {"enabled": value == "serviceMonitor"}}
+    knobs = {"relabelings": relabel, "metricRelabelings": drop, "honorLabels": True}
+    docs = objects(helm({**only, value: {**only[value], **knobs}}))
+    endpoints = find(docs, kind)["spec"][field]
+    assert [e["port"] for e in endpoints] == ["headroom", "http"]
     for e in endpoints:
         assert e["relabelings"][1:] == relabel and e["relabelings"][0]["targetLabel"] == "job"
         assert e["metricRelabelings"] == drop and e["honorLabels"] is True
-    plain = find(objects(helm({})), "PodMonitor")["spec"]["podMetricsEndpoints"]
+    assert not [r for r in validate([find(docs, kind)]) if r["error"]]
+    plain = find(objects(helm(only)), kind)["spec"][field]
     assert all("metricRelabelings" not in e and "honorLabels" not in e for e in plain)
+    assert all(len(e["relabelings"]) == 1 for e in plain)
 
 
 def test_monitoring_objects_can_be_left_to_another_release(helm: Helm) -> None:

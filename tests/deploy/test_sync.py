@@ -18,7 +18,7 @@ from grafana.config import Config
 
 from .conftest import DEPLOY, ROOT, Doc, find
 
-Helm = Callable[[dict[str, Any]], dict[str, Any]]
+Helm = Callable[..., dict[str, Any]]
 
 
 def _source_rule() -> Doc:

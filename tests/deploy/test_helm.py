@@ -16,12 +16,15 @@ Helm = Callable[..., dict[str, Any]]
 Validate = Callable[..., list[dict[str, Any]]]
 WARNING = 2  # Helm's lint severities: 1 info, 2 warning, 3 error
 
+INSTALL = {"monitoring": {"install": True}}
 VARIANTS: dict[str, dict[str, Any]] = {
     "defaults": {},
+    "monitoring": INSTALL,
+    "monitoring-only": {**INSTALL, "podMonitor": {"enabled": False}, "service": {"enabled": False}},
     "servicemonitor": {"podMonitor": {"enabled": False}, "serviceMonitor": {"enabled": True}},
     "own-deployment": {"vllm": {"deployment": {"create": True}}},
     "own-deployment-legacy": {"vllm": {"deployment": {"create": True}}, "sidecar": {"native": False}},
-    "nothing-optional": {"podMonitor": {"enabled": False}, "prometheusRule": {"enabled": False},
+    "nothing-optional": {**INSTALL, "podMonitor": {"enabled": False}, "prometheusRule": {"enabled": False},
                          "dashboards": {"enabled": False}, "service": {"enabled": False}},
     "custom": {"vllm": {"port": 8080, "portName": "api", "podLabels": {"app": "llm"}},
                "podMonitor": {"interval": "30s", "scrapeVllm": False},
@@ -57,12 +60,18 @@ def test_lints_renders_and_validates(variant: str, rendered: dict[str, dict[str,
 
 
 def test_default_objects(rendered: dict[str, dict[str, Any]]) -> None:
+    """A release per vLLM deployment: its scrape path and Service; the cluster-wide objects only when asked for."""
     docs = objects(rendered["defaults"])
-    assert sorted(d["kind"] for d in docs) == ["ConfigMap", "PodMonitor", "PrometheusRule", "Service"]
-    names = {d["metadata"]["name"] for d in docs}
-    assert names == {"vllm-headroom", "vllm-headroom-dashboards"}
+    assert sorted(d["kind"] for d in docs) == ["PodMonitor", "Service"]
+    assert {d["metadata"]["name"] for d in docs} == {"vllm-headroom"}
     service = find(docs, "Service")
     assert {p["name"]: p["port"] for p in service["spec"]["ports"]} == {"headroom": 9478, "http": 8000}
+    docs = objects(rendered["monitoring"])
+    assert sorted(d["kind"] for d in docs) == ["ConfigMap", "PodMonitor", "PrometheusRule", "Service"]
+    assert {d["metadata"]["name"] for d in docs} == {"vllm-headroom", "vllm-headroom-dashboards"}
+    assert sorted(d["kind"] for d in objects(rendered["monitoring-only"])) == ["ConfigMap", "PrometheusRule"]
+    assert "kubectl patch" in notes(rendered["monitoring"])
+    assert "kubectl patch" not in notes(rendered["monitoring-only"])  # no sidecar in that release
 
 
 def test_toggles_gate_on_values(rendered: dict[str, dict[str, Any]]) -> None:
@@ -166,7 +175,50 @@ def test_relabel_knobs_reach_both_endpoints(helm: Helm, validate: Validate, valu
     assert all(len(e["relabelings"]) == 1 for e in plain)
 
 
-def test_monitoring_objects_can_be_left_to_another_release(helm: Helm) -> None:
-    """One release per cluster ships the rules and dashboards; the others turn them off."""
-    docs = objects(helm({"prometheusRule": {"enabled": False}, "dashboards": {"enabled": False}}))
-    assert {d["kind"] for d in docs} == {"PodMonitor", "Service"}
+def _cluster_wide(out: dict[str, Any]) -> tuple[list[Doc], list[str]]:
+    """The PrometheusRules of a rendered release and the uids of the dashboards it ships."""
+    docs = objects(out)
+    uids = [json.loads(v)["uid"] for d in docs if d["kind"] == "ConfigMap" for v in d["data"].values()]
+    return [d for d in docs if d["kind"] == "PrometheusRule"], uids
+
+
+def test_a_fleet_of_releases_pages_once(helm: Helm) -> None:
+    """One release per vLLM deployment, the normal pattern: with default values none of them ships the cluster-wide
+    rules or dashboards; the documented switch in one release ships them once; every other release stays off."""
+    fleet = [("llama", "team-a", {}), ("qwen", "team-b", {}), ("mistral", "team-a", {})]
+    rules = [r for name, ns, values in fleet for r in _cluster_wide(helm(values, name, ns))[0]]
+    uids = [u for name, ns, values in fleet for u in _cluster_wide(helm(values, name, ns))[1]]
+    assert rules == [] and uids == []
+    fleet[0] = ("llama", "team-a", INSTALL)
+    rendered = [helm(values, name, ns) for name, ns, values in fleet]
+    rules = [r for out in rendered for r in _cluster_wide(out)[0]]
+    uids = [u for out in rendered for u in _cluster_wide(out)[1]]
+    assert len(rules) == 1 and uids and len(uids) == len(set(uids)) == len(_dashboard_files())
+    for out in rendered[1:]:
+        assert {d["kind"] for d in objects(out)} == {"PodMonitor", "Service"}
+        assert "This release installs no PrometheusRule and no dashboards (monitoring.install=false" in notes(out)
+    assert "keep monitoring.install=false in every other release" in notes(rendered[0])
+
+
+def test_cluster_wide_objects_have_fixed_names(helm: Helm) -> None:
+    """A second release that sets monitoring.install in the same namespace renders the same object names, so Helm
+    refuses it (the objects belong to the first release) instead of installing a second copy of every alert."""
+    names = []
+    for release in ("llama", "qwen"):
+        docs = objects(helm(INSTALL, release, "monitoring"))
+        names.append({(d["kind"], d["metadata"]["name"]) for d in docs if d["kind"] in ("PrometheusRule", "ConfigMap")})
+    assert names[0] == names[1] == {("PrometheusRule", "vllm-headroom"), ("ConfigMap", "vllm-headroom-dashboards")}
+
+
+def test_each_cluster_wide_object_can_be_left_out(helm: Helm) -> None:
+    """With monitoring.install, prometheusRule.enabled and dashboards.enabled choose which of the two to ship."""
+    assert [d["kind"] for d in objects(helm({**INSTALL, "dashboards": {"enabled": False}}))
+            if d["kind"] in ("PrometheusRule", "ConfigMap")] == ["PrometheusRule"]
+    assert [d["kind"] for d in objects(helm({**INSTALL, "prometheusRule": {"enabled": False}}))
+            if d["kind"] in ("PrometheusRule", "ConfigMap")] == ["ConfigMap"]
+
+
+def _dashboard_files() -> list[str]:
+    from .conftest import CHART
+
+    return sorted(p.name for p in (CHART / "files" / "dashboards").glob("*.json"))

@@ -85,9 +85,11 @@ def validate(tools: Tools, tmp_path_factory: pytest.TempPathFactory) -> Callable
 
 
 @pytest.fixture(scope="session")
-def helm(tools: Tools) -> Callable[[dict[str, Any]], dict[str, Any]]:
-    def run(values: dict[str, Any]) -> dict[str, Any]:
-        out: dict[str, Any] = tools.run_json("helm", str(CHART), json.dumps(values))
+def helm(tools: Tools) -> Callable[..., dict[str, Any]]:
+    """Lints, schema-checks and renders the chart as `helm install RELEASE -n NAMESPACE` would."""
+
+    def run(values: dict[str, Any], release: str = "vllm-headroom", namespace: str = "inference") -> dict[str, Any]:
+        out: dict[str, Any] = tools.run_json("helm", str(CHART), json.dumps(values), release, namespace)
         return out
 
     return run

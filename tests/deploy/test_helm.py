@@ -12,16 +12,19 @@ import yaml
 
 from .conftest import K8S_VERSIONS, Doc, find, load_all, sidecar_of
 
-Helm = Callable[[dict[str, Any]], dict[str, Any]]
+Helm = Callable[..., dict[str, Any]]
 Validate = Callable[..., list[dict[str, Any]]]
 WARNING = 2  # Helm's lint severities: 1 info, 2 warning, 3 error
 
+INSTALL = {"monitoring": {"install": True}}
 VARIANTS: dict[str, dict[str, Any]] = {
     "defaults": {},
+    "monitoring": INSTALL,
+    "monitoring-only": {**INSTALL, "podMonitor": {"enabled": False}, "service": {"enabled": False}},
     "servicemonitor": {"podMonitor": {"enabled": False}, "serviceMonitor": {"enabled": True}},
     "own-deployment": {"vllm": {"deployment": {"create": True}}},
     "own-deployment-legacy": {"vllm": {"deployment": {"create": True}}, "sidecar": {"native": False}},
-    "nothing-optional": {"podMonitor": {"enabled": False}, "prometheusRule": {"enabled": False},
+    "nothing-optional": {**INSTALL, "podMonitor": {"enabled": False}, "prometheusRule": {"enabled": False},
                          "dashboards": {"enabled": False}, "service": {"enabled": False}},
     "custom": {"vllm": {"port": 8080, "portName": "api", "podLabels": {"app": "llm"}},
                "podMonitor": {"interval": "30s", "scrapeVllm": False},
@@ -48,7 +51,7 @@ def rendered(helm: Helm) -> dict[str, dict[str, Any]]:
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_lints_renders_and_validates(variant: str, rendered: dict[str, dict[str, Any]], validate: Validate) -> None:
     out = rendered[variant]
-    assert out["schema_error"] is None
+    assert out["schema_error"] is None and out["render_error"] is None
     assert not out["lint"]["errors"], out["lint"]
     assert not [m for m in out["lint"]["messages"] if m["severity"] >= WARNING], out["lint"]["messages"]
     docs = objects(out)
@@ -57,12 +60,18 @@ def test_lints_renders_and_validates(variant: str, rendered: dict[str, dict[str,
 
 
 def test_default_objects(rendered: dict[str, dict[str, Any]]) -> None:
+    """A release per vLLM deployment: its scrape path and Service; the cluster-wide objects only when asked for."""
     docs = objects(rendered["defaults"])
-    assert sorted(d["kind"] for d in docs) == ["ConfigMap", "PodMonitor", "PrometheusRule", "Service"]
-    names = {d["metadata"]["name"] for d in docs}
-    assert names == {"vllm-headroom", "vllm-headroom-dashboards"}
+    assert sorted(d["kind"] for d in docs) == ["PodMonitor", "Service"]
+    assert {d["metadata"]["name"] for d in docs} == {"vllm-headroom"}
     service = find(docs, "Service")
     assert {p["name"]: p["port"] for p in service["spec"]["ports"]} == {"headroom": 9478, "http": 8000}
+    docs = objects(rendered["monitoring"])
+    assert sorted(d["kind"] for d in docs) == ["ConfigMap", "PodMonitor", "PrometheusRule", "Service"]
+    assert {d["metadata"]["name"] for d in docs} == {"vllm-headroom", "vllm-headroom-dashboards"}
+    assert sorted(d["kind"] for d in objects(rendered["monitoring-only"])) == ["ConfigMap", "PrometheusRule"]
+    assert "kubectl patch" in notes(rendered["monitoring"])
+    assert "kubectl patch" not in notes(rendered["monitoring-only"])  # no sidecar in that release
 
 
 def test_toggles_gate_on_values(rendered: dict[str, dict[str, Any]]) -> None:
@@ -124,27 +133,92 @@ def test_values_file_documents_every_key() -> None:
     assert set(values) == set(schema["properties"]) - {"global"}
 
 
-def test_schema_refuses_two_scrape_paths(helm: Helm) -> None:
-    """PodMonitor and ServiceMonitor together would scrape every pod twice."""
-    both = {"podMonitor": {"enabled": True}, "serviceMonitor": {"enabled": True}}
-    assert helm(both)["schema_error"]
-    assert helm({"podMonitor": {"enabled": False}, "serviceMonitor": {"enabled": True}})["schema_error"] is None
+TWO_SCRAPE_PATHS = ("podMonitor.enabled and serviceMonitor.enabled are both true, which would scrape every vLLM pod "
+                    "twice: set podMonitor.enabled=false to scrape through the Service, or serviceMonitor.enabled=false"
+                    " to keep the PodMonitor")
 
 
-def test_relabel_knobs_reach_both_endpoints(helm: Helm) -> None:
+def test_two_scrape_paths_are_refused_in_one_sentence(helm: Helm) -> None:
+    """PodMonitor and ServiceMonitor together would scrape every pod twice: `helm install` stops with one sentence
+    naming both values (a schema `not` would print only "at '': 'not' failed"); either one alone renders."""
+    out = helm({"serviceMonitor": {"enabled": True}})  # podMonitor.enabled is true by default
+    assert out["schema_error"] is None
+    where = r"execution error at \(vllm-headroom/templates/servicemonitor\.yaml:\d+:\d+\): "
+    assert re.fullmatch(where + re.escape(TWO_SCRAPE_PATHS), str(out["render_error"])), out["render_error"]
+    for one in ({"podMonitor": {"enabled": False}, "serviceMonitor": {"enabled": True}}, {}):
+        out = helm(one)
+        assert out["schema_error"] is None and out["render_error"] is None, one
+        kinds = [d["kind"] for d in objects(out)]
+        assert kinds.count("PodMonitor") + kinds.count("ServiceMonitor") == 1, kinds
+    out = helm({"podMonitor": {"enabled": False}, "serviceMonitor": {"enabled": True}, "service": {"enabled": False}})
+    assert str(out["render_error"]).endswith(": serviceMonitor.enabled needs service.enabled (the ServiceMonitor "
+                                             "scrapes through the chart's Service): set service.enabled=true, or use "
+                                             "the PodMonitor")
+
+
+@pytest.mark.parametrize(("value", "kind", "field"), [("podMonitor", "PodMonitor", "podMetricsEndpoints"),
+                                                      ("serviceMonitor", "ServiceMonitor", "endpoints")])
+def test_relabel_knobs_reach_both_endpoints(helm: Helm, validate: Validate, value: str, kind: str, field: str) -> None:
     relabel = [{"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node"}]
     drop = [{"sourceLabels": ["__name__"], "regex": "http_request_size_bytes.*", "action": "drop"}]
-    docs = objects(helm({"podMonitor": {"relabelings": relabel, "metricRelabelings": drop, "honorLabels": True}}))
-    endpoints = find(docs, "PodMonitor")["spec"]["podMetricsEndpoints"]
-    assert len(endpoints) == 2
+    only = {"podMonitor": {"enabled": value == "podMonitor"}, "serviceMonitor": {"enabled": value == "serviceMonitor"}}
+    knobs = {"relabelings": relabel, "metricRelabelings": drop, "honorLabels": True}
+    docs = objects(helm({**only, value: {**only[value], **knobs}}))
+    endpoints = find(docs, kind)["spec"][field]
+    assert [e["port"] for e in endpoints] == ["headroom", "http"]
     for e in endpoints:
         assert e["relabelings"][1:] == relabel and e["relabelings"][0]["targetLabel"] == "job"
         assert e["metricRelabelings"] == drop and e["honorLabels"] is True
-    plain = find(objects(helm({})), "PodMonitor")["spec"]["podMetricsEndpoints"]
+    assert not [r for r in validate([find(docs, kind)]) if r["error"]]
+    plain = find(objects(helm(only)), kind)["spec"][field]
     assert all("metricRelabelings" not in e and "honorLabels" not in e for e in plain)
+    assert all(len(e["relabelings"]) == 1 for e in plain)
 
 
-def test_monitoring_objects_can_be_left_to_another_release(helm: Helm) -> None:
-    """One release per cluster ships the rules and dashboards; the others turn them off."""
-    docs = objects(helm({"prometheusRule": {"enabled": False}, "dashboards": {"enabled": False}}))
-    assert {d["kind"] for d in docs} == {"PodMonitor", "Service"}
+def _cluster_wide(out: dict[str, Any]) -> tuple[list[Doc], list[str]]:
+    """The PrometheusRules of a rendered release and the uids of the dashboards it ships."""
+    docs = objects(out)
+    uids = [json.loads(v)["uid"] for d in docs if d["kind"] == "ConfigMap" for v in d["data"].values()]
+    return [d for d in docs if d["kind"] == "PrometheusRule"], uids
+
+
+def test_a_fleet_of_releases_pages_once(helm: Helm) -> None:
+    """One release per vLLM deployment, the normal pattern: with default values none of them ships the cluster-wide
+    rules or dashboards; the documented switch in one release ships them once; every other release stays off."""
+    fleet = [("llama", "team-a", {}), ("qwen", "team-b", {}), ("mistral", "team-a", {})]
+    rules = [r for name, ns, values in fleet for r in _cluster_wide(helm(values, name, ns))[0]]
+    uids = [u for name, ns, values in fleet for u in _cluster_wide(helm(values, name, ns))[1]]
+    assert rules == [] and uids == []
+    fleet[0] = ("llama", "team-a", INSTALL)
+    rendered = [helm(values, name, ns) for name, ns, values in fleet]
+    rules = [r for out in rendered for r in _cluster_wide(out)[0]]
+    uids = [u for out in rendered for u in _cluster_wide(out)[1]]
+    assert len(rules) == 1 and uids and len(uids) == len(set(uids)) == len(_dashboard_files())
+    for out in rendered[1:]:
+        assert {d["kind"] for d in objects(out)} == {"PodMonitor", "Service"}
+        assert "This release installs no PrometheusRule and no dashboards (monitoring.install=false" in notes(out)
+    assert "keep monitoring.install=false in every other release" in notes(rendered[0])
+
+
+def test_cluster_wide_objects_have_fixed_names(helm: Helm) -> None:
+    """A second release that sets monitoring.install in the same namespace renders the same object names, so Helm
+    refuses it (the objects belong to the first release) instead of installing a second copy of every alert."""
+    names = []
+    for release in ("llama", "qwen"):
+        docs = objects(helm(INSTALL, release, "monitoring"))
+        names.append({(d["kind"], d["metadata"]["name"]) for d in docs if d["kind"] in ("PrometheusRule", "ConfigMap")})
+    assert names[0] == names[1] == {("PrometheusRule", "vllm-headroom"), ("ConfigMap", "vllm-headroom-dashboards")}
+
+
+def test_each_cluster_wide_object_can_be_left_out(helm: Helm) -> None:
+    """With monitoring.install, prometheusRule.enabled and dashboards.enabled choose which of the two to ship."""
+    assert [d["kind"] for d in objects(helm({**INSTALL, "dashboards": {"enabled": False}}))
+            if d["kind"] in ("PrometheusRule", "ConfigMap")] == ["PrometheusRule"]
+    assert [d["kind"] for d in objects(helm({**INSTALL, "prometheusRule": {"enabled": False}}))
+            if d["kind"] in ("PrometheusRule", "ConfigMap")] == ["ConfigMap"]
+
+
+def _dashboard_files() -> list[str]:
+    from .conftest import CHART
+
+    return sorted(p.name for p in (CHART / "files" / "dashboards").glob("*.json"))

@@ -18,7 +18,7 @@ from grafana.config import Config
 
 from .conftest import DEPLOY, ROOT, Doc, find
 
-Helm = Callable[[dict[str, Any]], dict[str, Any]]
+Helm = Callable[..., dict[str, Any]]
 
 
 def _source_rule() -> Doc:
@@ -72,7 +72,7 @@ def test_kustomize_objects_carry_the_bundle(kustomize: Callable[[str], list[Doc]
 def test_helm_objects_carry_the_bundle(helm: Helm) -> None:
     from .test_helm import objects
 
-    docs = objects(helm({}))
+    docs = objects(helm({"monitoring": {"install": True}}))
     assert find(docs, "PrometheusRule")["spec"] == _source_rule()["spec"]
     cm = find(docs, "ConfigMap")
     assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
@@ -86,7 +86,8 @@ def test_helm_values_reach_the_prometheusrule(helm: Helm) -> None:
     from .test_helm import objects
 
     url = "https://wiki.example/vllm/runbook"
-    docs = objects(helm({"thresholds": {"fullUsage": 0.9}, "prometheusRule": {"runbookBaseUrl": url}}))
+    docs = objects(helm({"monitoring": {"install": True}, "thresholds": {"fullUsage": 0.9},
+                         "prometheusRule": {"runbookBaseUrl": url}}))
     want = prometheus_rule(Config(full_usage=0.9, runbook_url=url))["spec"]
     got = find(docs, "PrometheusRule")["spec"]
     assert got == want

@@ -4,7 +4,8 @@ kubernetes-validate, the prometheus-operator models (pydantic) and helm-python-s
 so their pins never meet the package's; the tests call this script there and read JSON from its stdout.
 
     python tools_venv_checks.py validate FILE VERSION...   # per object and Kubernetes version: error or null
-    python tools_venv_checks.py helm CHART VALUES_JSON       # lint messages, rendered manifests, schema errors
+    python tools_venv_checks.py helm CHART VALUES_JSON [RELEASE NAMESPACE]
+                                        # lint messages, rendered manifests, schema or template (`fail`) errors
 """
 
 from __future__ import annotations
@@ -53,17 +54,21 @@ def validate(path: str, versions: list[str]) -> list[dict[str, Any]]:
     return results
 
 
-def helm(chart: str, values: dict[str, Any]) -> dict[str, Any]:
+def helm(chart: str, values: dict[str, Any], release: str, namespace: str) -> dict[str, Any]:
     import helm_python
 
-    out: dict[str, Any] = {"lint": helm_python.lint(chart, values, strict=True), "schema_error": None}
+    out: dict[str, Any] = {"lint": helm_python.lint(chart, values, strict=True), "schema_error": None,
+                           "render_error": None}
     with helm_python.Chart.load(chart) as ch:
         try:
             ch.validate_schema(values)
         except helm_python.HelmError as exc:
             out["schema_error"] = str(exc)
             return out
-        out["manifests"] = ch.render(values, name="vllm-headroom", namespace="inference", is_install=True)
+        try:
+            out["manifests"] = ch.render(values, name=release, namespace=namespace, is_install=True)
+        except helm_python.HelmRenderError as exc:  # a template's `fail`: what `helm install` prints after "Error: "
+            out["render_error"] = str(exc)
     return out
 
 
@@ -71,7 +76,8 @@ def main() -> None:
     if sys.argv[1] == "validate":
         print(json.dumps(validate(sys.argv[2], sys.argv[3:])))
     elif sys.argv[1] == "helm":
-        print(json.dumps(helm(sys.argv[2], json.loads(sys.argv[3]))))
+        release, namespace = sys.argv[4:6] if len(sys.argv) > 4 else ("vllm-headroom", "inference")
+        print(json.dumps(helm(sys.argv[2], json.loads(sys.argv[3]), release, namespace)))
     else:
         sys.exit(f"unknown check {sys.argv[1]!r}")
 

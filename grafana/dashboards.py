@@ -2,8 +2,12 @@
 
 Queries use the recording rules of deploy/prometheus (computed from vLLM's own metrics) wherever raw vLLM data
 allows, so those panels work without the sidecar; panels that need the sidecar say so in their description.
-One pod picker (`pod`, chained to cluster and namespace) filters vLLM's series and the sidecar's alike (they share
-the pod's labels in Kubernetes); legends name the pod. JSON is written as schemaVersion 39, Grafana 11.0's.
+One pod picker (`pod`) filters vLLM's series and the sidecar's alike (they share the pod's labels in Kubernetes);
+the variables are chained cluster → namespace → job → pod → model_name → engine, each listing only what the ones
+before it leave. A pod scraped by two jobs (its own PodMonitor and a cluster-wide scrape) counts once: every sum,
+count, topk and histogram first takes one series per engine over the identity without `job` (`per_engine`), as
+the per-model recording rules do. Legends name `namespace/pod`, or `host:port` outside Kubernetes (`who`).
+JSON is written as schemaVersion 39, Grafana 11.0's.
 """
 
 from __future__ import annotations
@@ -52,10 +56,32 @@ RULES = "From the recording rules in deploy/prometheus (vLLM's own metrics; no s
 POD = 'cluster=~"$cluster",namespace=~"$namespace",pod=~"$pod"'
 V = POD + ',job=~"$job",model_name=~"$model_name",engine=~"$engine"'
 H = POD + ',model_name=~"$model_name",engine=~"$engine"'
-HP = POD  # sidecar series without model/engine (up)
 F = 'cluster=~"$cluster",namespace=~"$namespace",job=~"$job",model_name=~"$model_name"'  # fleet, instance_engine:
 FM = 'cluster=~"$cluster",namespace=~"$namespace",model_name=~"$model_name"'  # model_name: rules carry no job
-LEGEND = "{{pod}}{{instance}}/{{engine}}"  # pod in Kubernetes; the instance elsewhere (the other label is empty)
+# `who` label of a series: "namespace/pod" in Kubernetes, the instance (host:port) where there is no pod label.
+# label_join gives "namespace/pod/instance" (none of the three holds a "/"); the regex keeps "namespace/pod" (or
+# "pod") when there is a pod and the instance when there is none (Prometheus anchors it; the unmatched group is "").
+WHO_REGEX = "[^/]*//(.*)|/?([^/]*/?[^/]+)/[^/]*"
+LEGEND = "{{who}} {{model_name}} engine {{engine}}"
+
+
+def who(expr: str) -> str:
+    """`expr` with the `who` label legends and tables name a series by (WHO_REGEX)."""
+    return (f'label_replace(label_join({expr}, "who", "/", "namespace", "pod", "instance"), "who", "$1$2", "who", '
+            f'"{WHO_REGEX}")')
+
+
+def per_engine(cfg: Config, series: str, *extra: str) -> str:
+    """One series per engine however many jobs scrape its pod: the max over the identity without `job` (and
+    `extra` labels, e.g. `le`). The sidecar's `target` label (one sidecar watching several servers) is kept too."""
+    return f"max by ({cfg.dedup('target', 'model_name', 'engine', *extra)}) ({series})"
+
+
+def quantile(cfg: Config, phi: float, histogram: str, sel: str) -> str:
+    """histogram_quantile over the selected engines, each counted once."""
+    rate = f"rate({histogram}_bucket{{{sel}}}[$__rate_interval])"
+    return f"histogram_quantile({phi:g}, sum by (le) ({per_engine(cfg, rate, 'le')}))"
+
 
 # Verdicts by severity (exporter.pipeline.verdict.Verdict; tests/monitoring checks every member has one): colour
 # of the verdict stat and timeline. Dark red: pages critical; red/orange: capacity; yellow: false-full (room, but
@@ -82,26 +108,22 @@ def _var(name: str, label: str, query: str, description: str, all_value: str = "
 
 
 def _variables(fleet: bool) -> list[Any]:
-    out: list[Any] = [
-        dash.DatasourceVariable("datasource").label("Data source").type("prometheus"),
-        _var("cluster", "Cluster", "label_values(vllm:num_requests_running, cluster)",
-             "cluster label of a global view (Thanos, Mimir); empty for one Prometheus: All matches."),
-        _var("namespace", "Namespace", 'label_values(vllm:num_requests_running{cluster=~"$cluster"}, namespace)',
-             "Kubernetes namespace of the vLLM pods (empty outside Kubernetes: All matches)."),
+    """Chained in this order: each lists the values of vLLM's series that the variables before it select."""
+    chain = [
+        ("cluster", "Cluster", "cluster label of a global view (Thanos, Mimir); none on one Prometheus: All matches."),
+        ("namespace", "Namespace", "Kubernetes namespace of the vLLM pods (empty outside Kubernetes: All matches)."),
+        ("job", "Job", "Prometheus job scraping vLLM; with All, a pod scraped by two jobs counts once."),
+        ("pod", "Pod", "The vLLM pod; filters vLLM's series and its sidecar's alike (outside Kubernetes: All)."),
+        ("model_name", "Model", "model_name label of vLLM's series (served model name)."),
+        ("engine", "Engine", "Data-parallel engine index."),
     ]
-    if not fleet:
-        out.append(_var("pod", "Pod", 'label_values(vllm:num_requests_running{cluster=~"$cluster",'
-                        'namespace=~"$namespace"}, pod)',
-                        "The vLLM pod; filters vLLM's series and its sidecar's alike (outside Kubernetes: All)."))
-    out += [
-        _var("job", "Job", 'label_values(vllm:num_requests_running{cluster=~"$cluster",namespace=~"$namespace"}, job)',
-             "Prometheus job scraping vLLM (a pod scraped by two jobs shows once per job)."),
-        _var("model_name", "Model", 'label_values(vllm:num_requests_running{cluster=~"$cluster",'
-             'namespace=~"$namespace"}, model_name)', "model_name label of vLLM's series (served model name)."),
-    ]
-    if not fleet:
-        out.append(_var("engine", "Engine", 'label_values(vllm:num_requests_running{cluster=~"$cluster",'
-                        'namespace=~"$namespace",pod=~"$pod"}, engine)', "Data-parallel engine index."))
+    if fleet:
+        chain = [c for c in chain if c[0] not in ("pod", "engine")]
+    out: list[Any] = [dash.DatasourceVariable("datasource").label("Data source").type("prometheus")]
+    for i, (name, label, description) in enumerate(chain):
+        sel = ",".join(f'{before}=~"${before}"' for before, _l, _d in chain[:i])
+        out.append(_var(name, label, f"label_values(vllm:num_requests_running{{{sel}}}, {name})"
+                        if sel else f"label_values(vllm:num_requests_running, {name})", description))
     return out
 
 
@@ -155,6 +177,12 @@ def _merge_table(title: str, description: str, span: int = 24, height: int = 8) 
 def admission(cfg: Config = DEFAULT) -> dash.Dashboard:
     url = cfg.runbook_url
     full = cfg.full_usage
+
+    def one(series: str) -> str:
+        return per_engine(cfg, series)
+
+    def line(series: str) -> str:
+        return who(one(series))
     d = (dash.Dashboard("vLLM / KV admission").uid("vllm-kv-admission")
          .description("Why vLLM requests wait: KV usage as the panel shows it next to real admission headroom.")
          .tags(["vllm", "vllm-headroom", "kv-cache"]).refresh("30s").time("now-1h", "now").timezone("browser")
@@ -197,12 +225,12 @@ def admission(cfg: Config = DEFAULT) -> dash.Dashboard:
     d = d.with_panel(
         _stat("max_num_seqs slots used", f"Running requests / max_num_seqs. {NEEDS_SIDECAR} (max_num_seqs comes from "
               "vLLM's command line).", "percentunit").min(0).max(1)
-        .with_target(q(f"sum(vllm_headroom_requests_running{{{H}}}) / sum(vllm_headroom_max_num_seqs{{{H}}})",
-                       "slots used"))
+        .with_target(q(f"sum({one(f'vllm_headroom_requests_running{{{H}}}')}) / "
+                       f"sum({one(f'vllm_headroom_max_num_seqs{{{H}}}')})", "slots used"))
         .thresholds(_thresholds((None, "green"), (0.9, "orange"), (1, "red"))))
     d = d.with_panel(
         _stat("Waiting requests", "vllm:num_requests_waiting (vLLM's own metric).")
-        .with_target(q(f"sum(instance_engine:vllm_num_requests_waiting:max{{{V}}})", "waiting"))
+        .with_target(q(f"sum({one(f'instance_engine:vllm_num_requests_waiting:max{{{V}}}')})", "waiting"))
         .thresholds(_thresholds((None, "green"), (1, "orange"))))
 
     d = d.with_row(dash.Row("What the panel says vs what admission sees"))
@@ -212,16 +240,13 @@ def admission(cfg: Config = DEFAULT) -> dash.Dashboard:
                 "headroom in requests. Right axis: KV usage as the usual panel shows it, with the full-usage "
                 f"threshold. Free blocks are in their own panel below. {RULES}.", "short", 24, 10)
             .axis_label("requests · blocks per request")
-            .with_target(q(f"max by (pod, instance, engine) (instance_engine:vllm_kv_usage_ratio:max{{{V}}})",
-                           "KV usage (panel) " + LEGEND, "A"))
-            .with_target(q(f"max by (pod, instance, engine) (instance_engine:vllm_num_requests_waiting:max{{{V}}})",
-                           "waiting " + LEGEND, "B"))
-            .with_target(q(f"min by (pod, engine) (vllm_headroom_admission_headroom_requests{{{H}}})",
-                           "admission headroom {{pod}}/{{engine}}", "C"))
-            .with_target(q("max by (pod, instance, engine) "
-                           f"(instance_engine:vllm_worst_case_blocks_per_request:ceil{{{V}}})",
+            .with_target(q(line(f"instance_engine:vllm_kv_usage_ratio:max{{{V}}}"), "KV usage (panel) " + LEGEND, "A"))
+            .with_target(q(line(f"instance_engine:vllm_num_requests_waiting:max{{{V}}}"), "waiting " + LEGEND, "B"))
+            .with_target(q(line(f"vllm_headroom_admission_headroom_requests{{{H}}}"),
+                           "admission headroom " + LEGEND, "C"))
+            .with_target(q(line(f"instance_engine:vllm_worst_case_blocks_per_request:ceil{{{V}}}"),
                            "worst-case blocks/request " + LEGEND, "D"))
-            .with_target(q(f"min by (pod, instance, engine) (instance_engine:vllm_safe_headroom_requests:floor{{{V}}})",
+            .with_target(q(line(f"instance_engine:vllm_safe_headroom_requests:floor{{{V}}}"),
                            "safe headroom (requests) " + LEGEND, "E"))
             .override_by_query("A", [DynamicConfigValue("unit", "percentunit"), DynamicConfigValue("min", 0),
                                      DynamicConfigValue("max", 1),
@@ -232,25 +257,21 @@ def admission(cfg: Config = DEFAULT) -> dash.Dashboard:
                                          {"value": None, "color": "green"}, {"value": full, "color": "red"}]})])
             .override_by_query("E", [DynamicConfigValue("custom.lineStyle", {"fill": "dash", "dash": [10, 10]})]))
     d = d.with_panel(main)
+    # The capacity rule carries no model_name (vLLM's cache_config_info has none): not filtered by model.
+    usable = f'instance_engine:vllm_kv_capacity_blocks:usable{{{POD},job=~"$job",engine=~"$engine"}}'
     d = d.with_panel(
         _ts("Free and usable KV blocks", f"Free blocks next to the usable pool, per engine. {RULES}.", "short", 12)
-        .with_target(q(f"max by (pod, instance, engine) (instance_engine:vllm_kv_free_blocks:sub{{{V}}})",
-                       "free " + LEGEND, "A"))
-        .with_target(q(f"max by (pod, instance, engine) (instance_engine:vllm_kv_capacity_blocks:usable{{"
-                       f'{POD},job=~"$job",engine=~"$engine"}})', "usable " + LEGEND, "B")))
+        .with_target(q(line(f"instance_engine:vllm_kv_free_blocks:sub{{{V}}}"), "free " + LEGEND, "A"))
+        .with_target(q(line(usable), "usable {{who}} engine {{engine}}", "B")))
     d = d.with_panel(
         _ts("Queue time and time to first token (p50, p99)", "The symptom beside the cause: how long finished "
             "requests waited in vLLM's queue (vllm:request_queue_time_seconds) and their time to first token "
             "(vllm:time_to_first_token_seconds). Both are observed when a request finishes or starts streaming.",
             "s", 12)
-        .with_target(q("histogram_quantile(0.5, sum by (le) (rate(vllm:request_queue_time_seconds_bucket{"
-                       f"{V}}}[$__rate_interval])))", "queue time p50", "A"))
-        .with_target(q("histogram_quantile(0.99, sum by (le) (rate(vllm:request_queue_time_seconds_bucket{"
-                       f"{V}}}[$__rate_interval])))", "queue time p99", "B"))
-        .with_target(q("histogram_quantile(0.5, sum by (le) (rate(vllm:time_to_first_token_seconds_bucket{"
-                       f"{V}}}[$__rate_interval])))", "TTFT p50", "C"))
-        .with_target(q("histogram_quantile(0.99, sum by (le) (rate(vllm:time_to_first_token_seconds_bucket{"
-                       f"{V}}}[$__rate_interval])))", "TTFT p99", "D")))
+        .with_target(q(quantile(cfg, 0.5, "vllm:request_queue_time_seconds", V), "queue time p50", "A"))
+        .with_target(q(quantile(cfg, 0.99, "vllm:request_queue_time_seconds", V), "queue time p99", "B"))
+        .with_target(q(quantile(cfg, 0.5, "vllm:time_to_first_token_seconds", V), "TTFT p50", "C"))
+        .with_target(q(quantile(cfg, 0.99, "vllm:time_to_first_token_seconds", V), "TTFT p99", "D")))
 
     d = d.with_row(dash.Row("Over time"))
     d = d.with_panel(
@@ -263,27 +284,22 @@ def admission(cfg: Config = DEFAULT) -> dash.Dashboard:
     d = d.with_panel(
         _ts("Preemptions per finished request", "vLLM's preemptions over finished requests (5 m): a ratio, so it "
             f"means the same at 0.2 and at 50 requests/s. {RULES}.", "percentunit", 12)
-        .with_target(q(f"max by (pod, instance, engine) (instance_engine:vllm_preemptions_per_request:ratio5m{{{V}}})",
-                       LEGEND))
+        .with_target(q(line(f"instance_engine:vllm_preemptions_per_request:ratio5m{{{V}}}"), LEGEND))
         .thresholds(_thresholds((None, "green"), (cfg.preemption_ratio, "red"))))
     d = d.with_panel(
         _ts("Request profile (tokens)", "Quantiles of finished requests' prompt and max_tokens (vLLM's histograms, "
             "observed at finish), and the bucket-bound p99 the worst-case math uses. " + RULES + ".", "short", 12)
-        .with_target(q("histogram_quantile(0.5, sum by (le) (rate(vllm:request_prompt_tokens_bucket{"
-                       f"{V}}}[$__rate_interval])))", "prompt p50", "A"))
-        .with_target(q("histogram_quantile(0.99, sum by (le) (rate(vllm:request_prompt_tokens_bucket{"
-                       f"{V}}}[$__rate_interval])))", "prompt p99", "B"))
-        .with_target(q("histogram_quantile(0.5, sum by (le) (rate(vllm:request_params_max_tokens_bucket{"
-                       f"{V}}}[$__rate_interval])))", "max_tokens p50", "C"))
-        .with_target(q("histogram_quantile(0.99, sum by (le) (rate(vllm:request_params_max_tokens_bucket{"
-                       f"{V}}}[$__rate_interval])))", "max_tokens p99", "D"))
+        .with_target(q(quantile(cfg, 0.5, "vllm:request_prompt_tokens", V), "prompt p50", "A"))
+        .with_target(q(quantile(cfg, 0.99, "vllm:request_prompt_tokens", V), "prompt p99", "B"))
+        .with_target(q(quantile(cfg, 0.5, "vllm:request_params_max_tokens", V), "max_tokens p50", "C"))
+        .with_target(q(quantile(cfg, 0.99, "vllm:request_params_max_tokens", V), "max_tokens p99", "D"))
         .with_target(q(f"max(instance_engine:vllm_request_prompt_tokens:bucket_quantile{{{V}}})",
                        "prompt (worst-case profile)", "E"))
         .with_target(q(f"max(instance_engine:vllm_request_max_tokens:bucket_quantile{{{V}}})",
                        "max_tokens (worst-case profile)", "F")))
 
     d = d.with_row(dash.Row("Capacity ledger"))
-    key = "pod, model_name, engine"
+    key = "who, model_name, engine"
     ledger = _merge_table(
         "Capacity ledger",
         "Per engine: usable blocks, block size, tokens, max_model_len, max_num_seqs, max concurrency "
@@ -297,14 +313,14 @@ def admission(cfg: Config = DEFAULT) -> dash.Dashboard:
         ("vllm_headroom_max_concurrency_requests", ',basis="profile"'),
         ("vllm_headroom_max_concurrency_requests", ',basis="max_model_len"'),
     ], strict=True):
-        ledger = ledger.with_target(q(f"max by ({key}) ({metric}{{{H}{extra}}})", ref, ref, instant=True))
+        ledger = ledger.with_target(q(f"max by ({key}) ({who(f'{metric}{{{H}{extra}}}')})", ref, ref, instant=True))
     ledger = ledger.with_target(q(
         f"max by ({key}, max_model_len, max_model_len_source, max_num_seqs_source, num_gpu_blocks_source, "
-        f"block_size_source) (vllm_headroom_config_info{{{H}}})", "H", "H", instant=True))
+        f"block_size_source) ({who(f'vllm_headroom_config_info{{{H}}}')})", "H", "H", instant=True))
     ledger = ledger.with_transformation(DataTransformerConfig(id_val="organize", options={
         "excludeByName": {"Value #H": True},
-        "renameByName": {"Value #A": "usable blocks", "Value #B": "block size", "Value #C": "tokens",
-                         "Value #D": "max_num_seqs", "Value #E": "W (blocks/request)",
+        "renameByName": {"who": "pod (or instance)", "Value #A": "usable blocks", "Value #B": "block size",
+                         "Value #C": "tokens", "Value #D": "max_num_seqs", "Value #E": "W (blocks/request)",
                          "Value #F": "max concurrency at W", "Value #G": "max concurrency at max_model_len"}}))
     d = d.with_panel(ledger)
     d = d.with_panel(
@@ -327,24 +343,27 @@ def fleet(cfg: Config = DEFAULT) -> dash.Dashboard:
          .tooltip(DashboardCursorSync.CROSSHAIR))
     for v in _variables(fleet=True):
         d = d.with_variable(v)
+
+    def one(metric: str) -> str:  # one series per engine, whichever jobs scrape its pod
+        return per_engine(cfg, f"{metric}{{{F}}}")
     d = d.with_row(dash.Row("Fleet now"))
     d = d.with_panel(_stat("Engines false-full", f"Engines whose requests wait while the KV cache has room. {RULES}.")
-                     .with_target(q(f"sum(instance_engine:vllm_kv_false_full:bool{{{F}}})", "false-full")))
+                     .with_target(q(f"sum({one('instance_engine:vllm_kv_false_full:bool')})", "false-full")))
     d = d.with_panel(_stat("Engines KV-full", f"Engines whose requests wait for KV blocks. {RULES}.")
-                     .with_target(q(f"sum(instance_engine:vllm_kv_full:bool{{{F}}})", "kv-full")))
+                     .with_target(q(f"sum({one('instance_engine:vllm_kv_full:bool')})", "kv-full")))
     d = d.with_panel(_stat("Free KV blocks", f"Free over usable blocks, all engines. {RULES}.", "percentunit")
-                     .with_target(q(f"sum(instance_engine:vllm_kv_free_blocks:sub{{{F}}}) / "
-                                    f"(sum(instance_engine:vllm_kv_free_blocks:sub{{{F}}}) + "
-                                    f"sum(instance_engine:vllm_kv_used_blocks:round{{{F}}}))", "free")))
+                     .with_target(q(f"sum({one('instance_engine:vllm_kv_free_blocks:sub')}) / "
+                                    f"(sum({one('instance_engine:vllm_kv_free_blocks:sub')}) + "
+                                    f"sum({one('instance_engine:vllm_kv_used_blocks:round')}))", "free")))
     d = d.with_panel(_stat("Waiting requests", "Sum of vllm:num_requests_waiting.")
-                     .with_target(q(f"sum(instance_engine:vllm_num_requests_waiting:max{{{F}}})", "waiting")))
+                     .with_target(q(f"sum({one('instance_engine:vllm_num_requests_waiting:max')})", "waiting")))
     d = d.with_panel(_stat("Preemptions / s", f"All engines (a pod scraped by two jobs counts once). {RULES}.")
                      .with_target(q(f"sum(model_name:vllm_num_preemptions:rate5m{{{FM}}})", "preemptions/s")))
     d = d.with_panel(_stat("Engines", "Engines reporting vllm:num_requests_running.")
-                     .with_target(q(f"count(instance_engine:vllm_num_requests_running:max{{{F}}})", "engines")))
+                     .with_target(q(f"count({one('instance_engine:vllm_num_requests_running:max')})", "engines")))
 
     d = d.with_row(dash.Row("Worst pods first"))
-    key = "cluster, namespace, pod, instance, model_name, engine"
+    key = "cluster, who, model_name, engine"
     worst = _merge_table("Engines by safe headroom (worst first)",
                          "One row per engine, sorted by safe headroom (requests that still fit if all run to "
                          f"max_tokens; negative = preemption ahead). {RULES}.", height=10)
@@ -356,22 +375,23 @@ def fleet(cfg: Config = DEFAULT) -> dash.Dashboard:
             ("instance_engine:vllm_worst_case_blocks_per_request:ceil", "W (blocks/request)"),
             ("instance_engine:vllm_preemptions_per_request:ratio5m", "preemptions/request")]
     for ref, (metric, _name) in zip("ABCDEFG", cols, strict=True):
-        worst = worst.with_target(q(f"max by ({key}) ({metric}{{{F}}})", ref, ref, instant=True))
+        worst = worst.with_target(q(f"max by ({key}) ({who(f'{metric}{{{F}}}')})", ref, ref, instant=True))
     worst = (worst.with_transformation(DataTransformerConfig(id_val="organize", options={
-        "renameByName": {f"Value #{ref}": name for ref, (_m, name) in zip("ABCDEFG", cols, strict=True)}}))
+        "renameByName": {"who": "pod (or instance)",
+                         **{f"Value #{ref}": name for ref, (_m, name) in zip("ABCDEFG", cols, strict=True)}}}))
         .with_transformation(DataTransformerConfig(id_val="sortBy", options={
             "sort": [{"field": "safe headroom", "desc": False}]})))
     d = d.with_panel(worst)
 
     d = d.with_row(dash.Row("Over time"))
     d = d.with_panel(_ts("False-full engines by model", f"{RULES}.", "short", 12)
-                     .with_target(q(f"sum by (model_name) (instance_engine:vllm_kv_false_full:bool{{{F}}})",
+                     .with_target(q(f"sum by (model_name) ({one('instance_engine:vllm_kv_false_full:bool')})",
                                     "{{model_name}}")))
     d = d.with_panel(_ts("Lowest safe headroom (10 engines)", f"Worst engines first. {RULES}.", "short", 12)
-                     .with_target(q(f"bottomk(10, instance_engine:vllm_safe_headroom_requests:floor{{{F}}})",
+                     .with_target(q(f"bottomk(10, {who(one('instance_engine:vllm_safe_headroom_requests:floor'))})",
                                     LEGEND)))
     d = d.with_panel(_ts("Most waiting requests (10 engines)", "vllm:num_requests_waiting.", "short", 12)
-                     .with_target(q(f"topk(10, instance_engine:vllm_num_requests_waiting:max{{{F}}})",
+                     .with_target(q(f"topk(10, {who(one('instance_engine:vllm_num_requests_waiting:max'))})",
                                     LEGEND)))
     d = d.with_panel(_ts("Free KV blocks by model", f"{RULES}.", "short", 12)
                      .with_target(q(f"sum by (model_name) (model_name:vllm_kv_free_blocks:sum{{{FM}}})",
@@ -379,7 +399,7 @@ def fleet(cfg: Config = DEFAULT) -> dash.Dashboard:
                      .with_target(q(f"sum by (model_name) (model_name:vllm_kv_capacity_blocks:sum{{{FM}}})",
                                     "usable {{model_name}}", "B")))
     d = d.with_panel(_ts("Preemptions / s (10 engines)", f"{RULES}.", "short", 12)
-                     .with_target(q(f"topk(10, instance_engine:vllm_num_preemptions:rate5m{{{F}}})",
+                     .with_target(q(f"topk(10, {who(one('instance_engine:vllm_num_preemptions:rate5m'))})",
                                     LEGEND)))
     d = d.with_panel(_ts("Engines false-full or KV-full", f"{RULES}.", "short", 12)
                      .with_target(q(f"sum(model_name:vllm_kv_false_full_engines:sum{{{FM}}})", "false-full", "A"))

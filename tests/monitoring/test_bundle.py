@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import promql_parser
 import yaml
@@ -19,7 +21,7 @@ from exporter.pipeline.target import Settings, one_shot
 from exporter.pipeline.verdict import Verdict
 from grafana import generate
 from grafana.config import DEFAULT
-from grafana.dashboards import dashboards
+from grafana.dashboards import WHO_REGEX, dashboards
 from grafana.promtool_tests import cases, twins
 from grafana.rules import VERDICT_ALERTS, alerts, anchor, rule_groups
 from tests import fixtures
@@ -180,8 +182,12 @@ def test_dashboards_are_well_formed() -> None:
     assert len({d["title"] for d in ds.values()}) == 2
     adm = ds["vllm-kv-admission"]
     variables = {v["name"]: v for v in adm["templating"]["list"]}
-    assert set(variables) == {"datasource", "cluster", "namespace", "pod", "job", "model_name", "engine"}
-    assert "$namespace" in variables["pod"]["query"] and "$cluster" in variables["pod"]["query"]
+    assert list(variables) == ["datasource", "cluster", "namespace", "job", "pod", "model_name", "engine"]
+    for d in ds.values():  # chained: each variable lists only what the ones before it select
+        chain = [v["name"] for v in d["templating"]["list"] if v["type"] == "query"]
+        for i, v in enumerate(v for v in d["templating"]["list"] if v["type"] == "query"):
+            assert all(f'{before}=~"${before}"' in v["query"] for before in chain[:i]), (d["uid"], v["name"])
+            assert v["includeAll"] and v["allValue"] == ".*", (d["uid"], v["name"])
     types = {p["type"] for p in adm["panels"]}
     assert {"stat", "timeseries", "state-timeline", "table", "text"} <= types
     assert any("runbook.md" in p.get("options", {}).get("content", "") for p in adm["panels"] if p["type"] == "text")
@@ -208,8 +214,9 @@ def test_dashboards_are_well_formed() -> None:
                     assert 'pod=~"$pod"' in t["expr"], (uid, p["title"])  # the one pod picker reaches the sidecar
                 if "model_name:" in t["expr"].split("{")[0]:
                     assert "job=~" not in t["expr"], (uid, p["title"])  # per-model rules carry no job
-                if "legendFormat" in t and "/{{engine}}" in t["legendFormat"]:
-                    assert "{{pod}}" in t["legendFormat"], (uid, p["title"])
+                legend = t.get("legendFormat", "")
+                if "{{engine}}" in legend:  # per engine: named by pod, or host:port outside Kubernetes
+                    assert "{{who}}" in legend and not re.search(r"\{\{(pod|instance)\}\}", legend), (uid, legend)
     fleet_exprs = " ".join(t["expr"] for p in ds["vllm-kv-fleet"]["panels"] for t in p.get("targets", []))
     assert "vllm_headroom_" not in fleet_exprs  # the fleet view works from the recording rules alone
     by_title = {p["title"]: p for p in adm["panels"]}
@@ -236,6 +243,51 @@ def test_dashboards_are_well_formed() -> None:
     assert DEFAULT.full_usage in steps
     symptom = " ".join(t["expr"] for p in adm["panels"] for t in p.get("targets", []))
     assert "vllm:request_queue_time_seconds_bucket" in symptom and "vllm:time_to_first_token_seconds_bucket" in symptom
+
+
+def _selectors_counted_once(node: Any, inner: Any = None) -> Iterator[tuple[str, Any]]:
+    """(series name, innermost aggregation above it) for every vector selector of a parsed PromQL expression."""
+    kind = type(node).__name__
+    if kind == "VectorSelector":
+        yield node.name or "", inner
+    elif kind == "AggregateExpr":
+        yield from _selectors_counted_once(node.expr, node)
+    elif kind == "Call":
+        for arg in node.args:
+            yield from _selectors_counted_once(arg, inner)
+    elif kind == "BinaryExpr":
+        yield from _selectors_counted_once(node.lhs, inner)
+        yield from _selectors_counted_once(node.rhs, inner)
+    elif kind in ("ParenExpr", "UnaryExpr", "SubqueryExpr"):
+        yield from _selectors_counted_once(node.expr, inner)
+    elif kind == "MatrixSelector":
+        yield from _selectors_counted_once(node.vector_selector, inner)
+
+
+def test_dashboards_count_a_pod_scraped_by_two_jobs_once() -> None:
+    """Every series a panel reads first goes through a max/min that drops `job` (one series per engine however
+    many jobs scrape the pod) before anything sums, counts, ranks or plots it; the per-model rules are already
+    deduplicated. test_double_scrape shows the values on a real Prometheus; this also covers ratios, which a pod
+    doubled everywhere would leave unchanged."""
+    for uid, title, expr in dashboard_queries():
+        for name, agg in _selectors_counted_once(promql_parser.parse(substitute(expr))):
+            if name.startswith("model_name:"):
+                continue
+            assert agg is not None and str(agg.op) in ("max", "min"), (uid, title, name, expr)
+            mod = agg.modifier
+            labels = list(mod.labels) if mod is not None else []
+            kept = mod is None or str(mod.type).endswith("By")
+            assert ("job" not in labels) if kept else ("job" in labels), (uid, title, name, expr)
+
+
+def test_who_names_the_pod_or_else_the_instance() -> None:
+    """The `who` regex on label_join(namespace, pod, instance) (Python's re agrees with RE2 on it; the real
+    Prometheus checks the Kubernetes and bare cases in test_double_scrape)."""
+    for joined, want in (("ns/vllm-0/10.0.0.7:8000", "ns/vllm-0"), ("//gpu-host:8000", "gpu-host:8000"),
+                         ("/vllm-0/10.0.0.7:8000", "vllm-0"), ("ns//gpu-host:8000", "gpu-host:8000"),
+                         ("//[::1]:8000", "[::1]:8000"), ("ns/vllm-0/", "ns/vllm-0")):
+        m = re.fullmatch(WHO_REGEX, joined)
+        assert m and (m.group(1) or "") + (m.group(2) or "") == want, (joined, m)
 
 
 def _recorded_names() -> set[str]:

@@ -60,6 +60,15 @@ class Stack:
             return json.load(r)
 
 
+@dataclass(frozen=True)
+class Scrape:
+    """One scrape job of the test Prometheus: its name, which of our targets ("vllm", "sidecar"), target labels."""
+
+    job: str
+    targets: tuple[str, ...]
+    labels: dict[str, str]
+
+
 def _wait(what: str, check: Callable[[], bool], stack: Stack, deadline: float = DEADLINE) -> None:
     end = time.monotonic() + deadline
     while time.monotonic() < end:
@@ -76,27 +85,28 @@ def _wait(what: str, check: Callable[[], bool], stack: Stack, deadline: float = 
 @contextlib.contextmanager
 def run_stack(tmp: Path, vllm_url: str, sidecar_args: list[str], replay: list[str] | None = None,
               for_: dict[str, str] | None = None, scrape_interval: str = "1s",
-              alertmanager: str | None = None, sidecar_interval: float = 1.0) -> Iterator[Stack]:
+              alertmanager: str | None = None, sidecar_interval: float = 1.0,
+              scrapes: list[Scrape] | None = None) -> Iterator[Stack]:
     """Prometheus scraping vLLM (real, or a replay started here) and our sidecar, with the shipped rules.
 
-    Both targets carry the labels a PodMonitor gives one pod (namespace, pod), as in Kubernetes; operator-style job
-    names, so nothing depends on the job. `alertmanager` (host:port) receives the alerts."""
+    By default both targets carry the labels a PodMonitor gives one pod (namespace, pod), as in Kubernetes;
+    operator-style job names, so nothing depends on the job. `scrapes` replaces those two scrape jobs (e.g. the
+    same pod scraped by two jobs). `alertmanager` (host:port) receives the alerts."""
     prometheus = require("prometheus")
     vllm_port = int(vllm_url.rsplit(":", 1)[1])
     sidecar_port, prom_port = free_port(), free_port()
     cfg = replace(DEFAULT, for_=for_ if for_ is not None else {"VLLMKVFalseFull": "3s"})
     (tmp / "rules.yaml").write_text(to_yaml(rule_groups(cfg)))
     pod = {"namespace": NAMESPACE, "pod": POD}
+    if scrapes is None:
+        scrapes = [Scrape(f"{NAMESPACE}/vllm", ("vllm",), pod), Scrape(f"{NAMESPACE}/vllm-headroom", ("sidecar",), pod)]
+    address = {"vllm": f"127.0.0.1:{vllm_port}", "sidecar": f"127.0.0.1:{sidecar_port}"}
     config: dict[str, Any] = {
         "global": {"scrape_interval": scrape_interval, "evaluation_interval": scrape_interval,
                    "scrape_timeout": "1s" if scrape_interval == "1s" else "10s"},
         "rule_files": [str(tmp / "rules.yaml")],
-        "scrape_configs": [
-            {"job_name": f"{NAMESPACE}/vllm", "static_configs": [{"targets": [f"127.0.0.1:{vllm_port}"],
-                                                                 "labels": pod}]},
-            {"job_name": f"{NAMESPACE}/vllm-headroom", "static_configs": [{"targets": [f"127.0.0.1:{sidecar_port}"],
-                                                                          "labels": pod}]},
-        ],
+        "scrape_configs": [{"job_name": sc.job, "static_configs": [{
+            "targets": [address[t] for t in sc.targets], "labels": dict(sc.labels)}]} for sc in scrapes],
     }
     if alertmanager:
         config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": [alertmanager]}]}]}
@@ -117,7 +127,8 @@ def run_stack(tmp: Path, vllm_url: str, sidecar_args: list[str], replay: list[st
             log = (tmp / f"{name}.log").open("wb")
             procs.append(subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT))
         s = Stack(f"http://127.0.0.1:{prom_port}", f"http://127.0.0.1:{sidecar_port}", tmp)
-        _wait("both targets up", lambda: s.value(f'sum(up{{namespace="{NAMESPACE}"}})') == 2, s)
+        targets = sum(len(sc.targets) for sc in scrapes)
+        _wait(f"all {targets} scrape targets up", lambda: s.value("sum(up)") == targets, s)
         yield s
     finally:
         for p in procs:

@@ -252,8 +252,12 @@ def test_budget_full_pages_as_itself_not_as_false_full(tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{free_port()}"
     argv = " ".join(json.loads((recording / "meta.json").read_text())["server_argv"])
     replay = [sys.executable, "-m", "exporter", "replay", str(recording), "--speed", "1", "--loop"]
-    sidecar = ["--vllm-args", argv, "--verdict.false-full-hold", "2s", "--no-vllm-cmdline-discovery"]
-    for_ = {"VLLMHeadroomBudgetFull": "3s", "VLLMKVFalseFull": "3s"}
+    sidecar = ["--vllm-args", argv, "--verdict.false-full-hold", "0s", "--no-vllm-cmdline-discovery"]
+    # The rules' flag rises with the queue; the sidecar names budget_full one sidecar scrape and one Prometheus
+    # scrape after it (1 s each), a gap in which false-full is pending and unsuppressed on every loop of the
+    # replay. A for: of 5 s (2.5 times the gap, under the ~12 s the queue stands in each loop) keeps that from
+    # paging here, as for: 5m does in production, while without the verdict's suppression it pages.
+    for_ = {"VLLMHeadroomBudgetFull": "3s", "VLLMKVFalseFull": "5s"}
     with run_stack(tmp_path, url, sidecar, replay, for_=for_) as s:
         def firing(name: str) -> bool:
             return any(r["name"] == name and r["state"] == "firing"
@@ -265,8 +269,16 @@ def test_budget_full_pages_as_itself_not_as_false_full(tmp_path: Path) -> None:
         assert bf[0]["labels"]["pod"] == POD and bf[0]["labels"]["model_name"] == "tiny-llama", bf
         assert bf[0]["annotations"]["description"].startswith(f"{NAMESPACE}/{POD} (tiny-llama, engine 0): ")
         assert not firing("VLLMKVFalseFull")
-        # Everything Prometheus stored: the rules' false-full flag was raised (for longer than its for:), the page
-        # never was.
-        _wait("the rules' false-full flag held", lambda: (s.value(
-            "max(sum_over_time(instance_engine:vllm_kv_false_full:bool[5m]))") or 0) >= 5, s, 30)
-        assert s.value('max(max_over_time(ALERTS{alertname="VLLMKVFalseFull"}[5m]))') is None
+        # Everything Prometheus stored: the rules' false-full flag held for longer than the alert's for: (8
+        # evaluations in a row, 1 s apart, against for: 5s), so only the verdict can have kept the page out.
+        def longest_run() -> int:
+            best = 0
+            for r in s.query("instance_engine:vllm_kv_false_full:bool[5m]"):
+                run = 0
+                for _t, v in r["values"]:
+                    run = run + 1 if v == "1" else 0
+                    best = max(best, run)
+            return best
+
+        _wait("the rules' false-full flag held 8 evaluations in a row", lambda: longest_run() >= 8, s, 90)
+        assert s.value('max(max_over_time(ALERTS{alertname="VLLMKVFalseFull",alertstate="firing"}[5m]))') is None

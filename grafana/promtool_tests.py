@@ -9,6 +9,7 @@ double page fails the test. Expected annotations are rendered from the templates
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,7 +25,8 @@ END = f"{MINUTES}m"
 BUCKETS = ("1.0", "2.0", "5.0", "10.0", "20.0", "50.0", "100.0", "200.0", "500.0", "+Inf")
 
 Labels = dict[str, str]
-Value = float | None  # None: no sample (target down, series not yet exported)
+Value = float | None  # None: no sample (target down, series not yet exported); STALE: Prometheus' stale marker
+STALE = math.nan  # what a failed scrape writes for every series of the target: they vanish at once
 Fn = Callable[[float], Value]
 
 # A vLLM pod outside Kubernetes, and one inside (a PodMonitor's labels); their sidecars.
@@ -48,6 +50,10 @@ def _encode(values: list[Value]) -> str:
     i = 0
     while i < len(values):
         v = values[i]
+        if v is not None and math.isnan(v):
+            out.append("stale")
+            i += 1
+            continue
         if v is None:
             j = i
             while j < len(values) and values[j] is None:
@@ -57,7 +63,7 @@ def _encode(values: list[Value]) -> str:
             continue
         j = i + 1
         step = None
-        while j < len(values) and values[j] is not None:
+        while j < len(values) and values[j] is not None and not math.isnan(values[j]):  # type: ignore[arg-type]
             d = round(float(values[j]) - float(values[j - 1]), 9)  # type: ignore[arg-type]
             if step is None:
                 step = d
@@ -78,6 +84,7 @@ def _encode(values: list[Value]) -> str:
 @dataclass
 class Clock:
     interval: float
+    stale: Callable[[float], bool] | None = None  # times at which every series gets Prometheus' stale marker
 
     @property
     def times(self) -> list[float]:
@@ -85,7 +92,8 @@ class Clock:
 
     def series(self, name: str, labels: Labels, fn: Fn) -> dict[str, str]:
         body = ",".join(f'{k}="{v}"' for k, v in labels.items())
-        return {"series": f"{name}{{{body}}}", "values": _encode([fn(t) for t in self.times])}
+        stale = self.stale or (lambda _t: False)
+        return {"series": f"{name}{{{body}}}", "values": _encode([STALE if stale(t) else fn(t) for t in self.times])}
 
     def counter(self, rate: float | Fn, reset_at: float | None = None, alive: Fn | None = None,
                 start: float = 0.0) -> Fn:
@@ -133,9 +141,23 @@ class Engine:
     reset_at: float | None = None
     up_from: float = 0  # seconds: series absent before (loading)
     up_until: float | None = None  # seconds: series absent from then on (down)
+    # Seconds [from, to) in which Prometheus' scrapes of vLLM fail: a stale marker at the first failed scrape, then
+    # nothing (what Prometheus writes), while vLLM's counters go on.
+    gaps: tuple[tuple[float, float], ...] = ()
+    stale_at_stop: bool = False  # a stale marker at up_until too (the series vanish from a scrape that works)
+    histograms: bool = True  # False: the length histograms' _bucket series dropped by metricRelabelings
 
     def alive(self, t: float) -> Value:
-        return 1 if t >= self.up_from and (self.up_until is None or t < self.up_until) else None
+        up = t >= self.up_from and (self.up_until is None or t < self.up_until)
+        return 1 if up and not any(a <= t < b for a, b in self.gaps) else None
+
+    def _stale(self, t: float, dt: float) -> bool:
+        """The first missed scrape after a scraped one, where Prometheus writes a stale marker."""
+        if t - dt < 0 or self.alive(t - dt) is None:
+            return False
+        in_gap = any(a <= t < b for a, b in self.gaps)
+        stopped = self.stale_at_stop and self.up_until is not None and t >= self.up_until
+        return in_gap or stopped
 
     def gated(self, v: float | Fn) -> Fn:
         f = _f(v)
@@ -156,6 +178,8 @@ class Engine:
         return out
 
     def series(self, c: Clock) -> list[dict[str, str]]:
+        if self.gaps or self.stale_at_stop:
+            c = Clock(c.interval, lambda t: self._stale(t, c.interval))
         lb = self.engine_labels
         info = {k: v for k, v in lb.items() if k != "model_name"}
         out = [c.series("vllm:cache_config_info",
@@ -183,6 +207,8 @@ class Engine:
                             c.counter(self.finished_per_s, self.reset_at, self.alive)))
         out.append(c.series("vllm:iteration_tokens_total_count", lb,
                             c.counter(self.steps_per_s, self.reset_at, self.alive)))
+        if not self.histograms:
+            return out
         for hist, le in (("vllm:request_prompt_tokens_bucket", self.prompt_le),
                          ("vllm:request_params_max_tokens_bucket", self.max_tokens_le)):
             reached = False
@@ -203,6 +229,7 @@ class Pod:
     sidecar: Labels | None = field(default_factory=lambda: dict(BARE_SIDECAR))
     vllm_up_from: float = 0  # the sidecar first scrapes vLLM successfully
     vllm_up_until: float | None = None
+    vllm_gap: tuple[float, float] | None = None  # seconds [from, to): vLLM does not answer (scrapes fail)
     sidecar_scraped_until: float | None = None  # Prometheus stops reaching the sidecar
     no_vllm_metrics: bool = False  # --disable-log-stats: vLLM answers without vllm:* series
     api_requests: bool = False  # vLLM's http_requests_total for its API handlers
@@ -212,7 +239,8 @@ class Pod:
     undetermined: str | None = None  # vllm_headroom_capacity_undetermined{reason} of that engine
 
     def vllm_up(self, t: float) -> bool:
-        return t >= self.vllm_up_from and (self.vllm_up_until is None or t < self.vllm_up_until)
+        gap = self.vllm_gap is not None and self.vllm_gap[0] <= t < self.vllm_gap[1]
+        return t >= self.vllm_up_from and (self.vllm_up_until is None or t < self.vllm_up_until) and not gap
 
     def series(self, c: Clock) -> list[dict[str, str]]:
         out = [c.series("up", self.labels, lambda t: 1 if self.vllm_up(t) else 0)]
@@ -276,7 +304,8 @@ class Case:
     fires: list[Expect] = field(default_factory=list)  # exactly these alerts fire at END; all others are silent
     also_at: list[str] = field(default_factory=list)  # eval times where `fires` must already hold (no flapping)
     early: dict[str, str] = field(default_factory=dict)  # alert -> a time before its `for:` has elapsed
-    exprs: list[tuple[str, list[tuple[Labels, float]]]] = field(default_factory=list)  # checked at END
+    exprs: list[tuple[str, list[tuple[Labels, float]]]] = field(default_factory=list)  # checked at exprs_at
+    exprs_at: str = END
 
 
 def _cases() -> list[tuple[Case, Case]]:
@@ -508,7 +537,7 @@ def promtool_tests(cfg: Config, rule_file: str, intervals: tuple[str, ...] = INT
                                     "input_series": series, "alert_rule_test": checks}
             if c.exprs:
                 test["promql_expr_test"] = [
-                    {"expr": expr, "eval_time": END,
+                    {"expr": expr, "eval_time": c.exprs_at,
                      "exp_samples": [{"labels": _labels(expr, lb), "value": v} for lb, v in samples]}
                     for expr, samples in c.exprs]
             tests.append(test)

@@ -404,8 +404,7 @@ def _cases() -> list[tuple[Case, Case]]:
               [Pod(verdict="slots_full", waiting=50)], fires=[Expect("VLLMKVFalseFull", eng, 50)])),
         (Case("capacity config_error (num_gpu_blocks < 2)", [Engine()],
               [Pod(verdict="ok", undetermined="config_error")],
-              fires=[Expect("VLLMHeadroomCapacityConfigError", {"host": "host-a", "model_name": MODEL, "engine": "0"},
-                            1)]),
+              fires=[Expect("VLLMHeadroomCapacityConfigError", side, 1)]),
          Case("capacity missing (values unknown): no page", [Engine()], [Pod(verdict="ok", undetermined="missing")])),
         (Case("block leak: 30 % used with nothing running or waiting",
               [Engine(usage=0.3, running=0, steps_per_s=0, finished_per_s=0)], [Pod()],
@@ -492,6 +491,13 @@ def _cases() -> list[tuple[Case, Case]]:
               fires=[Expect("VLLMMetricsAbsent", {"host": "host-a"})]),
          Case("a non-vLLM target under a vllm-like job name", [],
               [Pod(labels={**BARE, "job": "vllm-router"}, sidecar=None)])),
+        # --- KV/engine field defects (issue 12 review): histograms dropped, scrape gaps, one page per fault,
+        # nothing finished, a renamed model, V0 annotations.
+        (Case("0.8-style (V0) exposition, truly full: the annotations leave the missing engine out",
+              [Engine(usage=0.97, waiting=20, engine=None, version="0.8")], [Pod()],
+              fires=[Expect("VLLMKVCacheFull", Engine(engine=None).alert_labels, 20)]),
+         Case("0.8-style (V0) exposition, 97 % used, nothing waits",
+              [Engine(usage=0.97, engine=None, version="0.8")], [Pod()])),
     ]
 
 

@@ -253,7 +253,9 @@ class Alert:
 
 # Which pod: namespace/pod in Kubernetes, the scrape address elsewhere.
 WHERE = "{{ if $labels.pod }}{{ $labels.namespace }}/{{ $labels.pod }}{{ else }}{{ $labels.instance }}{{ end }}"
-ENGINE = f"{WHERE} ({{{{ $labels.model_name }}}}, engine {{{{ $labels.engine }}}})"
+# Which engine: V0 (vLLM <= 0.10 with VLLM_USE_V1=0) labels no engine, so the part is left out there.
+ENGINE = (f"{WHERE} ({{{{ $labels.model_name }}}}"
+          "{{ if $labels.engine }}, engine {{ $labels.engine }}{{ end }})")
 
 
 def _minutes(d: str) -> str:
@@ -368,11 +370,12 @@ def alerts(cfg: Config) -> list[Alert]:
               "prefills used the whole step token budget (max_num_batched_tokens; sidecar verdict budget_full). "
               "The KV cache has room: raise max_num_batched_tokens or enable chunked prefill with a larger budget."),
         Alert("VLLMHeadroomCapacityConfigError",
-              f"max by ({pod}, model_name, engine) (\n"
+              f"max by ({pod}, instance, model_name, engine) (\n"
               + _host('vllm_headroom_capacity_undetermined{reason="config_error"} == 1') + "\n)",
               t_cfg, "warning", "The sidecar cannot derive an engine's KV capacity: its configuration makes no sense.",
               f"The sidecar of {WHERE} reports vllm_headroom_capacity_undetermined{{reason=\"config_error\"}} = "
-              f"{{{{ $value | humanize }}}} for {{{{ $labels.model_name }}}} engine {{{{ $labels.engine }}}}, for "
+              f"{{{{ $value | humanize }}}} for {{{{ $labels.model_name }}}}"
+              "{{ if $labels.engine }} engine {{ $labels.engine }}{{ end }}, for "
               f"{_minutes(t_cfg)} (e.g. num_gpu_blocks < 2): no verdict, headroom or capacity panel for it. "
               "/api/v1/diagnosis of the sidecar names the value."),
         Alert("VLLMKVBlockLeak",
@@ -381,6 +384,7 @@ def alerts(cfg: Config) -> list[Alert]:
                      f"and on ({me}) {R}vllm_num_requests_waiting:max == 0"),
               t_leak, "warning", "vLLM keeps KV blocks in use with no request running.",
               f"{ENGINE}: {{{{ $value | humanize }}}} KV blocks have stayed in use for {_minutes(t_leak)} with nothing "
+        # `instance` (the sidecar's) kept: outside Kubernetes it is what names the pod in the text.
               "running or waiting. Blocks are leaking (they are not free for new requests); restart the engine and "
               "report it."),
         # Recognised by what it exported lately (vllm_headroom_up), not by its job name.
@@ -570,9 +574,9 @@ def render(template: str, labels: dict[str, str], value: float | None = None) ->
     """Render the subset of Prometheus' alert templates the bundle uses."""
 
     def cond(m: re.Match[str]) -> str:
-        return m.group(2) if labels.get(m.group(1)) else m.group(3)
+        return m.group(2) if labels.get(m.group(1)) else (m.group(3) or "")
 
-    out = re.sub(r"\{\{ if \$labels\.(\w+) \}\}(.*?)\{\{ else \}\}(.*?)\{\{ end \}\}", cond, template)
+    out = re.sub(r"\{\{ if \$labels\.(\w+) \}\}(.*?)(?:\{\{ else \}\}(.*?))?\{\{ end \}\}", cond, template)
     out = re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels.get(m.group(1), ""), out)
     if value is not None:
         out = out.replace("{{ $value | humanize }}", humanize(value))

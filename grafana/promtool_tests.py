@@ -525,6 +525,24 @@ def _cases() -> list[tuple[Case, Case]]:
               [Engine(usage=0.5, finished_per_s=0)], [Pod()],
               fires=[Expect("VLLMKVOversubscribed", eng, -6, "info")],
               exprs=[(f"{rec}vllm_preemptions_per_request:ratio5m", [(e_ff.engine_labels, 0)])])),
+        (Case("a 3-minute scrape gap of vLLM (stale markers) under a standing false-full queue: one page, kept firing",
+              [Engine(**ff, gaps=((900, 1080),))], [Pod(vllm_gap=(900, 1080))],  # type: ignore[arg-type]
+              fires=[Expect("VLLMKVFalseFull", eng, 50)], also_at=["10m", "15m", "16m", "17m", "18m", "20m", "22m"]),
+         Case("a 3-minute scrape gap of vLLM without a queue: quiet",
+              [Engine(gaps=((900, 1080),))], [Pod(vllm_gap=(900, 1080))])),
+        (Case("model renamed across a restart (vLLM labels the first --served-model-name): one false-full, "
+              "capacity counted once",
+              [Engine(**ff, model="old-name", up_until=900, stale_at_stop=True),  # type: ignore[arg-type]
+               Engine(**ff, model="new-name", num_gpu_blocks="41", up_from=960)],  # type: ignore[arg-type]
+              [Pod(vllm_gap=(900, 960))],
+              fires=[Expect("VLLMKVFalseFull", Engine(model="new-name").alert_labels, 50)],
+              exprs_at="17m",  # 2 minutes after the restart: the old name's series are stale, not summed
+              exprs=[("model_name:vllm_kv_capacity_blocks:sum", [({"model_name": "new-name"}, 40)]),
+                     ("model_name:vllm_num_requests_waiting:sum", [({"model_name": "new-name"}, 50)]),
+                     (f"{rec}vllm_kv_false_full:bool", [(Engine(model="new-name").engine_labels, 1)])]),
+         Case("model renamed across a restart, nothing waits: quiet",
+              [Engine(model="old-name", up_until=900, stale_at_stop=True),
+               Engine(model="new-name", num_gpu_blocks="41", up_from=960)], [Pod(vllm_gap=(900, 960))])),
     ]
 
 

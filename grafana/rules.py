@@ -257,6 +257,7 @@ class Alert:
     severity: str
     summary: str
     description: str  # Prometheus template: $labels, if/else/end, $value | humanize / humanizePercentage
+    keep_firing_for: str = ""  # "": resolve as soon as the condition stops
 
 
 # Which pod: namespace/pod in Kubernetes, the scrape address elsewhere.
@@ -319,6 +320,7 @@ def alerts(cfg: Config) -> list[Alert]:
     t_never, t_budget, t_cfg = (f("VLLMHeadroomNeverFits", "2m"), f("VLLMHeadroomBudgetFull", "10m"),
                                 f("VLLMHeadroomCapacityConfigError", "10m"))
     t_hist = f("VLLMKVHistogramsMissing", "15m")
+    keep = cfg.keep_firing_for
     kv_full = f"({R}vllm_kv_full:bool == 1)"
     limit = parse_duration(cfg.startup_limit)
     a = [
@@ -330,7 +332,7 @@ def alerts(cfg: Config) -> list[Alert]:
               f"{ENGINE}: {{{{ $value | humanize }}}} requests have waited for {_minutes(t_ff)} while KV usage stayed "
               f"under {full} and the next request's prompt fits in free blocks. Memory is not what holds them back: "
               "look at max_num_seqs slots, max_num_batched_tokens, deferred (LoRA/grammar) requests; "
-              "the sidecar's vllm_headroom_verdict names the cause."),
+              "the sidecar's vllm_headroom_verdict names the cause.", keep),
         Alert("VLLMKVCacheFull",
               engine(f"{R}vllm_num_requests_waiting:max\nand on ({me})\n{kv_full}\n"
                      f"unless on ({me})\n{storm}", "never_fits"),
@@ -338,37 +340,38 @@ def alerts(cfg: Config) -> list[Alert]:
               "vLLM's KV cache is truly full: requests wait for blocks.",
               f"{ENGINE}: {{{{ $value | humanize }}}} requests have waited for {_minutes(t_full)} while KV usage "
               f"reached {full} or the next prompt does not fit in free blocks. Add KV memory or replicas, or lower "
-              "max_model_len / max_num_seqs."),
+              "max_model_len / max_num_seqs.", keep),
         Alert("VLLMPreemptionStorm", engine(f"{R}vllm_preemptions_per_request:ratio{w}\nand\n{storm}"),
               t_storm, "critical", "vLLM preempts a large share of its requests (KV thrash).",
               f"{ENGINE}: {{{{ $value | humanizePercentage }}}} preemptions per finished request over {w} (per "
               f"running request while none finishes; threshold {cfg.preemption_ratio:g}), for {_minutes(t_storm)}. "
-              "Running requests outgrow the KV pool and are recomputed; latency and throughput collapse."),
+              "Running requests outgrow the KV pool and are recomputed; latency and throughput collapse.", keep),
         Alert("VLLMKVOversubscribed",
               engine(f"{R}vllm_safe_headroom_requests:floor < 0\nand on ({me})\n{pressure}\nunless on ({me})\n{storm}"
                      f"\nunless on ({me})\n{kv_full}"),
               t_over, "warning", "vLLM's running requests outgrow the KV pool under pressure: preemption ahead.",
               f"{ENGINE}: safe headroom {{{{ $value | humanize }}}} requests (running × worst-case blocks exceed the "
               f"pool) with KV usage at {full} or preemptions, for {_minutes(t_over)}. Lower max_num_seqs or "
-              "max_tokens, or add KV memory."),
+              "max_tokens, or add KV memory.", keep),
         Alert("VLLMKVOversubscribed",
               engine(f"{R}vllm_safe_headroom_requests:floor < 0\nunless on ({me})\n{pressure}"),
               t_over, "info", "vLLM over-commits its KV pool (normal; no pressure yet).",
               f"{ENGINE}: safe headroom {{{{ $value | humanize }}}} requests: if every running request reached "
-              f"max_tokens vLLM would preempt. No pressure now (usage under {full}, no preemptions)."),
+              f"max_tokens vLLM would preempt. No pressure now (usage under {full}, no preemptions).", keep),
         Alert("VLLMSchedulerStuck",
               engine(f"{R}vllm_num_requests_waiting_schedulable:max\nand on ({me})\n{R}vllm_stuck:bool", "never_fits"),
               t_stuck, "critical", "vLLM has queued requests but makes no engine steps.",
               f"{ENGINE}: {{{{ $value | humanize }}}} schedulable requests wait and the engine made no step for "
               f"{_minutes(f'{parse_duration(w) + parse_duration(t_stuck):g}s')} (vllm:iteration_tokens_total_count "
-              "flat). Requests will time out."),
+              "flat). Requests will time out.", keep),
         Alert("VLLMEngineAsleepWithQueue",
               engine(f"{R}vllm_num_requests_waiting:max > 0\nand on ({me})\n({R}vllm_engine_asleep:bool > 0)",
                      awake=False),
               t_sleep, "info", "vLLM is in sleep mode while requests wait (deliberate; no page).",
               f"{ENGINE}: {{{{ $value | humanize }}}} requests wait while the engine sleeps (vllm:engine_sleep_state), "
               f"for {_minutes(t_sleep)}. Sleep mode is put on deliberately (POST /sleep); if these requests should "
-              "run, wake it (POST /wake_up) or route elsewhere. No other engine alert fires on a sleeping engine."),
+              "run, wake it (POST /wake_up) or route elsewhere. No other engine alert fires on a sleeping engine.",
+              keep),
         Alert("VLLMHeadroomNeverFits", sidecar("never_fits"), t_never, "critical",
               "The request at the head of vLLM's queue can never be admitted: it needs more KV blocks than the pool.",
               f"{ENGINE}: {{{{ $value | humanize }}}} requests wait behind a head request that needs more KV blocks "
@@ -397,7 +400,7 @@ def alerts(cfg: Config) -> list[Alert]:
               t_leak, "warning", "vLLM keeps KV blocks in use with no request running.",
               f"{ENGINE}: {{{{ $value | humanize }}}} KV blocks have stayed in use for {_minutes(t_leak)} with nothing "
               "running or waiting. Blocks are leaking (they are not free for new requests); restart the engine and "
-              "report it."),
+              "report it.", keep),
         # V1 exports the length histograms from start-up, V0 once a request finished; a scraped engine without
         # them lost them to metricRelabelings (or a recording rule's drop list).
         Alert("VLLMKVHistogramsMissing",
@@ -412,7 +415,7 @@ def alerts(cfg: Config) -> list[Alert]:
               "cannot tell a false-full from a full pool nor size the worst case: VLLMKVFalseFull and "
               "VLLMKVOversubscribed stay silent for this engine (VLLMKVCacheFull still fires on usage). Keep "
               "vllm:request_prompt_tokens_bucket and vllm:request_params_max_tokens_bucket in the scrape's "
-              "metricRelabelings."),
+              "metricRelabelings.", keep),
         # Recognised by what it exported lately (vllm_headroom_up), not by its job name.
         Alert("VLLMHeadroomSidecarDown",
               _host(f"up == 0\nand on ({cfg.by()})\ngroup by ({cfg.by()}) (last_over_time(vllm_headroom_up[6h]))"),
@@ -473,10 +476,12 @@ def anchor(name: str) -> str:
 
 
 def alert_rule(cfg: Config, a: Alert) -> dict[str, Any]:
+    keep = {"keep_firing_for": a.keep_firing_for} if a.keep_firing_for else {}
     return {
         "alert": a.name,
         "expr": a.expr,
         "for": a.for_,
+        **keep,
         "labels": {"severity": a.severity},
         "annotations": {
             "summary": a.summary,

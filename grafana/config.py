@@ -34,6 +34,10 @@ class Config:
     profile_window: str = format_duration(D.PROFILE_WINDOW)
     # Preemptions per finished request over the window above which the storm alert pages.
     preemption_ratio: float = 0.1
+    # Engine alerts from vLLM's own series keep firing this long after their condition last held: a few failed
+    # scrapes of vLLM (Prometheus writes stale markers, every series vanishes) must not resolve a page and raise it
+    # again when scrapes return. Needs Prometheus >= 2.42 (prometheus-operator >= 0.66, Thanos Ruler >= 0.34).
+    keep_firing_for: str = "5m"
     # vLLM may load weights and compile this long after the pod started before we say anything.
     startup_limit: str = "20m"
     # `for:` of alerts by name; tests against a live Prometheus shorten them.

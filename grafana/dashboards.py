@@ -282,8 +282,9 @@ def admission(cfg: Config = DEFAULT) -> dash.Dashboard:
         .with_target(q(f"max by (limit) (vllm_headroom_binding_limit{{{H}}}) > 0", "{{limit}}", "B"))
         .mappings(_verdicts()).show_value(VisibilityMode.NEVER), {**VERDICT_COLORS, **LIMIT_COLORS}))
     d = d.with_panel(
-        _ts("Preemptions per finished request", "vLLM's preemptions over finished requests (5 m): a ratio, so it "
-            f"means the same at 0.2 and at 50 requests/s. {RULES}.", "percentunit", 12)
+        _ts("Preemptions per finished request", "vLLM's preemptions over finished requests (5 m; over running "
+            f"requests while none finishes): a ratio, so it means the same at 0.2 and at 50 requests/s. {RULES}.",
+            "percentunit", 12)
         .with_target(q(line(f"instance_engine:vllm_preemptions_per_request:ratio5m{{{V}}}"), LEGEND))
         .thresholds(_thresholds((None, "green"), (cfg.preemption_ratio, "red"))))
     d = d.with_panel(

@@ -9,6 +9,7 @@ double page fails the test. Expected annotations are rendered from the templates
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,7 +25,8 @@ END = f"{MINUTES}m"
 BUCKETS = ("1.0", "2.0", "5.0", "10.0", "20.0", "50.0", "100.0", "200.0", "500.0", "+Inf")
 
 Labels = dict[str, str]
-Value = float | None  # None: no sample (target down, series not yet exported)
+Value = float | None  # None: no sample (target down, series not yet exported); STALE: Prometheus' stale marker
+STALE = math.nan  # what a failed scrape writes for every series of the target: they vanish at once
 Fn = Callable[[float], Value]
 
 # A vLLM pod outside Kubernetes, and one inside (a PodMonitor's labels); their sidecars.
@@ -48,6 +50,10 @@ def _encode(values: list[Value]) -> str:
     i = 0
     while i < len(values):
         v = values[i]
+        if v is not None and math.isnan(v):
+            out.append("stale")
+            i += 1
+            continue
         if v is None:
             j = i
             while j < len(values) and values[j] is None:
@@ -57,7 +63,7 @@ def _encode(values: list[Value]) -> str:
             continue
         j = i + 1
         step = None
-        while j < len(values) and values[j] is not None:
+        while j < len(values) and values[j] is not None and not math.isnan(values[j]):  # type: ignore[arg-type]
             d = round(float(values[j]) - float(values[j - 1]), 9)  # type: ignore[arg-type]
             if step is None:
                 step = d
@@ -78,6 +84,7 @@ def _encode(values: list[Value]) -> str:
 @dataclass
 class Clock:
     interval: float
+    stale: Callable[[float], bool] | None = None  # times at which every series gets Prometheus' stale marker
 
     @property
     def times(self) -> list[float]:
@@ -85,7 +92,8 @@ class Clock:
 
     def series(self, name: str, labels: Labels, fn: Fn) -> dict[str, str]:
         body = ",".join(f'{k}="{v}"' for k, v in labels.items())
-        return {"series": f"{name}{{{body}}}", "values": _encode([fn(t) for t in self.times])}
+        stale = self.stale or (lambda _t: False)
+        return {"series": f"{name}{{{body}}}", "values": _encode([STALE if stale(t) else fn(t) for t in self.times])}
 
     def counter(self, rate: float | Fn, reset_at: float | None = None, alive: Fn | None = None,
                 start: float = 0.0) -> Fn:
@@ -133,9 +141,23 @@ class Engine:
     reset_at: float | None = None
     up_from: float = 0  # seconds: series absent before (loading)
     up_until: float | None = None  # seconds: series absent from then on (down)
+    # Seconds [from, to) in which Prometheus' scrapes of vLLM fail: a stale marker at the first failed scrape, then
+    # nothing (what Prometheus writes), while vLLM's counters go on.
+    gaps: tuple[tuple[float, float], ...] = ()
+    stale_at_stop: bool = False  # a stale marker at up_until too (the series vanish from a scrape that works)
+    histograms: bool = True  # False: the length histograms' _bucket series dropped by metricRelabelings
 
     def alive(self, t: float) -> Value:
-        return 1 if t >= self.up_from and (self.up_until is None or t < self.up_until) else None
+        up = t >= self.up_from and (self.up_until is None or t < self.up_until)
+        return 1 if up and not any(a <= t < b for a, b in self.gaps) else None
+
+    def _stale(self, t: float, dt: float) -> bool:
+        """The first missed scrape after a scraped one, where Prometheus writes a stale marker."""
+        if t - dt < 0 or self.alive(t - dt) is None:
+            return False
+        in_gap = any(a <= t < b for a, b in self.gaps)
+        stopped = self.stale_at_stop and self.up_until is not None and t >= self.up_until
+        return in_gap or stopped
 
     def gated(self, v: float | Fn) -> Fn:
         f = _f(v)
@@ -156,6 +178,8 @@ class Engine:
         return out
 
     def series(self, c: Clock) -> list[dict[str, str]]:
+        if self.gaps or self.stale_at_stop:
+            c = Clock(c.interval, lambda t: self._stale(t, c.interval))
         lb = self.engine_labels
         info = {k: v for k, v in lb.items() if k != "model_name"}
         out = [c.series("vllm:cache_config_info",
@@ -183,6 +207,8 @@ class Engine:
                             c.counter(self.finished_per_s, self.reset_at, self.alive)))
         out.append(c.series("vllm:iteration_tokens_total_count", lb,
                             c.counter(self.steps_per_s, self.reset_at, self.alive)))
+        if not self.histograms:
+            return out
         for hist, le in (("vllm:request_prompt_tokens_bucket", self.prompt_le),
                          ("vllm:request_params_max_tokens_bucket", self.max_tokens_le)):
             reached = False
@@ -203,6 +229,7 @@ class Pod:
     sidecar: Labels | None = field(default_factory=lambda: dict(BARE_SIDECAR))
     vllm_up_from: float = 0  # the sidecar first scrapes vLLM successfully
     vllm_up_until: float | None = None
+    vllm_gap: tuple[float, float] | None = None  # seconds [from, to): vLLM does not answer (scrapes fail)
     sidecar_scraped_until: float | None = None  # Prometheus stops reaching the sidecar
     no_vllm_metrics: bool = False  # --disable-log-stats: vLLM answers without vllm:* series
     api_requests: bool = False  # vLLM's http_requests_total for its API handlers
@@ -212,7 +239,8 @@ class Pod:
     undetermined: str | None = None  # vllm_headroom_capacity_undetermined{reason} of that engine
 
     def vllm_up(self, t: float) -> bool:
-        return t >= self.vllm_up_from and (self.vllm_up_until is None or t < self.vllm_up_until)
+        gap = self.vllm_gap is not None and self.vllm_gap[0] <= t < self.vllm_gap[1]
+        return t >= self.vllm_up_from and (self.vllm_up_until is None or t < self.vllm_up_until) and not gap
 
     def series(self, c: Clock) -> list[dict[str, str]]:
         out = [c.series("up", self.labels, lambda t: 1 if self.vllm_up(t) else 0)]
@@ -276,7 +304,8 @@ class Case:
     fires: list[Expect] = field(default_factory=list)  # exactly these alerts fire at END; all others are silent
     also_at: list[str] = field(default_factory=list)  # eval times where `fires` must already hold (no flapping)
     early: dict[str, str] = field(default_factory=dict)  # alert -> a time before its `for:` has elapsed
-    exprs: list[tuple[str, list[tuple[Labels, float]]]] = field(default_factory=list)  # checked at END
+    exprs: list[tuple[str, list[tuple[Labels, float]]]] = field(default_factory=list)  # checked at exprs_at
+    exprs_at: str = END
 
 
 def _cases() -> list[tuple[Case, Case]]:
@@ -375,8 +404,7 @@ def _cases() -> list[tuple[Case, Case]]:
               [Pod(verdict="slots_full", waiting=50)], fires=[Expect("VLLMKVFalseFull", eng, 50)])),
         (Case("capacity config_error (num_gpu_blocks < 2)", [Engine()],
               [Pod(verdict="ok", undetermined="config_error")],
-              fires=[Expect("VLLMHeadroomCapacityConfigError", {"host": "host-a", "model_name": MODEL, "engine": "0"},
-                            1)]),
+              fires=[Expect("VLLMHeadroomCapacityConfigError", side, 1)]),
          Case("capacity missing (values unknown): no page", [Engine()], [Pod(verdict="ok", undetermined="missing")])),
         (Case("block leak: 30 % used with nothing running or waiting",
               [Engine(usage=0.3, running=0, steps_per_s=0, finished_per_s=0)], [Pod()],
@@ -463,6 +491,58 @@ def _cases() -> list[tuple[Case, Case]]:
               fires=[Expect("VLLMMetricsAbsent", {"host": "host-a"})]),
          Case("a non-vLLM target under a vllm-like job name", [],
               [Pod(labels={**BARE, "job": "vllm-router"}, sidecar=None)])),
+        # --- KV/engine field defects (issue 12 review): histograms dropped, scrape gaps, one page per fault,
+        # nothing finished, a renamed model, V0 annotations.
+        (Case("0.8-style (V0) exposition, truly full: the annotations leave the missing engine out",
+              [Engine(usage=0.97, waiting=20, engine=None, version="0.8")], [Pod()],
+              fires=[Expect("VLLMKVCacheFull", Engine(engine=None).alert_labels, 20)]),
+         Case("0.8-style (V0) exposition, 97 % used, nothing waits",
+              [Engine(usage=0.97, engine=None, version="0.8")], [Pod()])),
+        (Case("length histograms dropped by metricRelabelings: 97 % used, 50 waiting: KV-full still pages",
+              [Engine(usage=0.97, waiting=50, histograms=False)], [Pod()],
+              fires=[Expect("VLLMKVCacheFull", eng, 50), Expect("VLLMKVHistogramsMissing", eng, 50)],
+              exprs=[(f"{rec}vllm_kv_full:bool", [(e_ff.engine_labels, 1)])]),
+         Case("length histograms dropped, 97 % used, nothing waits: no KV page, the histogram warning only",
+              [Engine(usage=0.97, histograms=False)], [Pod()],
+              fires=[Expect("VLLMKVHistogramsMissing", eng, 0)])),
+        (Case("length histograms dropped in a false-full state: the histograms-missing warning, false-full unjudged",
+              [Engine(**ff, histograms=False)], [Pod()],  # type: ignore[arg-type]
+              fires=[Expect("VLLMKVHistogramsMissing", eng, 50)], early={"VLLMKVHistogramsMissing": "14m"}),
+         Case("V0 before its first finished request exports no length histogram: not missing",
+              [Engine(engine=None, version="0.8", finished_per_s=0, histograms=False)], [Pod()])),
+        (Case("truly full and oversubscribed (97 %, 20 waiting, worst case 8 x 16 blocks > 39): one page, KV-full",
+              [Engine(usage=0.97, waiting=20, prompt_le="200.0", max_tokens_le="500.0")], [Pod()],
+              fires=[Expect("VLLMKVCacheFull", eng, 20)]),
+         Case("same over-committed pool at 97 %, nothing waits: the oversubscribed warning alone",
+              [Engine(usage=0.97, prompt_le="200.0", max_tokens_le="500.0")], [Pod()],
+              fires=[Expect("VLLMKVOversubscribed", eng, -6, "warning")])),
+        (Case("preemption storm while nothing finishes: preemptions per running request (30 in 5m / 8), not +Inf",
+              [Engine(usage=0.97, waiting=5, preempt_per_s=0.1, finished_per_s=0, prompt_le="200.0",
+                      max_tokens_le="500.0")], [Pod()],
+              fires=[Expect("VLLMPreemptionStorm", eng, 3.75)],
+              exprs=[(f"{rec}vllm_preemptions_per_request:ratio5m", [(e_ff.engine_labels, 3.75)])]),
+         Case("nothing finishes and nothing is preempted: no storm, an over-commit note only",
+              [Engine(usage=0.5, finished_per_s=0)], [Pod()],
+              fires=[Expect("VLLMKVOversubscribed", eng, -6, "info")],
+              exprs=[(f"{rec}vllm_preemptions_per_request:ratio5m", [(e_ff.engine_labels, 0)])])),
+        (Case("a 3-minute scrape gap of vLLM (stale markers) under a standing false-full queue: one page, kept firing",
+              [Engine(**ff, gaps=((900, 1080),))], [Pod(vllm_gap=(900, 1080))],  # type: ignore[arg-type]
+              fires=[Expect("VLLMKVFalseFull", eng, 50)], also_at=["10m", "15m", "16m", "17m", "18m", "20m", "22m"]),
+         Case("a 3-minute scrape gap of vLLM without a queue: quiet",
+              [Engine(gaps=((900, 1080),))], [Pod(vllm_gap=(900, 1080))])),
+        (Case("model renamed across a restart (vLLM labels the first --served-model-name): one false-full, "
+              "capacity counted once",
+              [Engine(**ff, model="old-name", up_until=900, stale_at_stop=True),  # type: ignore[arg-type]
+               Engine(**ff, model="new-name", num_gpu_blocks="41", up_from=960)],  # type: ignore[arg-type]
+              [Pod(vllm_gap=(900, 960))],
+              fires=[Expect("VLLMKVFalseFull", Engine(model="new-name").alert_labels, 50)],
+              exprs_at="17m",  # 2 minutes after the restart: the old name's series are stale, not summed
+              exprs=[("model_name:vllm_kv_capacity_blocks:sum", [({"model_name": "new-name"}, 40)]),
+                     ("model_name:vllm_num_requests_waiting:sum", [({"model_name": "new-name"}, 50)]),
+                     (f"{rec}vllm_kv_false_full:bool", [(Engine(model="new-name").engine_labels, 1)])]),
+         Case("model renamed across a restart, nothing waits: quiet",
+              [Engine(model="old-name", up_until=900, stale_at_stop=True),
+               Engine(model="new-name", num_gpu_blocks="41", up_from=960)], [Pod(vllm_gap=(900, 960))])),
     ]
 
 
@@ -508,7 +588,7 @@ def promtool_tests(cfg: Config, rule_file: str, intervals: tuple[str, ...] = INT
                                     "input_series": series, "alert_rule_test": checks}
             if c.exprs:
                 test["promql_expr_test"] = [
-                    {"expr": expr, "eval_time": END,
+                    {"expr": expr, "eval_time": c.exprs_at,
                      "exp_samples": [{"labels": _labels(expr, lb), "value": v} for lb, v in samples]}
                     for expr, samples in c.exprs]
             tests.append(test)

@@ -144,6 +144,8 @@ def recording_rules(cfg: Config) -> list[dict[str, str]]:
          f"  or\n  max by ({me}) (vllm:kv_cache_usage_perc{s} * 0)\n)"
          f"\n* on ({e}) group_left ()\n{R}vllm_null_block:bool"),
         (f"{R}vllm_num_requests_running:max", f"max by ({me}) (vllm:num_requests_running{s})"),
+        (f"{R}vllm_num_requests_running:max_over_time{w}",
+         f"max by ({me}) (max_over_time(vllm:num_requests_running{s}[{w}]))"),
         (f"{R}vllm_num_requests_waiting:max", f"max by ({me}) (vllm:num_requests_waiting{s})"),
         # Waiting minus vLLM's deferred waiters (LoRA, grammar, KV transfer; labelled from 0.20).
         (f"{R}vllm_num_requests_waiting_schedulable:max",
@@ -187,9 +189,13 @@ def recording_rules(cfg: Config) -> list[dict[str, str]]:
         (f"{R}vllm_num_preemptions:rate{w}",
          f"sum by ({me}) (rate({{{PREEMPTIONS}{extra}}}[{w}]))"),
         (f"{R}vllm_request_success:rate{w}", f"sum by ({me}) (rate(vllm:request_success_total{s}[{w}]))"),
-        # Preemptions per finished request; +Inf when requests are preempted and none finishes.
+        # Preemptions per finished request over the window; while none finishes (long generations thrashing),
+        # preemptions per running request (the most that ran at once in the window), never +Inf. Nothing ran and
+        # nothing finished: no ratio.
         (f"{R}vllm_preemptions_per_request:ratio{w}",
-         f"{R}vllm_num_preemptions:rate{w} / {R}vllm_request_success:rate{w}"),
+         f"(\n  {R}vllm_num_preemptions:rate{w}\n  / ({R}vllm_request_success:rate{w} > 0)\n)\nor\n(\n"
+         f"  {R}vllm_num_preemptions:rate{w} * {parse_duration(w):g}\n"
+         f"  / ({R}vllm_num_requests_running:max_over_time{w} > 0)\n)"),
         (f"{R}vllm_engine_steps:rate{w}",
          f"sum by ({me}) (rate(vllm:iteration_tokens_total_count{s}[{w}]))\n"
          f"or\nsum by ({me}) (rate(vllm:generation_tokens_total{s}[{w}]))"),
@@ -204,13 +210,15 @@ def recording_rules(cfg: Config) -> list[dict[str, str]]:
          f"* ({R}vllm_kv_free_blocks:sub >= bool {R}vllm_prompt_blocks:ceil)\n"
          f"* ({R}vllm_num_preemptions:rate{w} == bool 0)"),
         # Truly full: requests wait and the pool is what holds them (usage reached full_usage within the window,
-        # or the next prompt does not fit).
+        # or the next prompt does not fit). Usage alone decides where the length histograms are not scraped
+        # (dropped by metricRelabelings): no prompt size, but a full pool needs none.
         (f"{R}vllm_kv_full:bool",
          f"({R}vllm_num_requests_waiting:max > bool 0)\n"
          "* (\n  (\n"
          f"    ({R}vllm_kv_usage_ratio:max_over_time{w} >= bool {cfg.full_usage})\n"
          f"    + ({R}vllm_kv_free_blocks:sub < bool {R}vllm_prompt_blocks:ceil)\n"
-         "  ) > bool 0\n)"),
+         "  ) > bool 0\n"
+         f"  or\n  ({R}vllm_kv_usage_ratio:max_over_time{w} >= bool {cfg.full_usage})\n)"),
         # Scheduler makes no step while schedulable requests wait, and the engine is not asleep.
         (f"{R}vllm_stuck:bool",
          f"(\n  ({R}vllm_num_requests_waiting_schedulable:max > 0)\n  and on ({me})\n"
@@ -249,11 +257,14 @@ class Alert:
     severity: str
     summary: str
     description: str  # Prometheus template: $labels, if/else/end, $value | humanize / humanizePercentage
+    keep_firing_for: str = ""  # "": resolve as soon as the condition stops
 
 
 # Which pod: namespace/pod in Kubernetes, the scrape address elsewhere.
 WHERE = "{{ if $labels.pod }}{{ $labels.namespace }}/{{ $labels.pod }}{{ else }}{{ $labels.instance }}{{ end }}"
-ENGINE = f"{WHERE} ({{{{ $labels.model_name }}}}, engine {{{{ $labels.engine }}}})"
+# Which engine: V0 (vLLM <= 0.10 with VLLM_USE_V1=0) labels no engine, so the part is left out there.
+ENGINE = (f"{WHERE} ({{{{ $labels.model_name }}}}"
+          "{{ if $labels.engine }}, engine {{ $labels.engine }}{{ end }})")
 
 
 def _minutes(d: str) -> str:
@@ -308,6 +319,9 @@ def alerts(cfg: Config) -> list[Alert]:
                                   f("VLLMStartupSlow", "1m"), f("VLLMMetricsAbsent", "10m"))
     t_never, t_budget, t_cfg = (f("VLLMHeadroomNeverFits", "2m"), f("VLLMHeadroomBudgetFull", "10m"),
                                 f("VLLMHeadroomCapacityConfigError", "10m"))
+    t_hist = f("VLLMKVHistogramsMissing", "15m")
+    keep = cfg.keep_firing_for
+    kv_full = f"({R}vllm_kv_full:bool == 1)"
     limit = parse_duration(cfg.startup_limit)
     a = [
         Alert("VLLMKVFalseFull",
@@ -318,44 +332,46 @@ def alerts(cfg: Config) -> list[Alert]:
               f"{ENGINE}: {{{{ $value | humanize }}}} requests have waited for {_minutes(t_ff)} while KV usage stayed "
               f"under {full} and the next request's prompt fits in free blocks. Memory is not what holds them back: "
               "look at max_num_seqs slots, max_num_batched_tokens, deferred (LoRA/grammar) requests; "
-              "the sidecar's vllm_headroom_verdict names the cause."),
+              "the sidecar's vllm_headroom_verdict names the cause.", keep),
         Alert("VLLMKVCacheFull",
-              engine(f"{R}vllm_num_requests_waiting:max\nand on ({me})\n({R}vllm_kv_full:bool == 1)\n"
+              engine(f"{R}vllm_num_requests_waiting:max\nand on ({me})\n{kv_full}\n"
                      f"unless on ({me})\n{storm}", "never_fits"),
               t_full, "warning",
               "vLLM's KV cache is truly full: requests wait for blocks.",
               f"{ENGINE}: {{{{ $value | humanize }}}} requests have waited for {_minutes(t_full)} while KV usage "
               f"reached {full} or the next prompt does not fit in free blocks. Add KV memory or replicas, or lower "
-              "max_model_len / max_num_seqs."),
+              "max_model_len / max_num_seqs.", keep),
         Alert("VLLMPreemptionStorm", engine(f"{R}vllm_preemptions_per_request:ratio{w}\nand\n{storm}"),
               t_storm, "critical", "vLLM preempts a large share of its requests (KV thrash).",
-              f"{ENGINE}: {{{{ $value | humanizePercentage }}}} preemptions per finished request over {w} "
-              f"(threshold {cfg.preemption_ratio:g}), for {_minutes(t_storm)}. Running requests outgrow the KV pool "
-              "and are recomputed; latency and throughput collapse."),
+              f"{ENGINE}: {{{{ $value | humanizePercentage }}}} preemptions per finished request over {w} (per "
+              f"running request while none finishes; threshold {cfg.preemption_ratio:g}), for {_minutes(t_storm)}. "
+              "Running requests outgrow the KV pool and are recomputed; latency and throughput collapse.", keep),
         Alert("VLLMKVOversubscribed",
-              engine(f"{R}vllm_safe_headroom_requests:floor < 0\nand on ({me})\n{pressure}\nunless on ({me})\n{storm}"),
+              engine(f"{R}vllm_safe_headroom_requests:floor < 0\nand on ({me})\n{pressure}\nunless on ({me})\n{storm}"
+                     f"\nunless on ({me})\n{kv_full}"),
               t_over, "warning", "vLLM's running requests outgrow the KV pool under pressure: preemption ahead.",
               f"{ENGINE}: safe headroom {{{{ $value | humanize }}}} requests (running × worst-case blocks exceed the "
               f"pool) with KV usage at {full} or preemptions, for {_minutes(t_over)}. Lower max_num_seqs or "
-              "max_tokens, or add KV memory."),
+              "max_tokens, or add KV memory.", keep),
         Alert("VLLMKVOversubscribed",
               engine(f"{R}vllm_safe_headroom_requests:floor < 0\nunless on ({me})\n{pressure}"),
               t_over, "info", "vLLM over-commits its KV pool (normal; no pressure yet).",
               f"{ENGINE}: safe headroom {{{{ $value | humanize }}}} requests: if every running request reached "
-              f"max_tokens vLLM would preempt. No pressure now (usage under {full}, no preemptions)."),
+              f"max_tokens vLLM would preempt. No pressure now (usage under {full}, no preemptions).", keep),
         Alert("VLLMSchedulerStuck",
               engine(f"{R}vllm_num_requests_waiting_schedulable:max\nand on ({me})\n{R}vllm_stuck:bool", "never_fits"),
               t_stuck, "critical", "vLLM has queued requests but makes no engine steps.",
               f"{ENGINE}: {{{{ $value | humanize }}}} schedulable requests wait and the engine made no step for "
               f"{_minutes(f'{parse_duration(w) + parse_duration(t_stuck):g}s')} (vllm:iteration_tokens_total_count "
-              "flat). Requests will time out."),
+              "flat). Requests will time out.", keep),
         Alert("VLLMEngineAsleepWithQueue",
               engine(f"{R}vllm_num_requests_waiting:max > 0\nand on ({me})\n({R}vllm_engine_asleep:bool > 0)",
                      awake=False),
               t_sleep, "info", "vLLM is in sleep mode while requests wait (deliberate; no page).",
               f"{ENGINE}: {{{{ $value | humanize }}}} requests wait while the engine sleeps (vllm:engine_sleep_state), "
               f"for {_minutes(t_sleep)}. Sleep mode is put on deliberately (POST /sleep); if these requests should "
-              "run, wake it (POST /wake_up) or route elsewhere. No other engine alert fires on a sleeping engine."),
+              "run, wake it (POST /wake_up) or route elsewhere. No other engine alert fires on a sleeping engine.",
+              keep),
         Alert("VLLMHeadroomNeverFits", sidecar("never_fits"), t_never, "critical",
               "The request at the head of vLLM's queue can never be admitted: it needs more KV blocks than the pool.",
               f"{ENGINE}: {{{{ $value | humanize }}}} requests wait behind a head request that needs more KV blocks "
@@ -367,12 +383,14 @@ def alerts(cfg: Config) -> list[Alert]:
               f"{ENGINE}: {{{{ $value | humanize }}}} requests have waited for {_minutes(t_budget)} while running "
               "prefills used the whole step token budget (max_num_batched_tokens; sidecar verdict budget_full). "
               "The KV cache has room: raise max_num_batched_tokens or enable chunked prefill with a larger budget."),
+        # `instance` (the sidecar's) kept: outside Kubernetes it is what names the pod in the text.
         Alert("VLLMHeadroomCapacityConfigError",
-              f"max by ({pod}, model_name, engine) (\n"
+              f"max by ({pod}, instance, model_name, engine) (\n"
               + _host('vllm_headroom_capacity_undetermined{reason="config_error"} == 1') + "\n)",
               t_cfg, "warning", "The sidecar cannot derive an engine's KV capacity: its configuration makes no sense.",
               f"The sidecar of {WHERE} reports vllm_headroom_capacity_undetermined{{reason=\"config_error\"}} = "
-              f"{{{{ $value | humanize }}}} for {{{{ $labels.model_name }}}} engine {{{{ $labels.engine }}}}, for "
+              f"{{{{ $value | humanize }}}} for {{{{ $labels.model_name }}}}"
+              "{{ if $labels.engine }} engine {{ $labels.engine }}{{ end }}, for "
               f"{_minutes(t_cfg)} (e.g. num_gpu_blocks < 2): no verdict, headroom or capacity panel for it. "
               "/api/v1/diagnosis of the sidecar names the value."),
         Alert("VLLMKVBlockLeak",
@@ -382,7 +400,22 @@ def alerts(cfg: Config) -> list[Alert]:
               t_leak, "warning", "vLLM keeps KV blocks in use with no request running.",
               f"{ENGINE}: {{{{ $value | humanize }}}} KV blocks have stayed in use for {_minutes(t_leak)} with nothing "
               "running or waiting. Blocks are leaking (they are not free for new requests); restart the engine and "
-              "report it."),
+              "report it.", keep),
+        # V1 exports the length histograms from start-up, V0 once a request finished; a scraped engine without
+        # them lost them to metricRelabelings (or a recording rule's drop list).
+        Alert("VLLMKVHistogramsMissing",
+              engine(f"{R}vllm_num_requests_waiting:max\nand on ({me})\n(\n"
+                     f"  group by ({me}) (vllm:num_requests_running{cfg.sel(V1_SERIES)})\n"
+                     f"  or\n  group by ({me}) (vllm:request_success_total{cfg.sel()} > 0)\n)\n"
+                     f"unless on ({me})\ngroup by ({me}) (vllm:request_prompt_tokens_bucket{cfg.sel()})"),
+              t_hist, "warning",
+              "vLLM's prompt-length histogram is not scraped: false-full and oversubscription cannot be judged.",
+              f"{ENGINE}: Prometheus has vLLM's engine series but no vllm:request_prompt_tokens_bucket for "
+              f"{_minutes(t_hist)} ({{{{ $value | humanize }}}} requests wait now). Without prompt sizes the rules "
+              "cannot tell a false-full from a full pool nor size the worst case: VLLMKVFalseFull and "
+              "VLLMKVOversubscribed stay silent for this engine (VLLMKVCacheFull still fires on usage). Keep "
+              "vllm:request_prompt_tokens_bucket and vllm:request_params_max_tokens_bucket in the scrape's "
+              "metricRelabelings.", keep),
         # Recognised by what it exported lately (vllm_headroom_up), not by its job name.
         Alert("VLLMHeadroomSidecarDown",
               _host(f"up == 0\nand on ({cfg.by()})\ngroup by ({cfg.by()}) (last_over_time(vllm_headroom_up[6h]))"),
@@ -443,10 +476,12 @@ def anchor(name: str) -> str:
 
 
 def alert_rule(cfg: Config, a: Alert) -> dict[str, Any]:
+    keep = {"keep_firing_for": a.keep_firing_for} if a.keep_firing_for else {}
     return {
         "alert": a.name,
         "expr": a.expr,
         "for": a.for_,
+        **keep,
         "labels": {"severity": a.severity},
         "annotations": {
             "summary": a.summary,
@@ -518,6 +553,8 @@ def inhibit_rules() -> list[dict[str, Any]]:
          "target_matchers": ['alertname=~"VLLMKVCacheFull|VLLMKVOversubscribed"'], "equal": engine},
         {"source_matchers": ['alertname="VLLMSchedulerStuck"'],
          "target_matchers": ['alertname="VLLMKVFalseFull"'], "equal": engine},
+        {"source_matchers": ['alertname="VLLMKVCacheFull"'],
+         "target_matchers": ['alertname="VLLMKVOversubscribed"'], "equal": engine},
         {"source_matchers": ['alertname="VLLMKVOversubscribed"', 'severity="warning"'],
          "target_matchers": ['alertname="VLLMKVOversubscribed"', 'severity="info"'], "equal": engine},
     ]
@@ -570,9 +607,9 @@ def render(template: str, labels: dict[str, str], value: float | None = None) ->
     """Render the subset of Prometheus' alert templates the bundle uses."""
 
     def cond(m: re.Match[str]) -> str:
-        return m.group(2) if labels.get(m.group(1)) else m.group(3)
+        return m.group(2) if labels.get(m.group(1)) else (m.group(3) or "")
 
-    out = re.sub(r"\{\{ if \$labels\.(\w+) \}\}(.*?)\{\{ else \}\}(.*?)\{\{ end \}\}", cond, template)
+    out = re.sub(r"\{\{ if \$labels\.(\w+) \}\}(.*?)(?:\{\{ else \}\}(.*?))?\{\{ end \}\}", cond, template)
     out = re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels.get(m.group(1), ""), out)
     if value is not None:
         out = out.replace("{{ $value | humanize }}", humanize(value))

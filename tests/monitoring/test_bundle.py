@@ -22,8 +22,8 @@ from exporter.pipeline.verdict import Verdict
 from grafana import generate
 from grafana.config import DEFAULT
 from grafana.dashboards import WHO_REGEX, dashboards
-from grafana.promtool_tests import cases, twins
-from grafana.rules import VERDICT_ALERTS, alerts, anchor, rule_groups
+from grafana.promtool_tests import Engine, cases, twins
+from grafana.rules import VERDICT_ALERTS, alerts, anchor, render, rule_groups
 from tests import fixtures
 from tests.monitoring.promql import dashboard_queries, metric_names, require, rules, substitute
 
@@ -32,7 +32,7 @@ FIXTURES = ROOT / "tests" / "fixtures" / "vllm-0.32.0"
 REQUIRED_ALERTS = {"VLLMKVFalseFull", "VLLMKVCacheFull", "VLLMPreemptionStorm", "VLLMKVOversubscribed",
                    "VLLMSchedulerStuck", "VLLMEngineAsleepWithQueue", "VLLMKVBlockLeak", "VLLMHeadroomSidecarDown",
                    "VLLMHeadroomTargetDown", "VLLMStartupSlow", "VLLMMetricsAbsent", "VLLMHeadroomNeverFits",
-                   "VLLMHeadroomBudgetFull", "VLLMHeadroomCapacityConfigError"}
+                   "VLLMHeadroomBudgetFull", "VLLMHeadroomCapacityConfigError", "VLLMKVHistogramsMissing"}
 # Names the rules read that the recorded vLLM 0.32.0 does not export: older versions' (see
 # ../shared/reference/vllm-metrics-and-admission.md) and Prometheus' own.
 OLDER_VERSIONS = {"vllm:gpu_cache_usage_perc"}  # V0 and V1 <= 0.10 (hidden in 0.11, gone from 0.12)
@@ -93,6 +93,27 @@ def test_alerts_are_complete_and_link_the_runbook() -> None:
             assert f"**{section}**" in body, f"runbook section {name} lacks {section}"
     engine_alerts = [r for r in found if "model_name" in r["annotations"]["description"]]
     assert all("$value" in r["annotations"]["description"] for r in engine_alerts)
+
+
+UNREADABLE = re.compile(r"engine \)|engine ,|\(\)|\( |  |\+Inf|-Inf|NaN|<no value>")
+
+
+def test_annotations_read_cleanly_on_v0_and_in_every_case() -> None:
+    """V0 (vLLM 0.8 with VLLM_USE_V1=0) labels no engine: no annotation may say "engine )"; no ratio renders +Inf.
+    Every expected annotation of the promtool suite is checked too (promtool proves Prometheus renders the same)."""
+    v0 = Engine(engine=None, version="0.8").alert_labels
+    assert "engine" not in v0
+    for a in alerts(DEFAULT):
+        for text in (a.summary, a.description):
+            rendered = render(text, v0, 1.0)
+            assert not UNREADABLE.search(rendered), (a.name, rendered)
+            assert "{{" not in rendered, (a.name, rendered)
+    suite = yaml.safe_load((ROOT / generate.RULE_TESTS).read_text())
+    for t in suite["tests"]:
+        for check in t["alert_rule_test"]:
+            for exp in check["exp_alerts"]:
+                for text in exp["exp_annotations"].values():
+                    assert not UNREADABLE.search(text), (t["name"], text)
 
 
 def test_every_verdict_of_the_sidecar_has_a_decided_alert() -> None:

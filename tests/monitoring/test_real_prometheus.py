@@ -76,7 +76,8 @@ def _wait(what: str, check: Callable[[], bool], stack: Stack, deadline: float = 
 @contextlib.contextmanager
 def run_stack(tmp: Path, vllm_url: str, sidecar_args: list[str], replay: list[str] | None = None,
               for_: dict[str, str] | None = None, scrape_interval: str = "1s",
-              alertmanager: str | None = None, sidecar_interval: float = 1.0) -> Iterator[Stack]:
+              alertmanager: str | None = None, sidecar_interval: float = 1.0,
+              startup_limit: str | None = None) -> Iterator[Stack]:
     """Prometheus scraping vLLM (real, or a replay started here) and our sidecar, with the shipped rules.
 
     Both targets carry the labels a PodMonitor gives one pod (namespace, pod), as in Kubernetes; operator-style job
@@ -84,7 +85,8 @@ def run_stack(tmp: Path, vllm_url: str, sidecar_args: list[str], replay: list[st
     prometheus = require("prometheus")
     vllm_port = int(vllm_url.rsplit(":", 1)[1])
     sidecar_port, prom_port = free_port(), free_port()
-    cfg = replace(DEFAULT, for_=for_ if for_ is not None else {"VLLMKVFalseFull": "3s"})
+    cfg = replace(DEFAULT, for_=for_ if for_ is not None else {"VLLMKVFalseFull": "3s"},
+                  startup_limit=startup_limit or DEFAULT.startup_limit)
     (tmp / "rules.yaml").write_text(to_yaml(rule_groups(cfg)))
     pod = {"namespace": NAMESPACE, "pod": POD}
     config: dict[str, Any] = {

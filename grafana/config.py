@@ -38,8 +38,15 @@ class Config:
     # scrapes of vLLM (Prometheus writes stale markers, every series vanishes) must not resolve a page and raise it
     # again when scrapes return. Needs Prometheus >= 2.42 (prometheus-operator >= 0.66, Thanos Ruler >= 0.34).
     keep_firing_for: str = "5m"
-    # vLLM may load weights and compile this long after the pod started before we say anything.
+    # Matchers for the sidecar's scrape job(s), so Prometheus' own `up == 0` of a sidecar that never came up pages.
+    # The shipped PodMonitor/ServiceMonitor/Helm/recipes relabel it to job "vllm-headroom"; a monitor named
+    # vllm-headroom without that relabeling gives prometheus-operator's "<namespace>/vllm-headroom".
+    sidecar_selector: str = 'job=~"(.+/)?vllm-headroom"'
+    # vLLM may load weights and compile this long after it stopped answering (pod start, container restart, any
+    # reload) before we say anything; then a warning.
     startup_limit: str = "20m"
+    # The sidecar cannot reach a vLLM that Prometheus still scrapes (not a reload): a warning after this long.
+    target_down_after: str = "5m"
     # `for:` of alerts by name; tests against a live Prometheus shorten them.
     for_: dict[str, str] = field(default_factory=dict)
     runbook_url: str = RUNBOOK_URL

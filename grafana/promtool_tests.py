@@ -10,6 +10,7 @@ double page fails the test. Expected annotations are rendered from the templates
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -174,7 +175,7 @@ class Engine:
     def alert_labels(self) -> Labels:
         """Labels of this engine's alerts: identity without job, plus host."""
         out = {k: v for k, v in self.engine_labels.items() if k != "job"}
-        out["host"] = self.labels["instance"].rsplit(":", 1)[0]
+        out["host"] = host_of(self.labels["instance"])
         return out
 
     def series(self, c: Clock) -> list[dict[str, str]]:
@@ -223,7 +224,7 @@ class Engine:
 
 @dataclass
 class Pod:
-    """Prometheus' `up` of a vLLM target and, optionally, its sidecar's series."""
+    """Prometheus' `up` of a vLLM target and, optionally, its sidecar's series (scraped by one job or several)."""
 
     labels: Labels = field(default_factory=lambda: dict(BARE))
     sidecar: Labels | None = field(default_factory=lambda: dict(BARE_SIDECAR))
@@ -231,8 +232,15 @@ class Pod:
     vllm_up_until: float | None = None
     vllm_gap: tuple[float, float] | None = None  # seconds [from, to): vLLM does not answer (scrapes fail)
     sidecar_scraped_until: float | None = None  # Prometheus stops reaching the sidecar
+    sidecar_never_up: bool = False  # the sidecar never answered Prometheus (crash loop, image pull error)
+    sidecar_jobs: tuple[str, ...] = ()  # further jobs scraping the same sidecar (a ServiceMonitor and a PodMonitor)
+    # A sidecar watching several servers: `target` (vLLM's URL) on its per-target series; the sidecar's own `up`
+    # is emitted by the pod whose `sidecar_owner` is True.
+    sidecar_target: str | None = None
+    sidecar_owner: bool = True
     no_vllm_metrics: bool = False  # --disable-log-stats: vLLM answers without vllm:* series
-    api_requests: bool = False  # vLLM's http_requests_total for its API handlers
+    api_requests: bool = False  # http_requests_total for an OpenAI API handler (vLLM's, or any FastAPI app's)
+    api_handler: str = "/v1/models"
     sidecar_fails: tuple[float, float] | None = None  # seconds [from, to): the sidecar's scrapes of vLLM fail
     verdict: str | None = None  # the sidecar's vllm_headroom_verdict for engine 0 of MODEL (None: not exported)
     waiting: float = 0  # the sidecar's vllm_headroom_requests_waiting beside that verdict
@@ -242,31 +250,56 @@ class Pod:
         gap = self.vllm_gap is not None and self.vllm_gap[0] <= t < self.vllm_gap[1]
         return t >= self.vllm_up_from and (self.vllm_up_until is None or t < self.vllm_up_until) and not gap
 
+    def sidecar_ok(self, t: float) -> float:
+        """The sidecar's vllm_headroom_up at `t`."""
+        fails = self.sidecar_fails
+        if self.no_vllm_metrics or (fails is not None and fails[0] <= t < fails[1]):
+            return 0.0
+        return 1.0 if self.vllm_up(t) else 0.0
+
     def series(self, c: Clock) -> list[dict[str, str]]:
         out = [c.series("up", self.labels, lambda t: 1 if self.vllm_up(t) else 0)]
         if self.api_requests:
-            out.append(c.series("http_requests_total", {**self.labels, "handler": "/v1/models", "method": "GET",
+            out.append(c.series("http_requests_total", {**self.labels, "handler": self.api_handler, "method":
+                                                        "GET" if self.api_handler == "/v1/models" else "POST",
                                                         "status": "2xx"}, c.counter(1 / 60)))
-        s = self.sidecar
-        if s is None:
+        if self.sidecar is None:
             return out
+        for job in (self.sidecar["job"], *self.sidecar_jobs):
+            out += self._sidecar_series(c, {**self.sidecar, "job": job})
+        return out
+
+    def _sidecar_series(self, c: Clock, s: Labels) -> list[dict[str, str]]:
+        def answers(t: float) -> bool:
+            return not self.sidecar_never_up and (self.sidecar_scraped_until is None or t < self.sidecar_scraped_until)
 
         def scraped(v: Fn) -> Fn:
-            return lambda t: v(t) if self.sidecar_scraped_until is None or t < self.sidecar_scraped_until else None
+            return lambda t: v(t) if answers(t) else None
 
-        fails = self.sidecar_fails
-
-        def ok(t: float) -> Value:
-            if self.no_vllm_metrics or (fails is not None and fails[0] <= t < fails[1]):
-                return 0.0
-            return 1.0 if self.vllm_up(t) else 0.0
+        def down_since(t: float) -> Value:
+            """The sidecar's first failed scrape of vLLM in the current run of failures; absent while up."""
+            if self.sidecar_ok(t):
+                return None
+            since = t
+            for u in reversed([u for u in c.times if u < t]):
+                if self.sidecar_ok(u):
+                    break
+                since = u
+            return since
 
         first_up = None if self.no_vllm_metrics else self.vllm_up_from
+        out = []
+        if self.sidecar_owner:
+            out.append(c.series("up", s, lambda t: 1 if answers(t) else 0))
+            if not self.sidecar_never_up:
+                out.append(c.series("process_start_time_seconds", s, scraped(lambda t: 0.0)))
+        if self.sidecar_never_up:
+            return out
+        if self.sidecar_target is not None:
+            s = {**s, "target": self.sidecar_target}
         out += [
-            c.series("up", s, lambda t: 1 if self.sidecar_scraped_until is None or t < self.sidecar_scraped_until
-                     else 0),
-            c.series("vllm_headroom_up", s, scraped(ok)),
-            c.series("process_start_time_seconds", s, scraped(lambda t: 0.0)),
+            c.series("vllm_headroom_up", s, scraped(self.sidecar_ok)),
+            c.series("vllm_headroom_target_down_since_timestamp_seconds", s, scraped(down_since)),
             c.series("vllm_headroom_scrape_errors_total", {**s, "reason": "no_vllm_metrics"},
                      scraped(c.counter(0.2 if self.no_vllm_metrics else 0))),
         ]
@@ -284,8 +317,18 @@ class Pod:
         return out
 
     def alert_labels(self, which: str) -> Labels:
+        """Labels of a liveness alert about this pod's vLLM or sidecar: identity without job, plus host."""
         base = self.labels if which == "vllm" else (self.sidecar or {})
-        return {**base, "host": base["instance"].rsplit(":", 1)[0]}
+        out = {k: v for k, v in base.items() if k != "job"}
+        if which == "sidecar" and self.sidecar_target is not None:
+            out["target"] = self.sidecar_target
+            return {**out, "host": host_of(self.sidecar_target.split("//", 1)[1].split("/", 1)[0])}
+        return {**out, "host": host_of(base["instance"])}
+
+
+def host_of(instance: str) -> str:
+    """The instance without its port, as the rules' `host` label."""
+    return re.sub(r":[0-9]+$", "", instance)
 
 
 @dataclass
@@ -308,6 +351,78 @@ class Case:
     exprs_at: str = END
 
 
+def _liveness_cases() -> list[tuple[Case, Case]]:
+    """Field defects of the liveness alerts and the sidecar-engine joins (issue 12, second review)."""
+    ff = {"usage": 0.26, "waiting": 50}
+    k8s = Pod(labels=dict(K8S), sidecar=dict(K8S_SIDECAR)).alert_labels("sidecar")
+    bare = Pod().alert_labels("sidecar")
+    router = {**K8S, "job": "llm/router", "pod": "router-0", "container": "router", "instance": "10.0.0.9:8080"}
+    isvc = {**K8S, "job": "my-isvc-predictor"}
+    host_b = {"job": "vllm", "instance": "host-b:8000"}
+    on_b = {"job": "vllm-headroom", "instance": "host-b:9478"}  # one sidecar on host b watching both hosts
+    watch_a = Pod(sidecar=dict(on_b), sidecar_target="http://host-a:8000", vllm_up_until=300)
+    watch_b = Pod(labels=dict(host_b), sidecar=dict(on_b), sidecar_target="http://host-b:8000", sidecar_owner=False)
+    in_a = {**K8S, "cluster": "a"}  # vLLM's job adds `cluster`, the sidecar's does not
+    two_jobs = {"sidecar": dict(K8S_SIDECAR), "sidecar_jobs": ("vllm-headroom",)}
+    return [
+        (Case("--disable-log-stats under KServe's job name, traffic on /v1/completions: the sidecar's evidence pages",
+              [], [Pod(labels=isvc, sidecar=dict(K8S_SIDECAR), no_vllm_metrics=True, api_requests=True,
+                       api_handler="/v1/completions")],
+              fires=[Expect("VLLMMetricsAbsent", {"namespace": "llm", "pod": "vllm-0", "host": "10.0.0.5"})]),
+         Case("a FastAPI router in the cluster (http_requests_total on /v1/completions, no vllm:*) is not vLLM", [],
+              [Pod(labels=router, sidecar=None, api_requests=True, api_handler="/v1/completions")])),
+        (Case("outside Kubernetes, a sidecar on host b watches hosts a and b, a's vLLM down 25 minutes: host b's "
+              "false-full still pages", [Engine(up_until=300), Engine(**ff, labels=dict(host_b))],  # type: ignore[arg-type]
+              [watch_a, watch_b],
+              fires=[Expect("VLLMHeadroomTargetDown", watch_a.alert_labels("sidecar")),
+                     Expect("VLLMKVFalseFull", Engine(labels=dict(host_b)).alert_labels, 50)]),
+         Case("outside Kubernetes, a sidecar on host b watches hosts a and b, a's vLLM down 25 minutes, b healthy",
+              [Engine(up_until=300), Engine(labels=dict(host_b))], [watch_a, watch_b],
+              fires=[Expect("VLLMHeadroomTargetDown", watch_a.alert_labels("sidecar"))])),
+        (Case("vLLM container restarted at 5 minutes and not back after 25: a warning after the start-up limit",
+              [Engine(up_until=300)], [Pod(vllm_up_until=300)],
+              fires=[Expect("VLLMHeadroomTargetDown", bare)], early={"VLLMHeadroomTargetDown": "24m"}),
+         Case("a 6-minute reload mid-run (vLLM container restart, pod and sidecar stay): quiet",
+              [Engine(up_until=1440)], [Pod(vllm_up_until=1440)])),
+        (Case("the sidecar never came up (crash loop): Prometheus' up == 0 of the sidecar job pages",
+              [Engine(labels=dict(K8S))], [Pod(labels=dict(K8S), sidecar=dict(K8S_SIDECAR), sidecar_never_up=True)],
+              fires=[Expect("VLLMHeadroomSidecarDown", k8s)]),
+         Case("another exporter in the pod never came up: not the sidecar, quiet", [Engine(labels=dict(K8S))],
+              [Pod(labels=dict(K8S), sidecar={**K8S_SIDECAR, "job": "llm/dcgm-exporter", "container": "dcgm"},
+                   sidecar_never_up=True)])),
+        (Case("cluster label on vLLM's series only: the sidecar cannot reach vLLM: target down, no false-full",
+              [Engine(**ff, labels=dict(in_a))],  # type: ignore[arg-type]
+              [Pod(labels=dict(in_a), sidecar=dict(K8S_SIDECAR), sidecar_fails=(300, 10**6))],
+              fires=[Expect("VLLMHeadroomTargetDown", k8s)]),
+         Case("cluster label on vLLM's series only, the sidecar reaches vLLM: the false-full page",
+              [Engine(**ff, labels=dict(in_a))],  # type: ignore[arg-type]
+              [Pod(labels=dict(in_a), sidecar=dict(K8S_SIDECAR))],
+              fires=[Expect("VLLMKVFalseFull", Engine(labels=dict(in_a)).alert_labels, 50)])),
+        (Case("cluster label on vLLM's series only, budget_full verdict: the budget page replaces false-full",
+              [Engine(**ff, labels=dict(in_a))],  # type: ignore[arg-type]
+              [Pod(labels=dict(in_a), sidecar=dict(K8S_SIDECAR), verdict="budget_full", waiting=50)],
+              fires=[Expect("VLLMHeadroomBudgetFull", {**k8s, "model_name": MODEL, "engine": "0"}, 50)]),
+         Case("cluster label on vLLM's series only, slots_full verdict: the false-full page",
+              [Engine(**ff, labels=dict(in_a))],  # type: ignore[arg-type]
+              [Pod(labels=dict(in_a), sidecar=dict(K8S_SIDECAR), verdict="slots_full", waiting=50)],
+              fires=[Expect("VLLMKVFalseFull", Engine(labels=dict(in_a)).alert_labels, 50)])),
+        (Case("sidecar scraped by two jobs (PodMonitor and ServiceMonitor), vLLM down 25 minutes: one alert",
+              [Engine(labels=dict(K8S), up_until=300)],
+              [Pod(labels=dict(K8S), vllm_up_until=300, **two_jobs)],  # type: ignore[arg-type]
+              fires=[Expect("VLLMHeadroomTargetDown", k8s)]),
+         Case("sidecar scraped by two jobs, vLLM up: quiet", [Engine(labels=dict(K8S))],
+              [Pod(labels=dict(K8S), **two_jobs)])),  # type: ignore[arg-type]
+        (Case("sidecar scraped by two jobs, no longer scraped by either: one sidecar-down alert",
+              [Engine(labels=dict(K8S))],
+              [Pod(labels=dict(K8S), sidecar_scraped_until=600, **two_jobs)],  # type: ignore[arg-type]
+              fires=[Expect("VLLMHeadroomSidecarDown", k8s)]),
+         Case("sidecar scraped by two jobs, one of them fails: still scraped, quiet", [Engine(labels=dict(K8S))],
+              [Pod(labels=dict(K8S), sidecar=dict(K8S_SIDECAR)),
+               Pod(labels={**K8S, "job": "vllm"}, sidecar={**K8S_SIDECAR, "job": "vllm-headroom"},
+                   sidecar_never_up=True)])),
+    ]
+
+
 def _cases() -> list[tuple[Case, Case]]:
     """(firing, quiet) twins."""
     ff = {"usage": 0.26, "waiting": 50}
@@ -326,6 +441,7 @@ def _cases() -> list[tuple[Case, Case]]:
     dp = {**K8S}
     rec = "instance_engine:"
     return [
+        *_liveness_cases(),
         (Case("false-full: 26 % used, 50 waiting, all slots taken", [e_ff], [Pod()],
               fires=[Expect("VLLMKVFalseFull", eng, 50)], early={"VLLMKVFalseFull": "4m"},
               exprs=[(f"{rec}vllm_kv_capacity_blocks:usable", [(cap, 39)]),
@@ -466,10 +582,10 @@ def _cases() -> list[tuple[Case, Case]]:
               fires=[Expect("VLLMStartupSlow", Pod().alert_labels("sidecar"))]),
          Case("a 6-minute reload (pod restart, weights loading): quiet", [Engine(up_from=360)],
               [Pod(vllm_up_from=360)])),
-        (Case("vLLM down after it had been up: critical, and nothing below it",
-              [Engine(**ff, up_until=600)], [Pod(vllm_up_until=600)],  # type: ignore[arg-type]
+        (Case("vLLM down 25 minutes after it had been up: past the start-up limit, one warning, nothing below it",
+              [Engine(**ff, up_until=300)], [Pod(vllm_up_until=300)],  # type: ignore[arg-type]
               fires=[Expect("VLLMHeadroomTargetDown", Pod().alert_labels("sidecar"))],
-              early={"VLLMHeadroomTargetDown": "14m"}),
+              early={"VLLMHeadroomTargetDown": "24m"}),
          Case("vLLM up all along", [Engine()], [Pod()])),
         (Case("one failed sidecar scrape at 10 min does not restart the false-full page",
               [e_ff], [Pod(sidecar_fails=(600, 601))],
@@ -486,8 +602,8 @@ def _cases() -> list[tuple[Case, Case]]:
               fires=[Expect("VLLMMetricsAbsent", {"namespace": "llm", "pod": "vllm-0", "host": "10.0.0.5"})]),
          Case("same operator job name with engine metrics", [Engine(labels={**K8S, "job": "llm/my-podmonitor"})],
               [Pod(labels={**K8S, "job": "llm/my-podmonitor"}, sidecar=dict(K8S_SIDECAR), api_requests=True)])),
-        (Case("--disable-log-stats without a sidecar: recognised by vLLM's API handlers",
-              [], [Pod(labels={**BARE, "job": "kserve-predictor"}, sidecar=None, api_requests=True)],
+        (Case("--disable-log-stats outside Kubernetes: recognised by the sidecar, whatever vLLM's job name",
+              [], [Pod(labels={**BARE, "job": "kserve-predictor"}, no_vllm_metrics=True, api_requests=True)],
               fires=[Expect("VLLMMetricsAbsent", {"host": "host-a"})]),
          Case("a non-vLLM target under a vllm-like job name", [],
               [Pod(labels={**BARE, "job": "vllm-router"}, sidecar=None)])),

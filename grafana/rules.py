@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,7 +47,6 @@ DEFERRED = 'reason="deferred"'
 ASLEEP = 'sleep_state!="awake"'
 PREEMPTIONS = '__name__=~"vllm:num_preemptions(_total)?"'
 V1_SERIES, V0_SERIES = 'engine!=""', 'engine=""'  # V1 labels every series with its engine, V0 none
-API_HANDLERS = 'handler=~"/v1/(models|completions|chat/completions)"'
 
 
 def _label_value(cfg: Config, label: str) -> str:
@@ -105,8 +105,36 @@ def _bucket_quantile(cfg: Config, histogram: str) -> str:
 
 
 def _host(expr: str) -> str:
-    """`expr` with a `host` label: the instance without its port (shared by vLLM and its sidecar in one pod)."""
-    return f'label_replace(\n{expr}\n, "host", "$1", "instance", "(.*):[0-9]+")'
+    """`expr` with a `host` label: the machine (or pod IP) of the vLLM a series is about, without the port.
+
+    From `instance` (IPv6 and port-less instances, as Prometheus 3 keeps them, included); a sidecar watching
+    several servers labels their series with `target` (the vLLM URL), whose host wins, so one sidecar's report about
+    host a's vLLM never lands on the host the sidecar runs on."""
+    by_instance = f'label_replace(\n{expr}\n, "host", "$1", "instance", "(.+?)(?::[0-9]+)?")'
+    return f'label_replace(\n{by_instance}\n, "host", "$1", "target", "https?://([^/]+?)(?::[0-9]+)?(?:/.*)?")'
+
+
+# Labels a vLLM series and its sidecar's series of one pod always share: namespace and pod in Kubernetes, host
+# everywhere. `cluster` is matched when both sides carry it; a per-job relabeling often adds it on one side only.
+POD_JOIN = ("namespace", "pod", "host")
+
+
+def _pod_matches(rhs: Callable[[str], str], *extra: str) -> list[tuple[str, str]]:
+    """(`on` list, right-hand side) pairs that match a series to the other side's series of the same pod whether
+    or not each side carries `cluster`. `rhs(matcher)` is the right-hand expression with `matcher` added to its
+    selector ('' for none)."""
+    on = ", ".join((*POD_JOIN, *extra))
+    return [(f"cluster, {on}", rhs("")),  # same cluster, or neither side has one
+            (on, rhs('cluster=""')),  # the right side has none: any cluster on the left
+            (f"cluster, {on}", f'group by ({on}) (\n{rhs("")}\n)')]  # the left has none: any cluster on the right
+
+
+def _unless_same_pod(lhs: str, rhs: Callable[[str], str], *extra: str) -> str:
+    return lhs + "".join(f"\nunless on ({on})\n{r}" for on, r in _pod_matches(rhs, *extra))
+
+
+def _and_same_pod(lhs: str, rhs: Callable[[str], str], *extra: str) -> str:
+    return "\nor\n".join(f"(\n{lhs}\nand on ({on})\n{r}\n)" for on, r in _pod_matches(rhs, *extra))
 
 
 def recording_rules(cfg: Config) -> list[dict[str, str]]:
@@ -283,10 +311,11 @@ def alerts(cfg: Config) -> list[Alert]:
     def f(name: str, default: str) -> str:
         return cfg.for_.get(name, default)
 
-    def verdict(names: str) -> str:
+    def verdict(names: str, matcher: str = "") -> str:
         """The sidecar's verdict (a regex of names) per pod and engine, joinable to engine alerts."""
+        sel = ",".join(x for x in (matcher, f'verdict=~"{names}"') if x)
         return (f"max by ({pod}, model_name, engine) (\n"
-                + _host(f'vllm_headroom_verdict{{verdict=~"{names}"}} == 1') + "\n)")
+                + _host(f"vllm_headroom_verdict{{{sel}}} == 1") + "\n)")
 
     def engine(expr: str, explained_by: str = "", awake: bool = True) -> str:
         """Per engine, one series per pod whatever the number of scraping jobs, with `host`, unless the sidecar
@@ -294,11 +323,12 @@ def alerts(cfg: Config) -> list[Alert]:
         (sleep mode is deliberate: only VLLMEngineAsleepWithQueue, an info, speaks of it)."""
         if awake:
             expr = f"(\n{expr}\n)\nunless on ({me})\n({R}vllm_engine_asleep:bool > 0)"
-        out = (f"max by ({ded}) (\n{_host(expr)}\n)\n"
-               f"unless on ({pod})\ninstance:vllm_headroom_target_down:bool")
+        out = _unless_same_pod(f"max by ({ded}) (\n{_host(expr)}\n)",
+                               lambda m: f"instance:vllm_headroom_target_down:bool{{{m}}}" if m
+                               else "instance:vllm_headroom_target_down:bool")
         explained = "|".join(x for x in (explained_by, "sleeping" if awake else "") if x)
         if explained:
-            out += f"\nunless on ({pod}, model_name, engine)\n{verdict(explained)}"
+            out = _unless_same_pod(out, lambda m: verdict(explained, m), "model_name", "engine")
         return out
 
     def sidecar(v: str) -> str:
@@ -309,20 +339,31 @@ def alerts(cfg: Config) -> list[Alert]:
     storm = f"({R}vllm_preemptions_per_request:ratio{w} >= {cfg.preemption_ratio:g})"
     pressure = (f"(\n  ({R}vllm_kv_usage_ratio:max_over_time{w} >= {full})\n  or on ({me})\n"
                 f"  ({R}vllm_num_preemptions:rate{w} > 0)\n)")
-    sidecar_id = cfg.by("target")
     no_metrics = ('increase(vllm_headroom_scrape_errors_total{reason="no_vllm_metrics"}[' + w + "]) > 0")
     t_ff, t_full, t_storm, t_over = (f("VLLMKVFalseFull", "5m"), f("VLLMKVCacheFull", "10m"),
                                      f("VLLMPreemptionStorm", "5m"), f("VLLMKVOversubscribed", "15m"))
     t_stuck, t_sleep, t_leak = f("VLLMSchedulerStuck", "5m"), f("VLLMEngineAsleepWithQueue", "10m"), \
         f("VLLMKVBlockLeak", "15m")
-    t_sd, t_td, t_start, t_abs = (f("VLLMHeadroomSidecarDown", "5m"), f("VLLMHeadroomTargetDown", "5m"),
+    t_sd, t_td, t_start, t_abs = (f("VLLMHeadroomSidecarDown", "5m"), f("VLLMHeadroomTargetDown", "1m"),
                                   f("VLLMStartupSlow", "1m"), f("VLLMMetricsAbsent", "10m"))
     t_never, t_budget, t_cfg = (f("VLLMHeadroomNeverFits", "2m"), f("VLLMHeadroomBudgetFull", "10m"),
                                 f("VLLMHeadroomCapacityConfigError", "10m"))
     t_hist = f("VLLMKVHistogramsMissing", "15m")
     keep = cfg.keep_firing_for
     kv_full = f"({R}vllm_kv_full:bool == 1)"
-    limit = parse_duration(cfg.startup_limit)
+    limit, after = parse_duration(cfg.startup_limit), parse_duration(cfg.target_down_after)
+    by_t = cfg.by("target")
+
+    def down_for(seconds: float) -> str:
+        """The sidecar has failed to scrape vLLM for more than `seconds` (not for --disable-log-stats)."""
+        return (f"(\n  (vllm_headroom_up == 0)\n  and on ({by_t})\n"
+                f"  (time() - vllm_headroom_target_down_since_timestamp_seconds > {seconds:g})\n"
+                f"  unless on ({by_t})\n  ({no_metrics})\n)")
+
+    def scraped_vllm(matcher: str) -> str:
+        """vLLM's own engine series, present: Prometheus scrapes it (not down, not reloading)."""
+        return (f"group by (cluster, {', '.join(POD_JOIN)}) (\n"
+                + _host(f"vllm:num_requests_running{cfg.sel(matcher)}") + "\n)")
     a = [
         Alert("VLLMKVFalseFull",
               engine(f"{R}vllm_num_requests_waiting:max\nand on ({me})\n({R}vllm_kv_false_full:bool == 1)\n"
@@ -416,34 +457,41 @@ def alerts(cfg: Config) -> list[Alert]:
               "VLLMKVOversubscribed stay silent for this engine (VLLMKVCacheFull still fires on usage). Keep "
               "vllm:request_prompt_tokens_bucket and vllm:request_params_max_tokens_bucket in the scrape's "
               "metricRelabelings.", keep),
-        # Recognised by what it exported lately (vllm_headroom_up), not by its job name.
+        # The sidecar by its configured scrape selector (Prometheus' own `up`: a sidecar that never came up exports
+        # nothing) or by what it exported lately; one alert per pod whatever the number of scraping jobs, and none
+        # while any job still gets its series.
         Alert("VLLMHeadroomSidecarDown",
-              _host(f"up == 0\nand on ({cfg.by()})\ngroup by ({cfg.by()}) (last_over_time(vllm_headroom_up[6h]))"),
+              f"max by ({cfg.dedup('host')}) (\n" + _host(
+                  f"(\n  up{{{cfg.sidecar_selector}}} == 0\n  or\n  (\n    up == 0\n    and on ({cfg.by()})\n"
+                  f"    group by ({cfg.by()}) (last_over_time(vllm_headroom_up[6h]))\n  )\n)\n"
+                  f"unless on ({cfg.dedup()})\ngroup by ({cfg.dedup()}) (vllm_headroom_up)") + "\n)",
               t_sd, "warning", "The vllm-headroom sidecar is not scraped.",
-              f"Prometheus cannot scrape the vllm-headroom sidecar of {WHERE} (job {{{{ $labels.job }}}}) for "
-              f"{_minutes(t_sd)}: verdict, admission headroom and max_num_seqs panels are empty. Rules from vLLM's "
-              "metrics still work."),
-        # Critical only once vLLM has been up since the sidecar started: loading weights is not an outage.
+              f"Prometheus cannot scrape the vllm-headroom sidecar of {WHERE} for {_minutes(t_sd)} (it never came up, "
+              "crash-loops, or stopped answering): verdict, admission headroom and max_num_seqs panels are empty. "
+              "Rules from vLLM's metrics still work."),
+        # Any (re)load of vLLM (pod start, container restart) is quiet up to the start-up limit, measured from the
+        # sidecar's first failed scrape; then a warning. Sooner only when Prometheus still scrapes vLLM (no reload).
         Alert("VLLMHeadroomTargetDown",
-              _host(f"vllm_headroom_up == 0\nand on ({sidecar_id})\n(vllm_headroom_target_seen_up == 1)\n"
-                    f"unless on ({sidecar_id})\n({no_metrics})"),
-              t_td, "critical", "vLLM stopped answering its sidecar after it had been up.",
-              f"The sidecar of {WHERE} cannot scrape vLLM for {_minutes(t_td)} after vLLM had been up: vLLM is down, "
-              "unreachable or returns a broken exposition. /readyz of the sidecar says why."),
+              f"max by ({cfg.dedup('target', 'host')}) (\n"
+              + _host(f"{down_for(limit)}\nand on ({by_t})\n(vllm_headroom_target_seen_up == 1)")
+              + "\nor\n" + _and_same_pod(_host(down_for(after)), scraped_vllm) + "\n)",
+              t_td, "warning", "vLLM stopped answering its sidecar and is not back.",
+              f"The sidecar of {WHERE} cannot scrape vLLM: down for more than the start-up limit "
+              f"({_minutes(cfg.startup_limit)}) after it had been up, longer than a reload (loading weights and "
+              f"compiling take 5-15 minutes for large models), or for {_minutes(cfg.target_down_after)} while "
+              "Prometheus still scrapes vLLM (the sidecar cannot reach it). /readyz of the sidecar says why."),
         Alert("VLLMStartupSlow",
-              _host(f"vllm_headroom_up == 0\nand on ({sidecar_id})\n(vllm_headroom_target_seen_up == 0)\n"
-                    f"unless on ({sidecar_id})\n({no_metrics})\n"
-                    f"and on ({cfg.by()})\n(time() - process_start_time_seconds > {limit:g})"),
-              t_start, "warning", "vLLM has not come up since its pod started.",
-              f"{WHERE}: vLLM has not answered its sidecar once in the {_minutes(cfg.startup_limit)} since the pod "
-              "started (loading weights and compiling take 5-15 minutes for large models). Check vLLM's log for a "
-              "failed start."),
-        # vLLM recognised by what it exports: its API handlers, or the sidecar's no_vllm_metrics; one per pod.
+              f"max by ({cfg.dedup('target', 'host')}) (\n" + _unless_same_pod(
+                  _host(f"{down_for(limit)}\nand on ({by_t})\n(vllm_headroom_target_seen_up == 0)"), scraped_vllm)
+              + "\n)",
+              t_start, "warning", "vLLM has not come up since its sidecar started.",
+              f"{WHERE}: vLLM has not answered its sidecar once in the {_minutes(cfg.startup_limit)} since the "
+              "sidecar started (loading weights and compiling take 5-15 minutes for large models). Check vLLM's log "
+              "for a failed start."),
+        # vLLM with --disable-log-stats exports nothing that a FastAPI router does not (http_* for the same OpenAI
+        # handlers): the sidecar, pointed at vLLM, is the evidence. One alert per pod.
         Alert("VLLMMetricsAbsent",
-              f"max by ({pod}) (\n" + _host(
-                  f"  group by ({cfg.by()}) (http_requests_total{{{API_HANDLERS}}})\n"
-                  f"  unless on ({cfg.by()})\n  group by ({cfg.by()}) (vllm:num_requests_running{cfg.sel()})\n"
-                  f"or\n  {no_metrics}") + "\n)",
+              f"max by ({pod}) (\n" + _host(no_metrics) + "\n)",
               t_abs, "warning", "vLLM answers but exports no engine metrics (--disable-log-stats?).",
               f"{WHERE} serves vLLM's API but has exported no vllm:* engine metrics for {_minutes(t_abs)}. "
               "vLLM started with --disable-log-stats exports none: KV, queue and headroom are blind."),
@@ -535,7 +583,22 @@ def prometheus_rule(cfg: Config) -> dict[str, Any]:
 INHIBIT_EQUAL_POD = ["cluster", "namespace", "pod", "host"]
 
 
+def _cluster_tolerant(rule: dict[str, Any]) -> list[dict[str, Any]]:
+    """`rule`, and its two variants for a `cluster` label on one side only (a per-job relabeling adds it to vLLM's
+    series and not to the sidecar's, or the reverse): Alertmanager's `equal` counts a missing label as empty."""
+    if "cluster" not in rule["equal"]:
+        return [rule]
+    rest = [lbl for lbl in rule["equal"] if lbl != "cluster"]
+    return [rule,
+            {**rule, "source_matchers": [*rule["source_matchers"], 'cluster=""'], "equal": rest},
+            {**rule, "target_matchers": [*rule["target_matchers"], 'cluster=""'], "equal": rest}]
+
+
 def inhibit_rules() -> list[dict[str, Any]]:
+    return [variant for rule in _inhibit_rules() for variant in _cluster_tolerant(rule)]
+
+
+def _inhibit_rules() -> list[dict[str, Any]]:
     engine = [*INHIBIT_EQUAL_POD, "model_name", "engine"]
     return [
         {"source_matchers": ['alertname="VLLMHeadroomTargetDown"'],

@@ -112,9 +112,14 @@ class HeadroomCollector(Collector):
 
         seen_up = GaugeMetricFamily(P + "target_seen_up", "1 once a scrape of the target has succeeded since the "
                                     "sidecar started, 0 before (vLLM still loading).", labels=tl)
+        down_since = GaugeMetricFamily(P + "target_down_since_timestamp_seconds",
+                                       "Unix time of the first failed scrape of the target's current outage (vLLM "
+                                       "down or still loading); absent while the target is up.", labels=tl)
         for t in self.targets:
             r = t.last
             up.add_metric(tv(t), 1.0 if r.up else 0.0)
+            if not r.up and t.down_since is not None:
+                down_since.add_metric(tv(t), t.down_since)
             if r.up:
                 self.seen_up.add(t.settings.url)
             seen_up.add_metric(tv(t), 1.0 if t.settings.url in self.seen_up else 0.0)
@@ -159,6 +164,8 @@ class HeadroomCollector(Collector):
                 info_rows.append((row, 1.0))
         yield up
         yield seen_up
+        if down_since.samples:  # only while down: a family without samples would only advertise a name
+            yield down_since
         yield duration
         yield errors
         # A family with no samples (e.g. byte figures without --model-config) would only advertise a name.

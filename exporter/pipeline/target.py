@@ -243,6 +243,9 @@ class Target:
         self._prefix: dict[tuple[str, str], tuple[float, float, float]] = {}  # queries, hits, last hit share
         self.last: TargetReport = TargetReport(settings.url, up=False, error="not scraped yet",
                                                error_reason="not_scraped")
+        # Unix time of the first failed scrape of the current outage (None while up): how long vLLM has been down
+        # or loading, for a pod's first start and every later reload alike (the alerts' start-up grace).
+        self.down_since: float | None = None
 
     # -- configuration sources ------------------------------------------------------------------
     def _vllm_args(self, now: float) -> tuple[dict[str, object] | None, Source]:
@@ -539,9 +542,11 @@ class Target:
 
         return asyncio.run(run())
 
-    async def scrape(self, client: httpx.AsyncClient, now: float | None = None) -> TargetReport:
-        """One scrape of the target; never raises, failures become a down report."""
+    async def scrape(self, client: httpx.AsyncClient, now: float | None = None,
+                     wall: float | None = None) -> TargetReport:
+        """One scrape of the target; never raises, failures become a down report. `wall`: unix time (tests)."""
         now = time.monotonic() if now is None else now
+        wall = time.time() if wall is None else wall
         started = time.perf_counter()
         try:
             report = self.observe(now, await self.fetch_metrics(client, now))
@@ -559,8 +564,11 @@ class Target:
         report.scrape_duration_seconds = time.perf_counter() - started
         if report.up:
             self.known_engines = {(e.model_name, e.engine) for e in report.engines}
+            self.down_since = None
         else:
             report.known_engines = sorted(self.known_engines)
+            if self.down_since is None:
+                self.down_since = wall
         self.last = report
         return report
 

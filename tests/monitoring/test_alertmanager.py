@@ -2,9 +2,10 @@
 
 vLLM is a small HTTP server holding the recorded real false-full exposition (vLLM 0.32.0), its engine counters
 moving so the engine is not judged stuck; our sidecar scrapes it. Fault 1: false-full (a steady state) must
-deliver exactly one notification, VLLMKVFalseFull. Fault 2: vLLM stops answering: exactly one firing notification,
-VLLMHeadroomTargetDown (critical). While it fires, an engine alert of the same pod posted to Alertmanager is
-inhibited by the shipped inhibit rules, and the same alert of another pod is delivered (the pipe works).
+deliver exactly one notification, VLLMKVFalseFull. Fault 2: vLLM stops answering for longer than the start-up limit
+(shortened to 10 s): exactly one firing notification, VLLMHeadroomTargetDown (warning). While it fires, an engine
+alert of the same pod posted to Alertmanager is inhibited by the shipped inhibit rules, also when it carries a
+`cluster` label the sidecar's series lack, and the same alert of another pod is delivered (the pipe works).
 Alertmanager groups by alert and pod (group_wait 1 s); the webhook receiver is a local HTTP server.
 """
 
@@ -34,6 +35,7 @@ SNAPSHOT = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-0.32.0" / "f
 FAST = {name: "2s" for name in ("VLLMKVFalseFull", "VLLMKVCacheFull", "VLLMSchedulerStuck", "VLLMMetricsAbsent",
                                 "VLLMStartupSlow", "VLLMHeadroomSidecarDown")}
 FAST["VLLMHeadroomTargetDown"] = "8s"  # longer than a slow scrape on a loaded machine: only a real outage fires
+STARTUP_LIMIT = "10s"  # the grace for a reload, measured from the sidecar's first failed scrape
 
 
 class FakeVllm:
@@ -157,7 +159,7 @@ def test_one_notification_per_fault(tmp_path: Path) -> None:
                "--no-vllm-cmdline-discovery"]
     try:
         with run_stack(tmp_path, f"http://127.0.0.1:{vllm.port}", sidecar, for_=FAST, alertmanager=am,
-                       sidecar_interval=2.0) as stack:
+                       sidecar_interval=2.0, startup_limit=STARTUP_LIMIT) as stack:
             # Fault 1: false-full.
             _wait("the VLLMKVFalseFull notification", lambda: bool(hook.firing("VLLMKVFalseFull")), stack, 90)
             time.sleep(8)  # four group intervals: a second notification would have come by now
@@ -171,7 +173,10 @@ def test_one_notification_per_fault(tmp_path: Path) -> None:
                   stack, 90)
             engine = {"alertname": "VLLMKVCacheFull", "namespace": NAMESPACE, "pod": POD, "host": "127.0.0.1",
                       "model_name": "tiny-llama", "engine": "0", "severity": "warning"}
+            target_down = hook.firing("VLLMHeadroomTargetDown")[0]["alerts"][0]["labels"]
+            assert target_down["severity"] == "warning" and "job" not in target_down, target_down
             _post_alert(am, engine)  # same pod: inhibited by VLLMHeadroomTargetDown
+            _post_alert(am, {**engine, "cluster": "a"})  # `cluster` on vLLM's series only: inhibited all the same
             _post_alert(am, {**engine, "pod": "other-pod"})  # another pod: delivered
             _wait("the other pod's notification",
                   lambda: any(a["labels"].get("pod") == "other-pod" for n in hook.firing("VLLMKVCacheFull")

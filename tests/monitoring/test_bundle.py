@@ -330,6 +330,10 @@ def _recorded_names() -> set[str]:
     bad.last = bad.observe(1.0, re.sub(r'num_gpu_blocks="\d+"', 'num_gpu_blocks="1"', fixtures.snapshot("idle")))
     assert bad.last.gaps and bad.last.gaps[0].config_error
     targets.append(bad)
+    # vllm_headroom_target_down_since_timestamp_seconds is exported only while a target is down (not scraped yet).
+    down = one_shot(Settings("http://down:8000", discover_cmdline=False))
+    down.down_since = 1.0
+    targets.append(down)
     ours = generate_latest(Sidecar(targets, 5.0).registry).decode()
     for fam in text_string_to_metric_families(ours):
         names |= {s.name for s in fam.samples}

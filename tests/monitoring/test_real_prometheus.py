@@ -86,7 +86,7 @@ def _wait(what: str, check: Callable[[], bool], stack: Stack, deadline: float = 
 def run_stack(tmp: Path, vllm_url: str, sidecar_args: list[str], replay: list[str] | None = None,
               for_: dict[str, str] | None = None, scrape_interval: str = "1s",
               alertmanager: str | None = None, sidecar_interval: float = 1.0,
-              scrapes: list[Scrape] | None = None) -> Iterator[Stack]:
+              scrapes: list[Scrape] | None = None, startup_limit: str | None = None) -> Iterator[Stack]:
     """Prometheus scraping vLLM (real, or a replay started here) and our sidecar, with the shipped rules.
 
     By default both targets carry the labels a PodMonitor gives one pod (namespace, pod), as in Kubernetes;
@@ -95,7 +95,8 @@ def run_stack(tmp: Path, vllm_url: str, sidecar_args: list[str], replay: list[st
     prometheus = require("prometheus")
     vllm_port = int(vllm_url.rsplit(":", 1)[1])
     sidecar_port, prom_port = free_port(), free_port()
-    cfg = replace(DEFAULT, for_=for_ if for_ is not None else {"VLLMKVFalseFull": "3s"})
+    cfg = replace(DEFAULT, for_=for_ if for_ is not None else {"VLLMKVFalseFull": "3s"},
+                  startup_limit=startup_limit or DEFAULT.startup_limit)
     (tmp / "rules.yaml").write_text(to_yaml(rule_groups(cfg)))
     pod = {"namespace": NAMESPACE, "pod": POD}
     if scrapes is None:

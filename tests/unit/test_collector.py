@@ -81,6 +81,7 @@ def test_diagnosis_fields_are_named_like_the_metrics() -> None:
              for f in text_string_to_metric_families(_exposition([t]))
              if f.name.startswith("vllm_headroom_") and f.name not in (
                  "vllm_headroom_up", "vllm_headroom_target_seen_up", "vllm_headroom_scrape_duration_seconds",
+                 "vllm_headroom_target_down_since_timestamp_seconds",
                  "vllm_headroom_scrape_errors",
                  "vllm_headroom_config_info", "vllm_headroom_verdict", "vllm_headroom_request_profile_tokens")}
     assert names - set(engine) == set()

@@ -19,10 +19,10 @@ from tests import fixtures
 URL = "http://vllm.test:8000"
 
 
-def _scrape(target: Target) -> None:
+def _scrape(target: Target, wall: float | None = None) -> None:
     async def run() -> None:
         async with httpx.AsyncClient() as client:
-            await target.scrape(client, now=1.0)
+            await target.scrape(client, now=1.0, wall=wall)
 
     asyncio.run(run())
 
@@ -117,6 +117,24 @@ def test_recovery_after_a_fault_and_readiness_says_why() -> None:
     assert target.last.up
     assert sidecar.readiness()["ready"] is True
     assert "vllm_headroom_up 1.0" in _metrics_text(target)
+
+
+def test_down_since_marks_the_first_failed_scrape_of_each_outage() -> None:
+    """The alerts' start-up grace: how long vLLM has been down (a reload inside the pod counts from its start)."""
+    target = Target(Settings(URL, discover_cmdline=False))
+    with respx.mock(assert_all_called=False) as router:
+        _models_ok(router)
+        router.get(URL + "/metrics").mock(side_effect=httpx.ConnectError("refused"))  # loading
+        _scrape(target, wall=1000.0)
+        _scrape(target, wall=1005.0)
+        assert "vllm_headroom_target_down_since_timestamp_seconds 1000.0" in _metrics_text(target)
+        router.get(URL + "/metrics").mock(return_value=httpx.Response(200, text=fixtures.snapshot("idle")))
+        _scrape(target, wall=1010.0)
+        assert "\nvllm_headroom_target_down_since_timestamp_seconds " not in _metrics_text(target)  # absent: up
+        router.get(URL + "/metrics").mock(side_effect=httpx.ConnectError("refused"))  # the container restarts
+        _scrape(target, wall=2000.0)
+        _scrape(target, wall=2005.0)
+    assert "vllm_headroom_target_down_since_timestamp_seconds 2000.0" in _metrics_text(target)
 
 
 def test_api_key_goes_to_the_target_only_as_a_bearer_token() -> None:

@@ -659,6 +659,14 @@ def _cases() -> list[tuple[Case, Case]]:
          Case("model renamed across a restart, nothing waits: quiet",
               [Engine(model="old-name", up_until=900, stale_at_stop=True),
                Engine(model="new-name", num_gpu_blocks="41", up_from=960)], [Pod(vllm_gap=(900, 960))])),
+        # V0's series carry no engine label; its sidecar calls the one engine "0". The verdict must still join.
+        (Case("V0 budget_full: the sidecar's verdict replaces false-full on an engine-less exposition",
+              [Engine(**ff, engine=None, version="0.8")],  # type: ignore[arg-type]
+              [Pod(verdict="budget_full", waiting=50)], fires=[Expect("VLLMHeadroomBudgetFull", side, 50)]),
+         Case("V0, same raw state, the sidecar says slots_full: the false-full page",
+              [Engine(**ff, engine=None, version="0.8")],  # type: ignore[arg-type]
+              [Pod(verdict="slots_full", waiting=50)],
+              fires=[Expect("VLLMKVFalseFull", Engine(engine=None).alert_labels, 50)])),
     ]
 
 

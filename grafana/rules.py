@@ -314,8 +314,11 @@ def alerts(cfg: Config) -> list[Alert]:
     def verdict(names: str, matcher: str = "") -> str:
         """The sidecar's verdict (a regex of names) per pod and engine, joinable to engine alerts."""
         sel = ",".join(x for x in (matcher, f'verdict=~"{names}"') if x)
+        said = f"vllm_headroom_verdict{{{sel}}} == 1"
+        # V0's series have no engine label while its sidecar calls the one engine "0": an engine-less copy of
+        # engine 0's verdict joins them (a V1 alert always has its engine, so the copy never matches one).
         return (f"max by ({pod}, model_name, engine) (\n"
-                + _host(f"vllm_headroom_verdict{{{sel}}} == 1") + "\n)")
+                + _host(f'{said}\nor\nlabel_replace({said}, "engine", "", "engine", "0")') + "\n)")
 
     def engine(expr: str, explained_by: str = "", awake: bool = True) -> str:
         """Per engine, one series per pod whatever the number of scraping jobs, with `host`, unless the sidecar

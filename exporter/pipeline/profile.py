@@ -81,12 +81,14 @@ def bucket_quantile(buckets: tuple[tuple[float, float], ...], q: float) -> float
 
 def delta(new: Histogram, old: Histogram) -> Histogram | None:
     """new − old bucket by bucket; None when the counter was reset or the buckets changed."""
-    if [b for b, _ in new.buckets] != [b for b, _ in old.buckets] or new.count < old.count:
+    if len(new.buckets) != len(old.buckets) or new.count < old.count:
         return None
-    buckets = tuple((b, n - o) for (b, n), (_, o) in zip(new.buckets, old.buckets, strict=True))
-    if any(c < 0 for _, c in buckets):
-        return None
-    return Histogram(buckets, new.count - old.count, new.sum - old.sum)
+    buckets: list[tuple[float, float]] = []
+    for (bound, n), (old_bound, o) in zip(new.buckets, old.buckets, strict=True):
+        if bound != old_bound or n < o:
+            return None
+        buckets.append((bound, n - o))
+    return Histogram(tuple(buckets), new.count - old.count, new.sum - old.sum)
 
 
 def to_tokens(bound: float, max_model_len: int | None) -> int | None:

@@ -36,7 +36,7 @@ from .config import (
 from .derive import Headroom
 from .profile import Quantile, Window, histogram_quantile, profile_value
 from .scrape import ModelsInfo, ScrapeError, describe, fetch, parse_models, parse_version
-from .verdict import Judgement, Observation, Thresholds, Tracker, Verdict
+from .verdict import Observation, Thresholds, Tracker, Verdict
 
 log = logging.getLogger("vllm_headroom")
 
@@ -241,6 +241,8 @@ class Target:
         self.known_engines: set[tuple[str, str]] = set()
         self._prompt_tokens: dict[tuple[str, str], float] = {}  # vllm:prompt_tokens_total at the last scrape
         self._prefix: dict[tuple[str, str], tuple[float, float, float]] = {}  # queries, hits, last hit share
+        # Per engine: the inputs of its resolved config, the notes on contradicting flags, and the config.
+        self._configs: dict[str, tuple[tuple[object, ...], list[str], ServingConfig]] = {}
         self.last: TargetReport = TargetReport(settings.url, up=False, error="not scraped yet",
                                                error_reason="not_scraped")
         # Unix time of the first failed scrape of the current outage (None while up): how long vLLM has been down
@@ -292,9 +294,8 @@ class Target:
         models_len = self.models.max_model_len if self.models else None
         for e in snap.engines:
             cache = snap.cache_info.get(e.engine) or (next(iter(snap.cache_info.values()), None))
-            report.notes += [n for n in contradictions(self.settings.overrides, cache, snap.data_parallel_engines)
-                             if n not in report.notes]
-            cfg = resolve(self.settings.overrides, args, args_source, cache, snap.data_parallel_engines, models_len)
+            notes, cfg = self._config(e.engine, args, args_source, cache, snap.data_parallel_engines, models_len)
+            report.notes += [n for n in notes if n not in report.notes]
             item = self._engine(now, e, cfg, snap, gauges_only)
             if isinstance(item, EngineGap):
                 report.gaps.append(item)
@@ -304,16 +305,37 @@ class Target:
         live = {(e.model_name, e.engine) for e in snap.engines}
         self.trackers = {k: v for k, v in self.trackers.items() if k in live}
         self.windows = {k: v for k, v in self.windows.items() if k[:2] in live}
+        live_engines = {engine for _model, engine in live}
+        self._configs = {k: v for k, v in self._configs.items() if k in live_engines}
         return report
 
-    def _quantile(self, now: float, e: vllm.EngineSample, name: str, max_model_len: int | None) -> Quantile | None:
+    def _config(self, engine: str, args: dict[str, object] | None, args_source: Source, cache: vllm.CacheInfo | None,
+                data_parallel_engines: int, models_len: int | None) -> tuple[list[str], ServingConfig]:
+        """The engine's resolved config and the notes on flags that contradict vLLM, kept while their inputs
+        stay equal: between two scrapes they seldom change, and resolving them anew for every engine of every
+        scrape was a sizeable share of a data-parallel server's scrape."""
+        inputs = (args, args_source, cache, data_parallel_engines, models_len)
+        kept = self._configs.get(engine)
+        if kept is not None and kept[0] == inputs:
+            return kept[1], kept[2]
+        overrides = self.settings.overrides
+        notes = contradictions(overrides, cache, data_parallel_engines)
+        cfg = resolve(overrides, args, args_source, cache, data_parallel_engines, models_len)
+        self._configs[engine] = (inputs, notes, cfg)
+        return notes, cfg
+
+    def _window(self, now: float, e: vllm.EngineSample, name: str) -> Window | None:
+        """The engine's window of histogram `name`, fed this scrape's snapshot; None when vLLM exports none."""
         hist = e.histograms.get(name)
         if hist is None:
             return None
         key = (e.model_name, e.engine, name)
         window = self.windows.get(key) or self.windows.setdefault(key, Window(self.settings.window))
         window.observe(now, hist)
-        return window.quantile(self.settings.quantile, max_model_len)
+        return window
+
+    def _quantile(self, window: Window | None, max_model_len: int | None) -> Quantile | None:
+        return None if window is None else window.quantile(self.settings.quantile, max_model_len)
 
     @staticmethod
     def _largest_prompt_blocks(e: vllm.EngineSample, max_model_len: int | None, block_size: int) -> int | None:
@@ -376,12 +398,12 @@ class Target:
         if problem is not None:
             return EngineGap(e.model_name, e.engine, "", config_error=problem)
         max_model_len = value(cfg.max_model_len)
-        prompt = self._quantile(now, e, vllm.PROMPT_HIST, max_model_len)
-        max_tokens = profile_value(
-            self._quantile(now, e, vllm.MAX_TOKENS_HIST, max_model_len),
-            self._quantile(now, e, vllm.GENERATION_HIST, max_model_len),
-            max_model_len,
-        )
+        prompt = self._quantile(self._window(now, e, vllm.PROMPT_HIST), max_model_len)
+        # Every window follows every scrape; the generated lengths are read only when max_tokens is not exported.
+        stated = self._quantile(self._window(now, e, vllm.MAX_TOKENS_HIST), max_model_len)
+        generated = self._window(now, e, vllm.GENERATION_HIST)
+        max_tokens = profile_value(stated, self._quantile(generated, max_model_len) if stated is None else None,
+                                   max_model_len)
         running = int(e.running or 0)
         waiting = int(e.waiting or 0)
         samples = 0 if prompt is None else prompt.samples
@@ -463,34 +485,16 @@ class Target:
             span=None if prompt is None else prompt.span, thin=thin,
             stale=held is not None and held > headroom.worst_case_blocks_profile_only,
             held_blocks_per_running=held, window=None if gauges_only else self.settings.window)
-        report = self._report(e, cfg, headroom, judgement, false_full, prompt, max_tokens, tracker, max_num_seqs,
-                              gauges_only)
         found = self._cmdline if self.settings.vllm_args is None and self.settings.discover_cmdline else None
-        report = replace(report, profile=quality, budget=budget, cmdline_pid=found.pid if found else None,
-                         cmdline_found_by=found.found_by if found else None,
-                         busy_ceiling=None if gauges_only else tracker.busy_ceiling,
-                         busy_frames=0 if gauges_only else tracker.busy_frames)
-        shape = self.settings.model_shape
-        if shape is None:
-            return report
-        cache_dtype = value(cfg.kv_cache_dtype) or value(cfg.cache_dtype)
-        tp = value(cfg.tensor_parallel_size) or 1
-        per_block = bytes_per_block(shape, cache_dtype, tp, block_size)
-        return replace(report, kv_bytes=derive.kv_bytes(headroom, served_kv_bytes_per_token(shape, cache_dtype, tp),
-                                                        per_block))
-
-    @staticmethod
-    def _report(e: vllm.EngineSample, cfg: ServingConfig, headroom: Headroom, judgement: Judgement,
-                false_full: bool, prompt: Quantile | None, max_tokens: Quantile | None, tracker: Tracker,
-                max_num_seqs: int | None, gauges_only: bool) -> EngineReport:
+        # Built once, with every field (no dataclasses.replace): it is the per-engine hot path of each scrape.
         return EngineReport(
             model_name=e.model_name,
             engine=e.engine,
             verdict=judgement.verdict,
             false_full=false_full,
             slots_inferred=judgement.slots_inferred,
-            running=int(e.running or 0),
-            waiting=int(e.waiting or 0),
+            running=running,
+            waiting=waiting,
             waiting_by_reason=dict(e.waiting_by_reason),
             headroom=headroom,
             config=cfg,
@@ -500,11 +504,28 @@ class Target:
             preemptions_total=e.preemptions_total,
             max_num_seqs=max_num_seqs,
             gauges_only=gauges_only,
+            kv_bytes=self._kv_bytes(cfg, headroom, block_size),
             seconds_without_progress=tracker.seconds_without_progress,
             histograms=dict(e.histograms),
             preemption_inferred=judgement.preemption_inferred,
             suspected=judgement.suspected,
+            profile=quality,
+            budget=budget,
+            cmdline_pid=found.pid if found else None,
+            cmdline_found_by=found.found_by if found else None,
+            busy_ceiling=None if gauges_only else tracker.busy_ceiling,
+            busy_frames=0 if gauges_only else tracker.busy_frames,
         )
+
+    def _kv_bytes(self, cfg: ServingConfig, headroom: Headroom, block_size: int) -> derive.KvBytes | None:
+        """Absolute bytes per device, with --model-config; None without it."""
+        shape = self.settings.model_shape
+        if shape is None:
+            return None
+        cache_dtype = value(cfg.kv_cache_dtype) or value(cfg.cache_dtype)
+        tp = value(cfg.tensor_parallel_size) or 1
+        per_block = bytes_per_block(shape, cache_dtype, tp, block_size)
+        return derive.kv_bytes(headroom, served_kv_bytes_per_token(shape, cache_dtype, tp), per_block)
 
     # -- the HTTP side ----------------------------------------------------------------------------
     def _headers(self) -> dict[str, str] | None:

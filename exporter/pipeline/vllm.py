@@ -318,10 +318,9 @@ def rules(version: str | None, expo: Exposition) -> Rules:
                  conservative=("usage", "admission"))
 
 
-def usage_counts_null_block(version: str | None, expo: Exposition) -> bool | None:
+def usage_counts_null_block(r: Rules) -> bool | None:
     """True where vLLM's usage gauge divides by num_gpu_blocks with the null block counted as used
     (V1 <= 0.10.1); None when neither /version nor the exposition tells (see `rules`)."""
-    r = rules(version, expo)
     if r.source == "unknown" or (r.conservative and any(c.startswith("usage") for c in r.conservative)):
         return None
     return r.usage_counts_null_block
@@ -383,11 +382,12 @@ def read(expo: Exposition, version: str | None = None) -> VllmSnapshot:
     # num_gpu_blocks is still the sum over every data-parallel engine.
     gauge_engines = {engine for _model, engine in keys}
     dp = max(len(cache_info), len(gauge_engines)) if has_engine_label else 1
+    release_rules = rules(version, expo)
     return VllmSnapshot(
         engines=engines,
         cache_info=cache_info,
         data_parallel_engines=max(dp, 1),
-        usage_counts_null_block=usage_counts_null_block(version, expo),
+        usage_counts_null_block=usage_counts_null_block(release_rules),
         has_engine_label=has_engine_label,
-        rules=rules(version, expo),
+        rules=release_rules,
     )

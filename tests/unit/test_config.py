@@ -83,3 +83,28 @@ def test_find_vllm_cmdline_matches_the_port(tmp_path: Path) -> None:
     found = config.find_vllm_cmdline(8000, tmp_path)
     assert found is not None and found.argv == ["vllm", "serve", "m", "--max-num-seqs", "8"] and found.pid == 12
     assert config.find_vllm_cmdline(9999, tmp_path) is None
+
+
+def test_a_target_resolves_its_config_again_when_vllm_restarts_with_another_one() -> None:
+    """The sidecar keeps each engine's resolved config between scrapes; a new max_model_len (/v1/models) or a new
+    pool (cache_config_info) must still reach the very next scrape, and the notes on contradicting flags stay."""
+    from exporter.pipeline.target import Settings, Target
+    from tests import fixtures
+
+    def scrape(scenario: str) -> tuple[object, object, list[str]]:
+        report = target.observe(1.0, fixtures.snapshot(scenario))
+        cfg = report.engines[0].config
+        return cfg.num_gpu_blocks, cfg.max_model_len, report.notes
+
+    def known(blocks: int, max_model_len: int) -> tuple[object, object]:
+        return config.Known(blocks, Source.CACHE_CONFIG_INFO), config.Known(max_model_len, Source.V1_MODELS)
+
+    target = fixtures.as_recorded(Target(Settings("http://x", Overrides(block_size=16), discover_cmdline=False)),
+                                  fixtures.meta("false-full"))
+    for _ in range(2):  # the second scrape of the same server answers from what was kept
+        *got, notes = scrape("false-full")
+        assert tuple(got) == known(40, 512)
+        assert any("--block-size 16 contradicts" in n for n in notes)
+    fixtures.as_recorded(target, fixtures.meta("head-of-line"))  # /v1/models now says 8192
+    assert tuple(scrape("false-full")[:2]) == known(40, 8192)
+    assert tuple(scrape("head-of-line")[:2]) == known(321, 8192)  # restarted with a larger pool

@@ -652,7 +652,8 @@ def _cases() -> list[tuple[Case, Case]]:
                Engine(**ff, model="new-name", num_gpu_blocks="41", up_from=960)],  # type: ignore[arg-type]
               [Pod(vllm_gap=(900, 960))],
               fires=[Expect("VLLMKVFalseFull", Engine(model="new-name").alert_labels, 50)],
-              exprs_at="17m",  # 2 minutes after the restart: the old name's series are stale, not summed
+              # 4 minutes after the restart: the old name's series are past the scrape-gap bridge (3m), not summed
+              exprs_at="19m",
               exprs=[("model_name:vllm_kv_capacity_blocks:sum", [({"model_name": "new-name"}, 40)]),
                      ("model_name:vllm_num_requests_waiting:sum", [({"model_name": "new-name"}, 50)]),
                      (f"{rec}vllm_kv_false_full:bool", [(Engine(model="new-name").engine_labels, 1)])]),
@@ -667,7 +668,22 @@ def _cases() -> list[tuple[Case, Case]]:
               [Engine(**ff, engine=None, version="0.8")],  # type: ignore[arg-type]
               [Pod(verdict="slots_full", waiting=50)],
               fires=[Expect("VLLMKVFalseFull", Engine(engine=None).alert_labels, 50)])),
+        # One failed scrape of vLLM (a stale marker on every series) every 5 minutes: at 60 s that is one scrape in
+        # five, at 15 s four. Each used to empty the flags and restart the 5-minute for:, so it never paged.
+        (Case("false-full with a failed scrape of vLLM every 5 minutes: it still pages",
+              [Engine(**ff, gaps=GAPS_EVERY_5M)], [Pod()],  # type: ignore[arg-type]
+              fires=[Expect("VLLMKVFalseFull", eng, 50)]),
+         Case("a failed scrape every 5 minutes, nothing waits: quiet", [Engine(gaps=GAPS_EVERY_5M)],
+              [Pod()])),
+        (Case("KV-full with a failed scrape of vLLM every 5 minutes: it still pages",
+              [Engine(usage=0.95, waiting=20, gaps=GAPS_EVERY_5M)], [Pod()],
+              fires=[Expect("VLLMKVCacheFull", eng, 20)]),
+         Case("95 % used, a failed scrape every 5 minutes, nothing waits: quiet",
+              [Engine(usage=0.95, gaps=GAPS_EVERY_5M)], [Pod()])),
     ]
+
+
+GAPS_EVERY_5M = tuple((float(t), float(t + 60)) for t in range(300, MINUTES * 60, 300))
 
 
 def cases() -> list[Case]:

@@ -49,13 +49,22 @@ PREEMPTIONS = '__name__=~"vllm:num_preemptions(_total)?"'
 V1_SERIES, V0_SERIES = 'engine!=""', 'engine=""'  # V1 labels every series with its engine, V0 none
 
 
+def _now(cfg: Config, selector: str) -> str:
+    """`selector`'s latest sample within the scrape-gap bridge: a failed scrape makes Prometheus write a stale marker
+    on every series of the target, and without this one failed scrape (at a 60 s interval, one in five) would
+    empty every flag and restart every pending alert's `for:`. The price: a vanished target's series stay in the
+    sums for up to `cfg.scrape_gap`."""
+    return f"last_over_time({selector}[{cfg.scrape_gap}])"
+
+
 def _label_value(cfg: Config, label: str) -> str:
-    """A numeric label of vllm:cache_config_info as a sample value, per API server and engine."""
-    info = f"vllm:cache_config_info{cfg.sel()}"
+    """A numeric label of vllm:cache_config_info as a sample value, per API server and engine: the largest, when a
+    restart with another config leaves the old info series within the scrape-gap bridge for a few minutes."""
+    info = _now(cfg, f"vllm:cache_config_info{cfg.sel()}")
     return (
         f"histogram_quantile(1, max by ({cfg.by('engine', 'le')}) (\n"
-        f'  label_replace({info}, "le", "$1", "{label}", "([0-9]+)")\n'
-        f'  or label_replace({info}, "le", "+Inf", "engine", ".*")\n'
+        f'  label_replace({info}, "le", "$1", "{label}", "([0-9]+)") * 0\n'
+        f'  or label_replace({info}, "le", "+Inf", "engine", ".*") * 0 + 1\n'
         f"))"
     )
 
@@ -65,8 +74,8 @@ def _top_bucket(cfg: Config, histogram: str) -> str:
     by = cfg.by("model_name", "engine", "le")
     return (
         f"histogram_quantile(1, max by ({by}) (\n"
-        f"  {histogram}_bucket{cfg.sel(NOT_INF)} * 0\n"
-        f"  or {histogram}_bucket{cfg.sel(INF)} * 0 + 1\n"
+        f"  {_now(cfg, histogram + '_bucket' + cfg.sel(NOT_INF))} * 0\n"
+        f"  or {_now(cfg, histogram + '_bucket' + cfg.sel(INF))} * 0 + 1\n"
         f"))"
     )
 
@@ -84,15 +93,15 @@ def _bucket_quantile(cfg: Config, histogram: str) -> str:
     inf = cfg.sel(INF)
 
     def rise(series: str, rng: str) -> str:
-        return f"({series} - min_over_time({series}[{rng}]))"
+        return f"({_now(cfg, series)} - min_over_time({series}[{rng}]))"
 
     def over(rng: str) -> str:
         if rng:
             buckets = f"sum by ({by}, le) {rise(histogram + '_bucket' + cfg.sel(), rng)}"
             total = f"sum by ({by}) {rise(histogram + '_bucket' + inf, rng)}"
         else:
-            buckets = f"sum by ({by}, le) ({histogram}_bucket{cfg.sel()})"
-            total = f"sum by ({by}) ({histogram}_bucket{inf})"
+            buckets = f"sum by ({by}, le) ({_now(cfg, histogram + '_bucket' + cfg.sel())})"
+            total = f"sum by ({by}) ({_now(cfg, histogram + '_bucket' + inf)})"
         return (
             f"histogram_quantile(1, (\n"
             f"  {buckets}\n"
@@ -145,40 +154,48 @@ def recording_rules(cfg: Config) -> list[dict[str, str]]:
     w = WINDOW
     extra = "," + cfg.vllm_selector if cfg.vllm_selector else ""
     demand = f"{R}vllm_num_requests_running:max * {R}vllm_worst_case_blocks_per_request:ceil"
+
+    def now(selector: str) -> str:
+        return _now(cfg, selector)
+
     r: list[tuple[str, str]] = [
-        ("instance:vllm_engines:count", f"count by ({cfg.by()}) (vllm:cache_config_info{s})"),
+        # Engines, not info series: across a restart that changed the config, the old info series is still within
+        # the scrape-gap bridge beside the new one.
+        ("instance:vllm_engines:count",
+         f"count by ({cfg.by()}) (max by ({e}) ({now('vllm:cache_config_info' + s)}))"),
         # From 0.9 num_gpu_blocks is the sum over the data-parallel engines of one API server.
         (f"{R}vllm_num_gpu_blocks:per_engine",
          _label_value(cfg, "num_gpu_blocks") + f"\n/ on ({cfg.by()}) group_left ()\ninstance:vllm_engines:count"),
         (f"{R}vllm_block_size_tokens:max", _label_value(cfg, "block_size")),
         # 1 where block 0 is vLLM's null block (V1: its series carry `engine`); 0 on V0, whose pool has none.
         (f"{R}vllm_null_block:bool",
-         f"max by ({e}) (vllm:cache_config_info{cfg.sel(V1_SERIES)} * 0 + 1)\n"
-         f"or\nmax by ({e}) (vllm:cache_config_info{cfg.sel(V0_SERIES)} * 0)"),
+         f"max by ({e}) ({now('vllm:cache_config_info' + cfg.sel(V1_SERIES))} * 0 + 1)\n"
+         f"or\nmax by ({e}) ({now('vllm:cache_config_info' + cfg.sel(V0_SERIES))} * 0)"),
         (f"{R}vllm_kv_capacity_blocks:usable",
          f"{R}vllm_num_gpu_blocks:per_engine\n- on ({e})\n{R}vllm_null_block:bool"),
         (f"{R}vllm_kv_capacity_tokens:usable",
          f"{R}vllm_kv_capacity_blocks:usable\n* on ({e}) group_left ()\n{R}vllm_block_size_tokens:max"),
         # vllm:kv_cache_usage_perc from 0.9, vllm:gpu_cache_usage_perc before (both in 0.9-0.10: the new one wins).
         (f"{R}vllm_kv_usage_ratio:max",
-         f"max by ({me}) (vllm:kv_cache_usage_perc{s})\nor\nmax by ({me}) (vllm:gpu_cache_usage_perc{s})"),
+         f"max by ({me}) ({now('vllm:kv_cache_usage_perc' + s)})\n"
+         f"or\nmax by ({me}) ({now('vllm:gpu_cache_usage_perc' + s)})"),
         (f"{R}vllm_kv_usage_ratio:max_over_time{w}",
          f"max by ({me}) (max_over_time(vllm:kv_cache_usage_perc{s}[{w}]))\n"
          f"or\nmax by ({me}) (max_over_time(vllm:gpu_cache_usage_perc{s}[{w}]))"),
         # 1 where usage divides by num_gpu_blocks (null block counted as used): the servers that still export the
         # deprecated name (V1 <= 0.10); 0 from 0.11 and on V0 (no null block).
         (f"{R}vllm_kv_usage_counts_null_block:bool",
-         f"(\n  max by ({me}) (vllm:gpu_cache_usage_perc{s} * 0 + 1)\n"
-         f"  or\n  max by ({me}) (vllm:kv_cache_usage_perc{s} * 0)\n)"
+         f"(\n  max by ({me}) ({now('vllm:gpu_cache_usage_perc' + s)} * 0 + 1)\n"
+         f"  or\n  max by ({me}) ({now('vllm:kv_cache_usage_perc' + s)} * 0)\n)"
          f"\n* on ({e}) group_left ()\n{R}vllm_null_block:bool"),
-        (f"{R}vllm_num_requests_running:max", f"max by ({me}) (vllm:num_requests_running{s})"),
+        (f"{R}vllm_num_requests_running:max", f"max by ({me}) ({now('vllm:num_requests_running' + s)})"),
         (f"{R}vllm_num_requests_running:max_over_time{w}",
          f"max by ({me}) (max_over_time(vllm:num_requests_running{s}[{w}]))"),
-        (f"{R}vllm_num_requests_waiting:max", f"max by ({me}) (vllm:num_requests_waiting{s})"),
+        (f"{R}vllm_num_requests_waiting:max", f"max by ({me}) ({now('vllm:num_requests_waiting' + s)})"),
         # Waiting minus vLLM's deferred waiters (LoRA, grammar, KV transfer; labelled from 0.20).
         (f"{R}vllm_num_requests_waiting_schedulable:max",
          f"(\n  {R}vllm_num_requests_waiting:max\n  - on ({me})\n"
-         f'  max by ({me}) (vllm:num_requests_waiting_by_reason{cfg.sel(DEFERRED)})\n)\n'
+         f"  max by ({me}) ({now('vllm:num_requests_waiting_by_reason' + cfg.sel(DEFERRED))})\n)\n"
          f"or\n{R}vllm_num_requests_waiting:max"),
         (f"{R}vllm_kv_used_blocks:round",
          f"clamp_min(\n  round(\n"
@@ -229,7 +246,7 @@ def recording_rules(cfg: Config) -> list[dict[str, str]]:
          f"or\nsum by ({me}) (rate(vllm:generation_tokens_total{s}[{w}]))"),
         # vllm:engine_sleep_state (0.12+): 1 while weights are offloaded or discarded (sleep mode).
         (f"{R}vllm_engine_asleep:bool",
-         f'max by ({me}) (vllm:engine_sleep_state{cfg.sel(ASLEEP)})'),
+         f"max by ({me}) ({now('vllm:engine_sleep_state' + cfg.sel(ASLEEP))})"),
         # The sidecar's false-full condition from raw data: requests wait, usage stayed under full_usage over the
         # window, the next profile prompt fits in free blocks, and no preemption in the window.
         (f"{R}vllm_kv_false_full:bool",

@@ -356,6 +356,7 @@ def _liveness_cases() -> list[tuple[Case, Case]]:
     ff = {"usage": 0.26, "waiting": 50}
     k8s = Pod(labels=dict(K8S), sidecar=dict(K8S_SIDECAR)).alert_labels("sidecar")
     bare = Pod().alert_labels("sidecar")
+    gone, unreachable = {"cause": "vllm_down"}, {"cause": "sidecar_unreachable"}  # VLLMHeadroomTargetDown's two rules
     router = {**K8S, "job": "llm/router", "pod": "router-0", "container": "router", "instance": "10.0.0.9:8080"}
     isvc = {**K8S, "job": "my-isvc-predictor"}
     host_b = {"job": "vllm", "instance": "host-b:8000"}
@@ -374,14 +375,14 @@ def _liveness_cases() -> list[tuple[Case, Case]]:
         (Case("outside Kubernetes, a sidecar on host b watches hosts a and b, a's vLLM down 25 minutes: host b's "
               "false-full still pages", [Engine(up_until=300), Engine(**ff, labels=dict(host_b))],  # type: ignore[arg-type]
               [watch_a, watch_b],
-              fires=[Expect("VLLMHeadroomTargetDown", watch_a.alert_labels("sidecar")),
+              fires=[Expect("VLLMHeadroomTargetDown", {**watch_a.alert_labels("sidecar"), **gone}),
                      Expect("VLLMKVFalseFull", Engine(labels=dict(host_b)).alert_labels, 50)]),
          Case("outside Kubernetes, a sidecar on host b watches hosts a and b, a's vLLM down 25 minutes, b healthy",
               [Engine(up_until=300), Engine(labels=dict(host_b))], [watch_a, watch_b],
-              fires=[Expect("VLLMHeadroomTargetDown", watch_a.alert_labels("sidecar"))])),
+              fires=[Expect("VLLMHeadroomTargetDown", {**watch_a.alert_labels("sidecar"), **gone})])),
         (Case("vLLM container restarted at 5 minutes and not back after 25: a warning after the start-up limit",
               [Engine(up_until=300)], [Pod(vllm_up_until=300)],
-              fires=[Expect("VLLMHeadroomTargetDown", bare)], early={"VLLMHeadroomTargetDown": "24m"}),
+              fires=[Expect("VLLMHeadroomTargetDown", {**bare, **gone})], early={"VLLMHeadroomTargetDown": "24m"}),
          Case("a 6-minute reload mid-run (vLLM container restart, pod and sidecar stay): quiet",
               [Engine(up_until=1440)], [Pod(vllm_up_until=1440)])),
         (Case("the sidecar never came up (crash loop): Prometheus' up == 0 of the sidecar job pages",
@@ -390,10 +391,12 @@ def _liveness_cases() -> list[tuple[Case, Case]]:
          Case("another exporter in the pod never came up: not the sidecar, quiet", [Engine(labels=dict(K8S))],
               [Pod(labels=dict(K8S), sidecar={**K8S_SIDECAR, "job": "llm/dcgm-exporter", "container": "dcgm"},
                    sidecar_never_up=True)])),
-        (Case("cluster label on vLLM's series only: the sidecar cannot reach vLLM: target down, no false-full",
+        (Case("cluster label on vLLM's series only: the sidecar cannot reach a vLLM Prometheus scrapes: the "
+              "sidecar-unreachable warning and vLLM's own false-full",
               [Engine(**ff, labels=dict(in_a))],  # type: ignore[arg-type]
               [Pod(labels=dict(in_a), sidecar=dict(K8S_SIDECAR), sidecar_fails=(300, 10**6))],
-              fires=[Expect("VLLMHeadroomTargetDown", k8s)]),
+              fires=[Expect("VLLMHeadroomTargetDown", {**k8s, **unreachable}),
+                     Expect("VLLMKVFalseFull", Engine(labels=dict(in_a)).alert_labels, 50)]),
          Case("cluster label on vLLM's series only, the sidecar reaches vLLM: the false-full page",
               [Engine(**ff, labels=dict(in_a))],  # type: ignore[arg-type]
               [Pod(labels=dict(in_a), sidecar=dict(K8S_SIDECAR))],
@@ -409,7 +412,7 @@ def _liveness_cases() -> list[tuple[Case, Case]]:
         (Case("sidecar scraped by two jobs (PodMonitor and ServiceMonitor), vLLM down 25 minutes: one alert",
               [Engine(labels=dict(K8S), up_until=300)],
               [Pod(labels=dict(K8S), vllm_up_until=300, **two_jobs)],  # type: ignore[arg-type]
-              fires=[Expect("VLLMHeadroomTargetDown", k8s)]),
+              fires=[Expect("VLLMHeadroomTargetDown", {**k8s, **gone})]),
          Case("sidecar scraped by two jobs, vLLM up: quiet", [Engine(labels=dict(K8S))],
               [Pod(labels=dict(K8S), **two_jobs)])),  # type: ignore[arg-type]
         (Case("sidecar scraped by two jobs, no longer scraped by either: one sidecar-down alert",
@@ -440,6 +443,7 @@ def _cases() -> list[tuple[Case, Case]]:
                   for p, m in ((8000, "m1"), (8001, "m2"))]
     dp = {**K8S}
     rec = "instance_engine:"
+    unreachable = {**Pod().alert_labels("sidecar"), "cause": "sidecar_unreachable"}  # VLLMHeadroomTargetDown's rule
     return [
         *_liveness_cases(),
         (Case("false-full: 26 % used, 50 waiting, all slots taken", [e_ff], [Pod()],
@@ -584,15 +588,16 @@ def _cases() -> list[tuple[Case, Case]]:
               [Pod(vllm_up_from=360)])),
         (Case("vLLM down 25 minutes after it had been up: past the start-up limit, one warning, nothing below it",
               [Engine(**ff, up_until=300)], [Pod(vllm_up_until=300)],  # type: ignore[arg-type]
-              fires=[Expect("VLLMHeadroomTargetDown", Pod().alert_labels("sidecar"))],
+              fires=[Expect("VLLMHeadroomTargetDown", {**Pod().alert_labels("sidecar"), "cause": "vllm_down"})],
               early={"VLLMHeadroomTargetDown": "24m"}),
          Case("vLLM up all along", [Engine()], [Pod()])),
         (Case("one failed sidecar scrape at 10 min does not restart the false-full page",
               [e_ff], [Pod(sidecar_fails=(600, 601))],
               fires=[Expect("VLLMKVFalseFull", eng, 50)], also_at=["12m"]),
-         Case("the sidecar cannot reach vLLM for 20 minutes while Prometheus can: one page, target down",
-              [e_ff], [Pod(sidecar_fails=(600, 10**6))],
-              fires=[Expect("VLLMHeadroomTargetDown", Pod().alert_labels("sidecar"))])),
+         Case("the sidecar cannot reach vLLM for 20 minutes while Prometheus can: its warning, and vLLM's own "
+              "false-full still pages", [e_ff], [Pod(sidecar_fails=(600, 10**6))],
+              fires=[Expect("VLLMHeadroomTargetDown", unreachable),
+                     Expect("VLLMKVFalseFull", eng, 50)])),
         (Case("sidecar no longer scraped", [Engine()], [Pod(sidecar_scraped_until=600)],
               fires=[Expect("VLLMHeadroomSidecarDown", Pod().alert_labels("sidecar"))]),
          Case("sidecar scraped", [Engine()], [Pod()])),
@@ -667,6 +672,18 @@ def _cases() -> list[tuple[Case, Case]]:
               [Engine(**ff, engine=None, version="0.8")],  # type: ignore[arg-type]
               [Pod(verdict="slots_full", waiting=50)],
               fires=[Expect("VLLMKVFalseFull", Engine(engine=None).alert_labels, 50)])),
+        # --- issue 12, third review: a sidecar that cannot reach a served vLLM, multi-target hosts, flickering
+        # verdicts.
+        (Case("the sidecar cannot reach a vLLM that Prometheus scrapes (NetworkPolicy), scheduler stuck: the "
+              "critical stuck page beside the sidecar-unreachable warning",
+              [Engine(usage=0.1, running=0, waiting=10, steps_per_s=0, finished_per_s=0)],
+              [Pod(sidecar_fails=(300, 10**6))],
+              fires=[Expect("VLLMSchedulerStuck", eng, 10),
+                     Expect("VLLMHeadroomTargetDown", unreachable)]),
+         Case("the sidecar cannot reach a healthy vLLM that Prometheus scrapes: the sidecar-unreachable warning only",
+              [Engine()], [Pod(sidecar_fails=(300, 10**6))],
+              fires=[Expect("VLLMHeadroomTargetDown", unreachable)])),
+        #
     ]
 
 
@@ -678,9 +695,11 @@ def twins() -> list[tuple[Case, Case]]:
     return _cases()
 
 
-def _expected(cfg: Config, by_key: dict[tuple[str, str], Alert], e: Expect) -> dict[str, Any]:
-    options = [a for (n, _s), a in by_key.items() if n == e.alert and (e.severity is None or a.severity == e.severity)]
-    assert len(options) == 1, (e.alert, e.severity)
+def _expected(cfg: Config, all_alerts: list[Alert], e: Expect) -> dict[str, Any]:
+    """The rule `e` names: by alert name, severity where given, and the rule's static labels (`cause`)."""
+    options = [a for a in all_alerts if a.name == e.alert and (e.severity is None or a.severity == e.severity)
+               and all(e.labels.get(k) == v for k, v in a.labels)]
+    assert len(options) == 1, (e.alert, e.severity, e.labels)
     alert = options[0]
     rule = alert_rule(cfg, alert)
     ann = {k: render(v, e.labels, e.value) for k, v in rule["annotations"].items()}
@@ -694,7 +713,6 @@ def _labels(metric: str, lb: Labels) -> str:
 def promtool_tests(cfg: Config, rule_file: str, intervals: tuple[str, ...] = INTERVALS) -> dict[str, Any]:
     all_alerts = alerts(cfg)
     names = sorted({a.name for a in all_alerts})
-    by_key = {(a.name, a.severity): a for a in all_alerts}
     tests: list[dict[str, Any]] = []
     for interval in intervals:
         clock = Clock(parse_duration(interval))
@@ -705,7 +723,7 @@ def promtool_tests(cfg: Config, rule_file: str, intervals: tuple[str, ...] = INT
                 checks.append({"eval_time": t, "alertname": name, "exp_alerts": []})
             for t in [*c.also_at, END]:
                 for name in names:
-                    exp = [_expected(cfg, by_key, e) for e in c.fires if e.alert == name]
+                    exp = [_expected(cfg, all_alerts, e) for e in c.fires if e.alert == name]
                     if t == END or exp:
                         checks.append({"eval_time": t, "alertname": name, "exp_alerts": exp})
             test: dict[str, Any] = {"name": f"{c.name} [scrape {interval}]", "interval": interval,

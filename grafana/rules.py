@@ -137,6 +137,12 @@ def _and_same_pod(lhs: str, rhs: Callable[[str], str], *extra: str) -> str:
     return "\nor\n".join(f"(\n{lhs}\nand on ({on})\n{r}\n)" for on, r in _pod_matches(rhs, *extra))
 
 
+def scraped_vllm(cfg: Config, matcher: str) -> str:
+    """vLLM's own engine series, present: Prometheus scrapes it (not down, not reloading)."""
+    return (f"group by (cluster, {', '.join(POD_JOIN)}) (\n"
+            + _host(f"vllm:num_requests_running{cfg.sel(matcher)}") + "\n)")
+
+
 def recording_rules(cfg: Config) -> list[dict[str, str]]:
     """`level:metric:operation` rules; instance_engine: = per API server (full identity) and engine."""
     s = cfg.sel()
@@ -251,9 +257,13 @@ def recording_rules(cfg: Config) -> list[dict[str, str]]:
         (f"{R}vllm_stuck:bool",
          f"(\n  ({R}vllm_num_requests_waiting_schedulable:max > 0)\n  and on ({me})\n"
          f"  ({R}vllm_engine_steps:rate{w} == 0)\n  unless on ({me})\n  ({R}vllm_engine_asleep:bool > 0)\n) * 0 + 1"),
-        # The sidecar could not scrape its vLLM once in the window (down, or never up yet); `host` joins it to the
-        # engine's alerts. A single failed scrape does not count: it would restart every engine alert's `for:`.
-        ("instance:vllm_headroom_target_down:bool", _host(f"max_over_time(vllm_headroom_up[{w}]) == 0")),
+        # The sidecar could not scrape its vLLM once in the window (down, or never up yet) and Prometheus has no
+        # vLLM series of that pod either: vLLM is truly down. `host` joins it to the engine's alerts. A single failed
+        # scrape does not count: it would restart every engine alert's `for:`. A sidecar that cannot reach a vLLM
+        # Prometheus scrapes fine (wrong port, NetworkPolicy, TLS) says nothing about the engine: the engine alerts,
+        # from vLLM's own series, still page then (beside VLLMHeadroomTargetDown).
+        ("instance:vllm_headroom_target_down:bool",
+         _unless_same_pod(_host(f"max_over_time(vllm_headroom_up[{w}]) == 0"), lambda m: scraped_vllm(cfg, m))),
     ]
     # Per model; a pod scraped by two jobs counts once (max over the identity without job).
     fleet_by = ", ".join(lbl for lbl in cfg.identity if lbl in ("cluster", "namespace")) + ", model_name"
@@ -286,6 +296,7 @@ class Alert:
     summary: str
     description: str  # Prometheus template: $labels, if/else/end, $value | humanize / humanizePercentage
     keep_firing_for: str = ""  # "": resolve as soon as the condition stops
+    labels: tuple[tuple[str, str], ...] = ()  # static labels beside severity (two rules of one alert apart)
 
 
 # Which pod: namespace/pod in Kubernetes, the scrape address elsewhere.
@@ -363,10 +374,8 @@ def alerts(cfg: Config) -> list[Alert]:
                 f"  (time() - vllm_headroom_target_down_since_timestamp_seconds > {seconds:g})\n"
                 f"  unless on ({by_t})\n  ({no_metrics})\n)")
 
-    def scraped_vllm(matcher: str) -> str:
-        """vLLM's own engine series, present: Prometheus scrapes it (not down, not reloading)."""
-        return (f"group by (cluster, {', '.join(POD_JOIN)}) (\n"
-                + _host(f"vllm:num_requests_running{cfg.sel(matcher)}") + "\n)")
+    def scraped(matcher: str) -> str:
+        return scraped_vllm(cfg, matcher)
     a = [
         Alert("VLLMKVFalseFull",
               engine(f"{R}vllm_num_requests_waiting:max\nand on ({me})\n({R}vllm_kv_false_full:bool == 1)\n"
@@ -474,18 +483,30 @@ def alerts(cfg: Config) -> list[Alert]:
               "Rules from vLLM's metrics still work."),
         # Any (re)load of vLLM (pod start, container restart) is quiet up to the start-up limit, measured from the
         # sidecar's first failed scrape; then a warning. Sooner only when Prometheus still scrapes vLLM (no reload).
+        # Two rules, told apart by `cause`: vLLM is gone (Prometheus has no vLLM series of the pod either), or
+        # only the sidecar cannot reach a vLLM that Prometheus still scrapes. Alertmanager's inhibit of engine alerts
+        # takes the first only (see _inhibit_rules).
         Alert("VLLMHeadroomTargetDown",
               f"max by ({cfg.dedup('target', 'host')}) (\n"
-              + _host(f"{down_for(limit)}\nand on ({by_t})\n(vllm_headroom_target_seen_up == 1)")
-              + "\nor\n" + _and_same_pod(_host(down_for(after)), scraped_vllm) + "\n)",
+              + _unless_same_pod(
+                  _host(f"{down_for(limit)}\nand on ({by_t})\n(vllm_headroom_target_seen_up == 1)"), scraped)
+              + "\n)",
               t_td, "warning", "vLLM stopped answering its sidecar and is not back.",
-              f"The sidecar of {WHERE} cannot scrape vLLM: down for more than the start-up limit "
-              f"({_minutes(cfg.startup_limit)}) after it had been up, longer than a reload (loading weights and "
-              f"compiling take 5-15 minutes for large models), or for {_minutes(cfg.target_down_after)} while "
-              "Prometheus still scrapes vLLM (the sidecar cannot reach it). /readyz of the sidecar says why."),
+              f"The sidecar of {WHERE} cannot scrape vLLM, and Prometheus has no vLLM series of it either: down for "
+              f"more than the start-up limit ({_minutes(cfg.startup_limit)}) after it had been up, longer than a "
+              "reload (loading weights and compiling take 5-15 minutes for large models). /readyz of the sidecar "
+              "says why.", labels=(("cause", "vllm_down"),)),
+        Alert("VLLMHeadroomTargetDown",
+              f"max by ({cfg.dedup('target', 'host')}) (\n"
+              + _and_same_pod(_host(down_for(after)), scraped) + "\n)",
+              t_td, "warning", "vLLM's sidecar cannot reach it while Prometheus still scrapes vLLM.",
+              f"The sidecar of {WHERE} has not reached vLLM for {_minutes(cfg.target_down_after)} while Prometheus "
+              "still scrapes vLLM (wrong port, NetworkPolicy, TLS): verdict, admission headroom and max_num_seqs "
+              "panels are empty; alerts from vLLM's own metrics still work. /readyz of the sidecar says why.",
+              labels=(("cause", "sidecar_unreachable"),)),
         Alert("VLLMStartupSlow",
               f"max by ({cfg.dedup('target', 'host')}) (\n" + _unless_same_pod(
-                  _host(f"{down_for(limit)}\nand on ({by_t})\n(vllm_headroom_target_seen_up == 0)"), scraped_vllm)
+                  _host(f"{down_for(limit)}\nand on ({by_t})\n(vllm_headroom_target_seen_up == 0)"), scraped)
               + "\n)",
               t_start, "warning", "vLLM has not come up since its sidecar started.",
               f"{WHERE}: vLLM has not answered its sidecar once in the {_minutes(cfg.startup_limit)} since the "
@@ -533,7 +554,7 @@ def alert_rule(cfg: Config, a: Alert) -> dict[str, Any]:
         "expr": a.expr,
         "for": a.for_,
         **keep,
-        "labels": {"severity": a.severity},
+        "labels": {"severity": a.severity, **dict(a.labels)},
         "annotations": {
             "summary": a.summary,
             "description": a.description,
@@ -604,7 +625,10 @@ def inhibit_rules() -> list[dict[str, Any]]:
 def _inhibit_rules() -> list[dict[str, Any]]:
     engine = [*INHIBIT_EQUAL_POD, "model_name", "engine"]
     return [
-        {"source_matchers": ['alertname="VLLMHeadroomTargetDown"'],
+        # vLLM gone: its engine alerts die with its series, but keep_firing_for holds them a while and alerts
+        # from other rule evaluations may still arrive; the sidecar-unreachable rule (vLLM serving, Prometheus
+        # scraping it) silences nothing: its engine alerts are real.
+        {"source_matchers": ['alertname="VLLMHeadroomTargetDown"', 'cause="vllm_down"'],
          "target_matchers": ['alertname=~"VLLMKV.*|VLLMPreemptionStorm|VLLMSchedulerStuck|VLLMEngineAsleepWithQueue'
                              '|VLLMMetricsAbsent|VLLMHeadroomNeverFits|VLLMHeadroomBudgetFull"'],
          "equal": INHIBIT_EQUAL_POD},

@@ -18,7 +18,7 @@ from typing import Any
 from exporter.core.units import parse_duration
 
 from .config import Config
-from .rules import Alert, alert_rule, alerts, render
+from .rules import LOOPBACK, Alert, alert_rule, alerts, render
 
 INTERVALS = ("15s", "30s", "60s")
 MINUTES = 30  # simulated time of every case
@@ -322,7 +322,9 @@ class Pod:
         out = {k: v for k, v in base.items() if k != "job"}
         if which == "sidecar" and self.sidecar_target is not None:
             out["target"] = self.sidecar_target
-            return {**out, "host": host_of(self.sidecar_target.split("//", 1)[1].split("/", 1)[0])}
+            target_host = host_of(self.sidecar_target.split("//", 1)[1].split("/", 1)[0])
+            if not re.fullmatch(LOOPBACK, target_host):  # a loopback target is the sidecar's own pod or machine
+                return {**out, "host": target_host}
         return {**out, "host": host_of(base["instance"])}
 
 
@@ -444,6 +446,9 @@ def _cases() -> list[tuple[Case, Case]]:
     dp = {**K8S}
     rec = "instance_engine:"
     unreachable = {**Pod().alert_labels("sidecar"), "cause": "sidecar_unreachable"}  # VLLMHeadroomTargetDown's rule
+    e_k8s = Engine(**ff, labels=dict(K8S))  # type: ignore[arg-type]
+    local = {k: v for k, v in Pod(labels=dict(K8S), sidecar=dict(K8S_SIDECAR), sidecar_target="http://localhost:8000")
+             .alert_labels("sidecar").items() if k != "target"}  # the sidecar's own pod IP as host
     return [
         *_liveness_cases(),
         (Case("false-full: 26 % used, 50 waiting, all slots taken", [e_ff], [Pod()],
@@ -683,6 +688,15 @@ def _cases() -> list[tuple[Case, Case]]:
          Case("the sidecar cannot reach a healthy vLLM that Prometheus scrapes: the sidecar-unreachable warning only",
               [Engine()], [Pod(sidecar_fails=(300, 10**6))],
               fires=[Expect("VLLMHeadroomTargetDown", unreachable)])),
+        (Case("a multi-target sidecar in a Kubernetes pod watches vLLM at http://localhost:8000, budget_full: the "
+              "budget page alone (host is the pod IP, not localhost)", [e_k8s],
+              [Pod(labels=dict(K8S), sidecar=dict(K8S_SIDECAR), sidecar_target="http://localhost:8000",
+                   verdict="budget_full", waiting=50)],
+              fires=[Expect("VLLMHeadroomBudgetFull", {**local, "model_name": MODEL, "engine": "0"}, 50)]),
+         Case("the same multi-target sidecar via localhost, slots_full: the false-full page alone", [e_k8s],
+              [Pod(labels=dict(K8S), sidecar=dict(K8S_SIDECAR), sidecar_target="http://localhost:8000",
+                   verdict="slots_full", waiting=50)],
+              fires=[Expect("VLLMKVFalseFull", Engine(labels=dict(K8S)).alert_labels, 50)])),
         #
     ]
 

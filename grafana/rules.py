@@ -104,14 +104,27 @@ def _bucket_quantile(cfg: Config, histogram: str) -> str:
     return f"(\n{over(cfg.profile_window)} > 0\n)\nor\n(\n{over('')} > 0\n)\nor\n{_top_bucket(cfg, histogram)}"
 
 
+# A sidecar target on the loopback interface (localhost, 127.0.0.0/8, [::1]; 0.0.0.0 connects there too) is vLLM in
+# the sidecar's own network namespace: the same pod or machine. RE2 has no lookahead, hence the joined helper label.
+LOOPBACK = r"(?:localhost|127(?:\.[0-9]+){3}|0\.0\.0\.0|\[::1\])"
+_TMP = "vllm_headroom_host_tmp"
+
+
 def _host(expr: str) -> str:
     """`expr` with a `host` label: the machine (or pod IP) of the vLLM a series is about, without the port.
 
     From `instance` (IPv6 and port-less instances, as Prometheus 3 keeps them, included); a sidecar watching
     several servers labels their series with `target` (the vLLM URL), whose host wins, so one sidecar's report about
-    host a's vLLM never lands on the host the sidecar runs on."""
-    by_instance = f'label_replace(\n{expr}\n, "host", "$1", "instance", "(.+?)(?::[0-9]+)?")'
-    return f'label_replace(\n{by_instance}\n, "host", "$1", "target", "https?://([^/]+?)(?::[0-9]+)?(?:/.*)?")'
+    host a's vLLM never lands on the host the sidecar runs on. A loopback target (localhost, 127.0.0.0/8, [::1]) is
+    the sidecar's own pod or machine: `host` stays the sidecar's instance, which is what vLLM's series carry (a
+    Kubernetes pod IP), never `localhost`."""
+    port = "(?::[0-9]+)?"
+    by_instance = f'label_replace(\n{expr}\n, "host", "$1", "instance", "(.+?){port}")'
+    by_target = f'label_replace(\n{by_instance}\n, "host", "$1", "target", "https?://([^/]+?){port}(?:/.*)?")'
+    joined = f'label_join(\n{by_target}\n, "{_TMP}", "@", "host", "instance")'
+    loopback = LOOPBACK.replace("\\", "\\\\")  # a PromQL string literal
+    back = f'label_replace(\n{joined}\n, "host", "$1", "{_TMP}", "{loopback}@(.+?){port}")'
+    return f'label_replace(\n{back}\n, "{_TMP}", "", "{_TMP}", ".*")'
 
 
 # Labels a vLLM series and its sidecar's series of one pod always share: namespace and pod in Kubernetes, host

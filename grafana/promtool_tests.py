@@ -244,6 +244,7 @@ class Pod:
     sidecar_fails: tuple[float, float] | None = None  # seconds [from, to): the sidecar's scrapes of vLLM fail
     verdict: str | None = None  # the sidecar's vllm_headroom_verdict for engine 0 of MODEL (None: not exported)
     waiting: float = 0  # the sidecar's vllm_headroom_requests_waiting beside that verdict
+    flicker: tuple[tuple[str, float], ...] = ()  # instead of `verdict`: a repeating cycle of (verdict, seconds)
     undetermined: str | None = None  # vllm_headroom_capacity_undetermined{reason} of that engine
 
     def vllm_up(self, t: float) -> bool:
@@ -306,10 +307,21 @@ class Pod:
         out.append(c.series("vllm_headroom_target_seen_up", s,
                             scraped(lambda t: 1.0 if first_up is not None and t >= first_up else 0.0)))
         eng = {**s, "model_name": MODEL, "engine": "0"}
-        if self.verdict is not None:
-            for v in sorted({self.verdict, "ok"}):
+        cycle = self.flicker or (((self.verdict, 1.0),) if self.verdict is not None else ())
+        if cycle:
+            period = sum(d for _v, d in cycle)
+
+            def current(t: float) -> str:
+                x = t % period
+                for v, d in cycle:
+                    if x < d:
+                        return v
+                    x -= d
+                return cycle[-1][0]
+
+            for v in sorted({v for v, _d in cycle} | {"ok"}):
                 out.append(c.series("vllm_headroom_verdict", {**eng, "verdict": v},
-                                    scraped(_f(1.0 if v == self.verdict else 0.0))))
+                                    scraped(lambda t, v=v: 1.0 if current(t) == v else 0.0)))  # type: ignore[misc]
             out.append(c.series("vllm_headroom_requests_waiting", eng, scraped(_f(self.waiting))))
         if self.undetermined is not None:
             out.append(c.series("vllm_headroom_capacity_undetermined", {**eng, "reason": self.undetermined},
@@ -697,7 +709,12 @@ def _cases() -> list[tuple[Case, Case]]:
               [Pod(labels=dict(K8S), sidecar=dict(K8S_SIDECAR), sidecar_target="http://localhost:8000",
                    verdict="slots_full", waiting=50)],
               fires=[Expect("VLLMKVFalseFull", Engine(labels=dict(K8S)).alert_labels, 50)])),
-        #
+        (Case("the sidecar's verdict flickers, budget_full 3 minutes, slots_full 1, under a standing queue: the budget "
+              "page alone, kept", [e_ff], [Pod(flicker=(("budget_full", 180), ("slots_full", 60)), waiting=50)],
+              fires=[Expect("VLLMHeadroomBudgetFull", side, 50)], also_at=["20m", "25m"]),
+         Case("the verdict flickers the other way, budget_full 1 minute, slots_full 3: the false-full page alone",
+              [e_ff], [Pod(flicker=(("budget_full", 60), ("slots_full", 180)), waiting=50)],
+              fires=[Expect("VLLMKVFalseFull", eng, 50)], also_at=["20m", "25m"])),
     ]
 
 

@@ -335,10 +335,19 @@ def alerts(cfg: Config) -> list[Alert]:
     def f(name: str, default: str) -> str:
         return cfg.for_.get(name, default)
 
-    def verdict(names: str, matcher: str = "") -> str:
-        """The sidecar's verdict (a regex of names) per pod and engine, joinable to engine alerts."""
+    def held(names: str, matcher: str = "") -> str:
+        """The sidecar's verdict (a regex of names) held for most of the window: the condition both of the verdict's
+        own alert and of the suppression it puts on the engine alerts it explains. A verdict that flickers
+        (budget_full 3 minutes, slots_full 1, repeating) thus silences the engine alert exactly while its own alert
+        is eligible, never both: a standing queue always has one page."""
         sel = ",".join(x for x in (matcher, f'verdict=~"{names}"') if x)
-        said = f"vllm_headroom_verdict{{{sel}}} == 1"
+        return f"avg_over_time(vllm_headroom_verdict{{{sel}}}[{w}]) > 0.5"
+
+    def verdict(names: str, matcher: str = "", windowed: bool = True) -> str:
+        """The sidecar's verdict (a regex of names) per pod and engine, joinable to engine alerts; `windowed`: held
+        for most of the window, else the current one."""
+        sel = ",".join(x for x in (matcher, f'verdict=~"{names}"') if x)
+        said = held(names, matcher) if windowed else f"vllm_headroom_verdict{{{sel}}} == 1"
         # V0's series have no engine label while its sidecar calls the one engine "0": an engine-less copy of
         # engine 0's verdict joins them (a V1 alert always has its engine, so the copy never matches one).
         return (f"max by ({pod}, model_name, engine) (\n"
@@ -346,22 +355,23 @@ def alerts(cfg: Config) -> list[Alert]:
 
     def engine(expr: str, explained_by: str = "", awake: bool = True) -> str:
         """Per engine, one series per pod whatever the number of scraping jobs, with `host`, unless the sidecar
-        says the target is down, the sidecar's verdict `explained_by` (a regex) holds, or the engine sleeps
-        (sleep mode is deliberate: only VLLMEngineAsleepWithQueue, an info, speaks of it)."""
+        says the target is down, the sidecar's verdict `explained_by` (a regex) held over the window, or the engine
+        sleeps (sleep mode is deliberate: only VLLMEngineAsleepWithQueue, an info, speaks of it)."""
         if awake:
             expr = f"(\n{expr}\n)\nunless on ({me})\n({R}vllm_engine_asleep:bool > 0)"
         out = _unless_same_pod(f"max by ({ded}) (\n{_host(expr)}\n)",
                                lambda m: f"instance:vllm_headroom_target_down:bool{{{m}}}" if m
                                else "instance:vllm_headroom_target_down:bool")
-        explained = "|".join(x for x in (explained_by, "sleeping" if awake else "") if x)
-        if explained:
-            out = _unless_same_pod(out, lambda m: verdict(explained, m), "model_name", "engine")
+        if explained_by:
+            out = _unless_same_pod(out, lambda m: verdict(explained_by, m), "model_name", "engine")
+        if awake:
+            out = _unless_same_pod(out, lambda m: verdict("sleeping", m, windowed=False), "model_name", "engine")
         return out
 
     def sidecar(v: str) -> str:
-        """Waiting requests of an engine whose sidecar verdict is `v`, as an engine alert (host, no job)."""
+        """Waiting requests of an engine whose sidecar verdict `v` held over the window, as an engine alert."""
         return engine("vllm_headroom_requests_waiting\nand ignoring (verdict)\n"
-                      f'(vllm_headroom_verdict{{verdict="{v}"}} == 1)', awake=False)
+                      f'({held(v)})', awake=False)
 
     storm = f"({R}vllm_preemptions_per_request:ratio{w} >= {cfg.preemption_ratio:g})"
     pressure = (f"(\n  ({R}vllm_kv_usage_ratio:max_over_time{w} >= {full})\n  or on ({me})\n"

@@ -18,7 +18,7 @@ from typing import Any
 from exporter.core.units import parse_duration
 
 from .config import Config
-from .rules import Alert, alert_rule, alerts, render
+from .rules import LOOPBACK, Alert, alert_rule, alerts, render
 
 INTERVALS = ("15s", "30s", "60s")
 MINUTES = 30  # simulated time of every case
@@ -244,6 +244,7 @@ class Pod:
     sidecar_fails: tuple[float, float] | None = None  # seconds [from, to): the sidecar's scrapes of vLLM fail
     verdict: str | None = None  # the sidecar's vllm_headroom_verdict for engine 0 of MODEL (None: not exported)
     waiting: float = 0  # the sidecar's vllm_headroom_requests_waiting beside that verdict
+    flicker: tuple[tuple[str, float], ...] = ()  # instead of `verdict`: a repeating cycle of (verdict, seconds)
     undetermined: str | None = None  # vllm_headroom_capacity_undetermined{reason} of that engine
 
     def vllm_up(self, t: float) -> bool:
@@ -306,10 +307,21 @@ class Pod:
         out.append(c.series("vllm_headroom_target_seen_up", s,
                             scraped(lambda t: 1.0 if first_up is not None and t >= first_up else 0.0)))
         eng = {**s, "model_name": MODEL, "engine": "0"}
-        if self.verdict is not None:
-            for v in sorted({self.verdict, "ok"}):
+        cycle = self.flicker or (((self.verdict, 1.0),) if self.verdict is not None else ())
+        if cycle:
+            period = sum(d for _v, d in cycle)
+
+            def current(t: float) -> str:
+                x = t % period
+                for v, d in cycle:
+                    if x < d:
+                        return v
+                    x -= d
+                return cycle[-1][0]
+
+            for v in sorted({v for v, _d in cycle} | {"ok"}):
                 out.append(c.series("vllm_headroom_verdict", {**eng, "verdict": v},
-                                    scraped(_f(1.0 if v == self.verdict else 0.0))))
+                                    scraped(lambda t, v=v: 1.0 if current(t) == v else 0.0)))  # type: ignore[misc]
             out.append(c.series("vllm_headroom_requests_waiting", eng, scraped(_f(self.waiting))))
         if self.undetermined is not None:
             out.append(c.series("vllm_headroom_capacity_undetermined", {**eng, "reason": self.undetermined},
@@ -322,7 +334,9 @@ class Pod:
         out = {k: v for k, v in base.items() if k != "job"}
         if which == "sidecar" and self.sidecar_target is not None:
             out["target"] = self.sidecar_target
-            return {**out, "host": host_of(self.sidecar_target.split("//", 1)[1].split("/", 1)[0])}
+            target_host = host_of(self.sidecar_target.split("//", 1)[1].split("/", 1)[0])
+            if not re.fullmatch(LOOPBACK, target_host):  # a loopback target is the sidecar's own pod or machine
+                return {**out, "host": target_host}
         return {**out, "host": host_of(base["instance"])}
 
 
@@ -356,6 +370,7 @@ def _liveness_cases() -> list[tuple[Case, Case]]:
     ff = {"usage": 0.26, "waiting": 50}
     k8s = Pod(labels=dict(K8S), sidecar=dict(K8S_SIDECAR)).alert_labels("sidecar")
     bare = Pod().alert_labels("sidecar")
+    gone, unreachable = {"cause": "vllm_down"}, {"cause": "sidecar_unreachable"}  # VLLMHeadroomTargetDown's two rules
     router = {**K8S, "job": "llm/router", "pod": "router-0", "container": "router", "instance": "10.0.0.9:8080"}
     isvc = {**K8S, "job": "my-isvc-predictor"}
     host_b = {"job": "vllm", "instance": "host-b:8000"}
@@ -374,14 +389,14 @@ def _liveness_cases() -> list[tuple[Case, Case]]:
         (Case("outside Kubernetes, a sidecar on host b watches hosts a and b, a's vLLM down 25 minutes: host b's "
               "false-full still pages", [Engine(up_until=300), Engine(**ff, labels=dict(host_b))],  # type: ignore[arg-type]
               [watch_a, watch_b],
-              fires=[Expect("VLLMHeadroomTargetDown", watch_a.alert_labels("sidecar")),
+              fires=[Expect("VLLMHeadroomTargetDown", {**watch_a.alert_labels("sidecar"), **gone}),
                      Expect("VLLMKVFalseFull", Engine(labels=dict(host_b)).alert_labels, 50)]),
          Case("outside Kubernetes, a sidecar on host b watches hosts a and b, a's vLLM down 25 minutes, b healthy",
               [Engine(up_until=300), Engine(labels=dict(host_b))], [watch_a, watch_b],
-              fires=[Expect("VLLMHeadroomTargetDown", watch_a.alert_labels("sidecar"))])),
+              fires=[Expect("VLLMHeadroomTargetDown", {**watch_a.alert_labels("sidecar"), **gone})])),
         (Case("vLLM container restarted at 5 minutes and not back after 25: a warning after the start-up limit",
               [Engine(up_until=300)], [Pod(vllm_up_until=300)],
-              fires=[Expect("VLLMHeadroomTargetDown", bare)], early={"VLLMHeadroomTargetDown": "24m"}),
+              fires=[Expect("VLLMHeadroomTargetDown", {**bare, **gone})], early={"VLLMHeadroomTargetDown": "24m"}),
          Case("a 6-minute reload mid-run (vLLM container restart, pod and sidecar stay): quiet",
               [Engine(up_until=1440)], [Pod(vllm_up_until=1440)])),
         (Case("the sidecar never came up (crash loop): Prometheus' up == 0 of the sidecar job pages",
@@ -390,10 +405,12 @@ def _liveness_cases() -> list[tuple[Case, Case]]:
          Case("another exporter in the pod never came up: not the sidecar, quiet", [Engine(labels=dict(K8S))],
               [Pod(labels=dict(K8S), sidecar={**K8S_SIDECAR, "job": "llm/dcgm-exporter", "container": "dcgm"},
                    sidecar_never_up=True)])),
-        (Case("cluster label on vLLM's series only: the sidecar cannot reach vLLM: target down, no false-full",
+        (Case("cluster label on vLLM's series only: the sidecar cannot reach a vLLM Prometheus scrapes: the "
+              "sidecar-unreachable warning and vLLM's own false-full",
               [Engine(**ff, labels=dict(in_a))],  # type: ignore[arg-type]
               [Pod(labels=dict(in_a), sidecar=dict(K8S_SIDECAR), sidecar_fails=(300, 10**6))],
-              fires=[Expect("VLLMHeadroomTargetDown", k8s)]),
+              fires=[Expect("VLLMHeadroomTargetDown", {**k8s, **unreachable}),
+                     Expect("VLLMKVFalseFull", Engine(labels=dict(in_a)).alert_labels, 50)]),
          Case("cluster label on vLLM's series only, the sidecar reaches vLLM: the false-full page",
               [Engine(**ff, labels=dict(in_a))],  # type: ignore[arg-type]
               [Pod(labels=dict(in_a), sidecar=dict(K8S_SIDECAR))],
@@ -409,7 +426,7 @@ def _liveness_cases() -> list[tuple[Case, Case]]:
         (Case("sidecar scraped by two jobs (PodMonitor and ServiceMonitor), vLLM down 25 minutes: one alert",
               [Engine(labels=dict(K8S), up_until=300)],
               [Pod(labels=dict(K8S), vllm_up_until=300, **two_jobs)],  # type: ignore[arg-type]
-              fires=[Expect("VLLMHeadroomTargetDown", k8s)]),
+              fires=[Expect("VLLMHeadroomTargetDown", {**k8s, **gone})]),
          Case("sidecar scraped by two jobs, vLLM up: quiet", [Engine(labels=dict(K8S))],
               [Pod(labels=dict(K8S), **two_jobs)])),  # type: ignore[arg-type]
         (Case("sidecar scraped by two jobs, no longer scraped by either: one sidecar-down alert",
@@ -440,6 +457,10 @@ def _cases() -> list[tuple[Case, Case]]:
                   for p, m in ((8000, "m1"), (8001, "m2"))]
     dp = {**K8S}
     rec = "instance_engine:"
+    unreachable = {**Pod().alert_labels("sidecar"), "cause": "sidecar_unreachable"}  # VLLMHeadroomTargetDown's rule
+    e_k8s = Engine(**ff, labels=dict(K8S))  # type: ignore[arg-type]
+    local = {k: v for k, v in Pod(labels=dict(K8S), sidecar=dict(K8S_SIDECAR), sidecar_target="http://localhost:8000")
+             .alert_labels("sidecar").items() if k != "target"}  # the sidecar's own pod IP as host
     return [
         *_liveness_cases(),
         (Case("false-full: 26 % used, 50 waiting, all slots taken", [e_ff], [Pod()],
@@ -584,15 +605,16 @@ def _cases() -> list[tuple[Case, Case]]:
               [Pod(vllm_up_from=360)])),
         (Case("vLLM down 25 minutes after it had been up: past the start-up limit, one warning, nothing below it",
               [Engine(**ff, up_until=300)], [Pod(vllm_up_until=300)],  # type: ignore[arg-type]
-              fires=[Expect("VLLMHeadroomTargetDown", Pod().alert_labels("sidecar"))],
+              fires=[Expect("VLLMHeadroomTargetDown", {**Pod().alert_labels("sidecar"), "cause": "vllm_down"})],
               early={"VLLMHeadroomTargetDown": "24m"}),
          Case("vLLM up all along", [Engine()], [Pod()])),
         (Case("one failed sidecar scrape at 10 min does not restart the false-full page",
               [e_ff], [Pod(sidecar_fails=(600, 601))],
               fires=[Expect("VLLMKVFalseFull", eng, 50)], also_at=["12m"]),
-         Case("the sidecar cannot reach vLLM for 20 minutes while Prometheus can: one page, target down",
-              [e_ff], [Pod(sidecar_fails=(600, 10**6))],
-              fires=[Expect("VLLMHeadroomTargetDown", Pod().alert_labels("sidecar"))])),
+         Case("the sidecar cannot reach vLLM for 20 minutes while Prometheus can: its warning, and vLLM's own "
+              "false-full still pages", [e_ff], [Pod(sidecar_fails=(600, 10**6))],
+              fires=[Expect("VLLMHeadroomTargetDown", unreachable),
+                     Expect("VLLMKVFalseFull", eng, 50)])),
         (Case("sidecar no longer scraped", [Engine()], [Pod(sidecar_scraped_until=600)],
               fires=[Expect("VLLMHeadroomSidecarDown", Pod().alert_labels("sidecar"))]),
          Case("sidecar scraped", [Engine()], [Pod()])),
@@ -680,6 +702,32 @@ def _cases() -> list[tuple[Case, Case]]:
               fires=[Expect("VLLMKVCacheFull", eng, 20)]),
          Case("95 % used, a failed scrape every 5 minutes, nothing waits: quiet",
               [Engine(usage=0.95, gaps=GAPS_EVERY_5M)], [Pod()])),
+        # --- issue 12, third review: a sidecar that cannot reach a served vLLM, multi-target hosts, flickering
+        # verdicts.
+        (Case("the sidecar cannot reach a vLLM that Prometheus scrapes (NetworkPolicy), scheduler stuck: the "
+              "critical stuck page beside the sidecar-unreachable warning",
+              [Engine(usage=0.1, running=0, waiting=10, steps_per_s=0, finished_per_s=0)],
+              [Pod(sidecar_fails=(300, 10**6))],
+              fires=[Expect("VLLMSchedulerStuck", eng, 10),
+                     Expect("VLLMHeadroomTargetDown", unreachable)]),
+         Case("the sidecar cannot reach a healthy vLLM that Prometheus scrapes: the sidecar-unreachable warning only",
+              [Engine()], [Pod(sidecar_fails=(300, 10**6))],
+              fires=[Expect("VLLMHeadroomTargetDown", unreachable)])),
+        (Case("a multi-target sidecar in a Kubernetes pod watches vLLM at http://localhost:8000, budget_full: the "
+              "budget page alone (host is the pod IP, not localhost)", [e_k8s],
+              [Pod(labels=dict(K8S), sidecar=dict(K8S_SIDECAR), sidecar_target="http://localhost:8000",
+                   verdict="budget_full", waiting=50)],
+              fires=[Expect("VLLMHeadroomBudgetFull", {**local, "model_name": MODEL, "engine": "0"}, 50)]),
+         Case("the same multi-target sidecar via localhost, slots_full: the false-full page alone", [e_k8s],
+              [Pod(labels=dict(K8S), sidecar=dict(K8S_SIDECAR), sidecar_target="http://localhost:8000",
+                   verdict="slots_full", waiting=50)],
+              fires=[Expect("VLLMKVFalseFull", Engine(labels=dict(K8S)).alert_labels, 50)])),
+        (Case("the sidecar's verdict flickers, budget_full 3 minutes, slots_full 1, under a standing queue: the budget "
+              "page alone, kept", [e_ff], [Pod(flicker=(("budget_full", 180), ("slots_full", 60)), waiting=50)],
+              fires=[Expect("VLLMHeadroomBudgetFull", side, 50)], also_at=["20m", "25m"]),
+         Case("the verdict flickers the other way, budget_full 1 minute, slots_full 3: the false-full page alone",
+              [e_ff], [Pod(flicker=(("budget_full", 60), ("slots_full", 180)), waiting=50)],
+              fires=[Expect("VLLMKVFalseFull", eng, 50)], also_at=["20m", "25m"])),
     ]
 
 
@@ -694,9 +742,11 @@ def twins() -> list[tuple[Case, Case]]:
     return _cases()
 
 
-def _expected(cfg: Config, by_key: dict[tuple[str, str], Alert], e: Expect) -> dict[str, Any]:
-    options = [a for (n, _s), a in by_key.items() if n == e.alert and (e.severity is None or a.severity == e.severity)]
-    assert len(options) == 1, (e.alert, e.severity)
+def _expected(cfg: Config, all_alerts: list[Alert], e: Expect) -> dict[str, Any]:
+    """The rule `e` names: by alert name, severity where given, and the rule's static labels (`cause`)."""
+    options = [a for a in all_alerts if a.name == e.alert and (e.severity is None or a.severity == e.severity)
+               and all(e.labels.get(k) == v for k, v in a.labels)]
+    assert len(options) == 1, (e.alert, e.severity, e.labels)
     alert = options[0]
     rule = alert_rule(cfg, alert)
     ann = {k: render(v, e.labels, e.value) for k, v in rule["annotations"].items()}
@@ -710,7 +760,6 @@ def _labels(metric: str, lb: Labels) -> str:
 def promtool_tests(cfg: Config, rule_file: str, intervals: tuple[str, ...] = INTERVALS) -> dict[str, Any]:
     all_alerts = alerts(cfg)
     names = sorted({a.name for a in all_alerts})
-    by_key = {(a.name, a.severity): a for a in all_alerts}
     tests: list[dict[str, Any]] = []
     for interval in intervals:
         clock = Clock(parse_duration(interval))
@@ -721,7 +770,7 @@ def promtool_tests(cfg: Config, rule_file: str, intervals: tuple[str, ...] = INT
                 checks.append({"eval_time": t, "alertname": name, "exp_alerts": []})
             for t in [*c.also_at, END]:
                 for name in names:
-                    exp = [_expected(cfg, by_key, e) for e in c.fires if e.alert == name]
+                    exp = [_expected(cfg, all_alerts, e) for e in c.fires if e.alert == name]
                     if t == END or exp:
                         checks.append({"eval_time": t, "alertname": name, "exp_alerts": exp})
             test: dict[str, Any] = {"name": f"{c.name} [scrape {interval}]", "interval": interval,

@@ -113,14 +113,27 @@ def _bucket_quantile(cfg: Config, histogram: str) -> str:
     return f"(\n{over(cfg.profile_window)} > 0\n)\nor\n(\n{over('')} > 0\n)\nor\n{_top_bucket(cfg, histogram)}"
 
 
+# A sidecar target on the loopback interface (localhost, 127.0.0.0/8, [::1]; 0.0.0.0 connects there too) is vLLM in
+# the sidecar's own network namespace: the same pod or machine. RE2 has no lookahead, hence the joined helper label.
+LOOPBACK = r"(?:localhost|127(?:\.[0-9]+){3}|0\.0\.0\.0|\[::1\])"
+_TMP = "vllm_headroom_host_tmp"
+
+
 def _host(expr: str) -> str:
     """`expr` with a `host` label: the machine (or pod IP) of the vLLM a series is about, without the port.
 
     From `instance` (IPv6 and port-less instances, as Prometheus 3 keeps them, included); a sidecar watching
     several servers labels their series with `target` (the vLLM URL), whose host wins, so one sidecar's report about
-    host a's vLLM never lands on the host the sidecar runs on."""
-    by_instance = f'label_replace(\n{expr}\n, "host", "$1", "instance", "(.+?)(?::[0-9]+)?")'
-    return f'label_replace(\n{by_instance}\n, "host", "$1", "target", "https?://([^/]+?)(?::[0-9]+)?(?:/.*)?")'
+    host a's vLLM never lands on the host the sidecar runs on. A loopback target (localhost, 127.0.0.0/8, [::1]) is
+    the sidecar's own pod or machine: `host` stays the sidecar's instance, which is what vLLM's series carry (a
+    Kubernetes pod IP), never `localhost`."""
+    port = "(?::[0-9]+)?"
+    by_instance = f'label_replace(\n{expr}\n, "host", "$1", "instance", "(.+?){port}")'
+    by_target = f'label_replace(\n{by_instance}\n, "host", "$1", "target", "https?://([^/]+?){port}(?:/.*)?")'
+    joined = f'label_join(\n{by_target}\n, "{_TMP}", "@", "host", "instance")'
+    loopback = LOOPBACK.replace("\\", "\\\\")  # a PromQL string literal
+    back = f'label_replace(\n{joined}\n, "host", "$1", "{_TMP}", "{loopback}@(.+?){port}")'
+    return f'label_replace(\n{back}\n, "{_TMP}", "", "{_TMP}", ".*")'
 
 
 # Labels a vLLM series and its sidecar's series of one pod always share: namespace and pod in Kubernetes, host
@@ -144,6 +157,12 @@ def _unless_same_pod(lhs: str, rhs: Callable[[str], str], *extra: str) -> str:
 
 def _and_same_pod(lhs: str, rhs: Callable[[str], str], *extra: str) -> str:
     return "\nor\n".join(f"(\n{lhs}\nand on ({on})\n{r}\n)" for on, r in _pod_matches(rhs, *extra))
+
+
+def scraped_vllm(cfg: Config, matcher: str) -> str:
+    """vLLM's own engine series, present: Prometheus scrapes it (not down, not reloading)."""
+    return (f"group by (cluster, {', '.join(POD_JOIN)}) (\n"
+            + _host(f"vllm:num_requests_running{cfg.sel(matcher)}") + "\n)")
 
 
 def recording_rules(cfg: Config) -> list[dict[str, str]]:
@@ -268,9 +287,13 @@ def recording_rules(cfg: Config) -> list[dict[str, str]]:
         (f"{R}vllm_stuck:bool",
          f"(\n  ({R}vllm_num_requests_waiting_schedulable:max > 0)\n  and on ({me})\n"
          f"  ({R}vllm_engine_steps:rate{w} == 0)\n  unless on ({me})\n  ({R}vllm_engine_asleep:bool > 0)\n) * 0 + 1"),
-        # The sidecar could not scrape its vLLM once in the window (down, or never up yet); `host` joins it to the
-        # engine's alerts. A single failed scrape does not count: it would restart every engine alert's `for:`.
-        ("instance:vllm_headroom_target_down:bool", _host(f"max_over_time(vllm_headroom_up[{w}]) == 0")),
+        # The sidecar could not scrape its vLLM once in the window (down, or never up yet) and Prometheus has no
+        # vLLM series of that pod either: vLLM is truly down. `host` joins it to the engine's alerts. A single failed
+        # scrape does not count: it would restart every engine alert's `for:`. A sidecar that cannot reach a vLLM
+        # Prometheus scrapes fine (wrong port, NetworkPolicy, TLS) says nothing about the engine: the engine alerts,
+        # from vLLM's own series, still page then (beside VLLMHeadroomTargetDown).
+        ("instance:vllm_headroom_target_down:bool",
+         _unless_same_pod(_host(f"max_over_time(vllm_headroom_up[{w}]) == 0"), lambda m: scraped_vllm(cfg, m))),
     ]
     # Per model; a pod scraped by two jobs counts once (max over the identity without job).
     fleet_by = ", ".join(lbl for lbl in cfg.identity if lbl in ("cluster", "namespace")) + ", model_name"
@@ -303,6 +326,7 @@ class Alert:
     summary: str
     description: str  # Prometheus template: $labels, if/else/end, $value | humanize / humanizePercentage
     keep_firing_for: str = ""  # "": resolve as soon as the condition stops
+    labels: tuple[tuple[str, str], ...] = ()  # static labels beside severity (two rules of one alert apart)
 
 
 # Which pod: namespace/pod in Kubernetes, the scrape address elsewhere.
@@ -328,10 +352,19 @@ def alerts(cfg: Config) -> list[Alert]:
     def f(name: str, default: str) -> str:
         return cfg.for_.get(name, default)
 
-    def verdict(names: str, matcher: str = "") -> str:
-        """The sidecar's verdict (a regex of names) per pod and engine, joinable to engine alerts."""
+    def held(names: str, matcher: str = "") -> str:
+        """The sidecar's verdict (a regex of names) held for most of the window: the condition both of the verdict's
+        own alert and of the suppression it puts on the engine alerts it explains. A verdict that flickers
+        (budget_full 3 minutes, slots_full 1, repeating) thus silences the engine alert exactly while its own alert
+        is eligible, never both: a standing queue always has one page."""
         sel = ",".join(x for x in (matcher, f'verdict=~"{names}"') if x)
-        said = f"vllm_headroom_verdict{{{sel}}} == 1"
+        return f"avg_over_time(vllm_headroom_verdict{{{sel}}}[{w}]) > 0.5"
+
+    def verdict(names: str, matcher: str = "", windowed: bool = True) -> str:
+        """The sidecar's verdict (a regex of names) per pod and engine, joinable to engine alerts; `windowed`: held
+        for most of the window, else the current one."""
+        sel = ",".join(x for x in (matcher, f'verdict=~"{names}"') if x)
+        said = held(names, matcher) if windowed else f"vllm_headroom_verdict{{{sel}}} == 1"
         # V0's series have no engine label while its sidecar calls the one engine "0": an engine-less copy of
         # engine 0's verdict joins them (a V1 alert always has its engine, so the copy never matches one).
         return (f"max by ({pod}, model_name, engine) (\n"
@@ -339,22 +372,23 @@ def alerts(cfg: Config) -> list[Alert]:
 
     def engine(expr: str, explained_by: str = "", awake: bool = True) -> str:
         """Per engine, one series per pod whatever the number of scraping jobs, with `host`, unless the sidecar
-        says the target is down, the sidecar's verdict `explained_by` (a regex) holds, or the engine sleeps
-        (sleep mode is deliberate: only VLLMEngineAsleepWithQueue, an info, speaks of it)."""
+        says the target is down, the sidecar's verdict `explained_by` (a regex) held over the window, or the engine
+        sleeps (sleep mode is deliberate: only VLLMEngineAsleepWithQueue, an info, speaks of it)."""
         if awake:
             expr = f"(\n{expr}\n)\nunless on ({me})\n({R}vllm_engine_asleep:bool > 0)"
         out = _unless_same_pod(f"max by ({ded}) (\n{_host(expr)}\n)",
                                lambda m: f"instance:vllm_headroom_target_down:bool{{{m}}}" if m
                                else "instance:vllm_headroom_target_down:bool")
-        explained = "|".join(x for x in (explained_by, "sleeping" if awake else "") if x)
-        if explained:
-            out = _unless_same_pod(out, lambda m: verdict(explained, m), "model_name", "engine")
+        if explained_by:
+            out = _unless_same_pod(out, lambda m: verdict(explained_by, m), "model_name", "engine")
+        if awake:
+            out = _unless_same_pod(out, lambda m: verdict("sleeping", m, windowed=False), "model_name", "engine")
         return out
 
     def sidecar(v: str) -> str:
-        """Waiting requests of an engine whose sidecar verdict is `v`, as an engine alert (host, no job)."""
+        """Waiting requests of an engine whose sidecar verdict `v` held over the window, as an engine alert."""
         return engine("vllm_headroom_requests_waiting\nand ignoring (verdict)\n"
-                      f'(vllm_headroom_verdict{{verdict="{v}"}} == 1)', awake=False)
+                      f'({held(v)})', awake=False)
 
     storm = f"({R}vllm_preemptions_per_request:ratio{w} >= {cfg.preemption_ratio:g})"
     pressure = (f"(\n  ({R}vllm_kv_usage_ratio:max_over_time{w} >= {full})\n  or on ({me})\n"
@@ -380,10 +414,8 @@ def alerts(cfg: Config) -> list[Alert]:
                 f"  (time() - vllm_headroom_target_down_since_timestamp_seconds > {seconds:g})\n"
                 f"  unless on ({by_t})\n  ({no_metrics})\n)")
 
-    def scraped_vllm(matcher: str) -> str:
-        """vLLM's own engine series, present: Prometheus scrapes it (not down, not reloading)."""
-        return (f"group by (cluster, {', '.join(POD_JOIN)}) (\n"
-                + _host(f"vllm:num_requests_running{cfg.sel(matcher)}") + "\n)")
+    def scraped(matcher: str) -> str:
+        return scraped_vllm(cfg, matcher)
     a = [
         Alert("VLLMKVFalseFull",
               engine(f"{R}vllm_num_requests_waiting:max\nand on ({me})\n({R}vllm_kv_false_full:bool == 1)\n"
@@ -491,18 +523,30 @@ def alerts(cfg: Config) -> list[Alert]:
               "Rules from vLLM's metrics still work."),
         # Any (re)load of vLLM (pod start, container restart) is quiet up to the start-up limit, measured from the
         # sidecar's first failed scrape; then a warning. Sooner only when Prometheus still scrapes vLLM (no reload).
+        # Two rules, told apart by `cause`: vLLM is gone (Prometheus has no vLLM series of the pod either), or
+        # only the sidecar cannot reach a vLLM that Prometheus still scrapes. Alertmanager's inhibit of engine alerts
+        # takes the first only (see _inhibit_rules).
         Alert("VLLMHeadroomTargetDown",
               f"max by ({cfg.dedup('target', 'host')}) (\n"
-              + _host(f"{down_for(limit)}\nand on ({by_t})\n(vllm_headroom_target_seen_up == 1)")
-              + "\nor\n" + _and_same_pod(_host(down_for(after)), scraped_vllm) + "\n)",
+              + _unless_same_pod(
+                  _host(f"{down_for(limit)}\nand on ({by_t})\n(vllm_headroom_target_seen_up == 1)"), scraped)
+              + "\n)",
               t_td, "warning", "vLLM stopped answering its sidecar and is not back.",
-              f"The sidecar of {WHERE} cannot scrape vLLM: down for more than the start-up limit "
-              f"({_minutes(cfg.startup_limit)}) after it had been up, longer than a reload (loading weights and "
-              f"compiling take 5-15 minutes for large models), or for {_minutes(cfg.target_down_after)} while "
-              "Prometheus still scrapes vLLM (the sidecar cannot reach it). /readyz of the sidecar says why."),
+              f"The sidecar of {WHERE} cannot scrape vLLM, and Prometheus has no vLLM series of it either: down for "
+              f"more than the start-up limit ({_minutes(cfg.startup_limit)}) after it had been up, longer than a "
+              "reload (loading weights and compiling take 5-15 minutes for large models). /readyz of the sidecar "
+              "says why.", labels=(("cause", "vllm_down"),)),
+        Alert("VLLMHeadroomTargetDown",
+              f"max by ({cfg.dedup('target', 'host')}) (\n"
+              + _and_same_pod(_host(down_for(after)), scraped) + "\n)",
+              t_td, "warning", "vLLM's sidecar cannot reach it while Prometheus still scrapes vLLM.",
+              f"The sidecar of {WHERE} has not reached vLLM for {_minutes(cfg.target_down_after)} while Prometheus "
+              "still scrapes vLLM (wrong port, NetworkPolicy, TLS): verdict, admission headroom and max_num_seqs "
+              "panels are empty; alerts from vLLM's own metrics still work. /readyz of the sidecar says why.",
+              labels=(("cause", "sidecar_unreachable"),)),
         Alert("VLLMStartupSlow",
               f"max by ({cfg.dedup('target', 'host')}) (\n" + _unless_same_pod(
-                  _host(f"{down_for(limit)}\nand on ({by_t})\n(vllm_headroom_target_seen_up == 0)"), scraped_vllm)
+                  _host(f"{down_for(limit)}\nand on ({by_t})\n(vllm_headroom_target_seen_up == 0)"), scraped)
               + "\n)",
               t_start, "warning", "vLLM has not come up since its sidecar started.",
               f"{WHERE}: vLLM has not answered its sidecar once in the {_minutes(cfg.startup_limit)} since the "
@@ -550,7 +594,7 @@ def alert_rule(cfg: Config, a: Alert) -> dict[str, Any]:
         "expr": a.expr,
         "for": a.for_,
         **keep,
-        "labels": {"severity": a.severity},
+        "labels": {"severity": a.severity, **dict(a.labels)},
         "annotations": {
             "summary": a.summary,
             "description": a.description,
@@ -621,7 +665,10 @@ def inhibit_rules() -> list[dict[str, Any]]:
 def _inhibit_rules() -> list[dict[str, Any]]:
     engine = [*INHIBIT_EQUAL_POD, "model_name", "engine"]
     return [
-        {"source_matchers": ['alertname="VLLMHeadroomTargetDown"'],
+        # vLLM gone: its engine alerts die with its series, but keep_firing_for holds them a while and alerts
+        # from other rule evaluations may still arrive; the sidecar-unreachable rule (vLLM serving, Prometheus
+        # scraping it) silences nothing: its engine alerts are real.
+        {"source_matchers": ['alertname="VLLMHeadroomTargetDown"', 'cause="vllm_down"'],
          "target_matchers": ['alertname=~"VLLMKV.*|VLLMPreemptionStorm|VLLMSchedulerStuck|VLLMEngineAsleepWithQueue'
                              '|VLLMMetricsAbsent|VLLMHeadroomNeverFits|VLLMHeadroomBudgetFull"'],
          "equal": INHIBIT_EQUAL_POD},

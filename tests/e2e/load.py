@@ -107,6 +107,7 @@ class Load:
         self.request_timeout = request_timeout
         self.results: list[dict[str, Any]] = []
         self.errors: list[BaseException] = []
+        self.retried: list[BaseException] = []  # transport errors a closed-loop client retried
         self.started_at = 0.0
         self.finished_at: float | None = None
         self._thread: threading.Thread | None = None
@@ -172,6 +173,14 @@ class Load:
                 )
                 res["_wave"] = index
                 self.results.append(res)
+            except httpx.TransportError as exc:
+                if wave.duration is None:
+                    self.errors.append(exc)
+                    return
+                # A closed-loop client retries a dropped connection (seen on a loaded machine: ReadError('') from
+                # a keep-alive connection the server closed), so the concurrency never silently shrinks.
+                self.retried.append(exc)
+                await asyncio.sleep(0.2)
             except Exception as exc:  # collected; the caller decides whether errors matter
                 self.errors.append(exc)
                 return

@@ -96,6 +96,13 @@ class TruthLoad(Load):
             except asyncio.CancelledError:
                 rec["cancelled"] = round(time.monotonic() - self.t0, 3)
                 raise
+            except httpx.TransportError as exc:
+                rec["error"] = repr(exc)[:300]
+                if wave.duration is None:
+                    self.errors.append(exc)
+                    return
+                self.retried.append(exc)  # a closed-loop client retries a dropped connection (see Load)
+                await asyncio.sleep(0.2)
             except Exception as exc:
                 rec["error"] = repr(exc)[:300]
                 self.errors.append(exc)

@@ -39,9 +39,9 @@ class Config:
     # again when scrapes return. Needs Prometheus >= 2.42 (prometheus-operator >= 0.66, Thanos Ruler >= 0.34).
     keep_firing_for: str = "5m"
     # Instant vLLM series are read as their latest sample within this range, so missed scrapes (a stale marker on
-    # every series of the target) do not empty the flags and restart pending alerts: bridges one failed scrape at
-    # 60 s (the last good sample is up to two intervals old), several at 15-30 s.
-    scrape_gap: str = "3m"
+    # every series of the target) do not empty the flags and restart pending alerts; 4m holds four samples at 60 s
+    # (like every other window) and bridges several failed scrapes at 15-60 s.
+    scrape_gap: str = "4m"
     # Matchers for the sidecar's scrape job(s), so Prometheus' own `up == 0` of a sidecar that never came up pages.
     # The shipped PodMonitor/ServiceMonitor/Helm/recipes relabel it to job "vllm-headroom"; a monitor named
     # vllm-headroom without that relabeling gives prometheus-operator's "<namespace>/vllm-headroom".

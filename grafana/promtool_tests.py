@@ -674,8 +674,8 @@ def _cases() -> list[tuple[Case, Case]]:
                Engine(**ff, model="new-name", num_gpu_blocks="41", up_from=960)],  # type: ignore[arg-type]
               [Pod(vllm_gap=(900, 960))],
               fires=[Expect("VLLMKVFalseFull", Engine(model="new-name").alert_labels, 50)],
-              # 4 minutes after the restart: the old name's series are past the scrape-gap bridge (3m), not summed
-              exprs_at="19m",
+              # 5 minutes after the restart: the old name's series are past the scrape-gap bridge (4m), not summed
+              exprs_at="20m",
               exprs=[("model_name:vllm_kv_capacity_blocks:sum", [({"model_name": "new-name"}, 40)]),
                      ("model_name:vllm_num_requests_waiting:sum", [({"model_name": "new-name"}, 50)]),
                      (f"{rec}vllm_kv_false_full:bool", [(Engine(model="new-name").engine_labels, 1)])]),

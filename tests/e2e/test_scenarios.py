@@ -123,7 +123,7 @@ def _wait_idle(sidecar: SidecarProcess) -> dict[str, Any]:
 
 
 def _short(name: str, seconds: float) -> list[Wave]:
-    return [dataclasses.replace(w, duration=seconds) if w.duration else w for w in SCENARIOS[name].waves]
+    return until_cancelled(SCENARIOS[name].waves, seconds)
 
 
 # 1 ------------------------------------------------------------------------------------------------

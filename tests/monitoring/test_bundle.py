@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import promql_parser
+import pytest
 import yaml
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
@@ -49,11 +50,28 @@ def test_promtool_check_rules() -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def test_promtool_test_rules(tmp_path: Path) -> None:
-    """The committed promtool suite, split across the machine's cores (promtool runs one file at a time)."""
-    suite = yaml.safe_load((ROOT / generate.RULE_TESTS).read_text())
+def _promtool_suite() -> dict[str, Any]:
+    suite: dict[str, Any] = yaml.safe_load((ROOT / generate.RULE_TESTS).read_text())
+    return suite
+
+
+# Every case runs at each of these scrape intervals (grafana/promtool_tests.py); one test per interval, so
+# `make test-fast` can run the 60 s third (Prometheus' default interval, the hardest for the windows) and `make test`
+# runs all three.
+INTERVALS = ("15s", "30s", "60s")
+
+
+def test_every_promtool_case_runs_at_one_of_the_tested_intervals() -> None:
+    assert {case["interval"] for case in _promtool_suite()["tests"]} == set(INTERVALS)
+
+
+@pytest.mark.parametrize("interval", INTERVALS)
+def test_promtool_test_rules(tmp_path: Path, interval: str) -> None:
+    """The committed promtool suite at one scrape interval, split across the machine's cores (promtool runs one
+    file at a time)."""
+    suite = _promtool_suite()
     rules = [str((ROOT / generate.RULE_TESTS).parent / f) for f in suite["rule_files"]]
-    cases = suite["tests"]
+    cases = [case for case in suite["tests"] if case["interval"] == interval]
     parts = max(1, min(os.cpu_count() or 1, len(cases)))
     procs = []
     for i in range(parts):
@@ -62,7 +80,7 @@ def test_promtool_test_rules(tmp_path: Path) -> None:
         procs.append(subprocess.Popen([require("promtool"), "test", "rules", str(chunk)],
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     outputs = [(p.wait(), p.communicate()[0]) for p in procs]
-    assert sum(len(cases[i::parts]) for i in range(parts)) == len(cases)
+    assert cases and sum(len(cases[i::parts]) for i in range(parts)) == len(cases)
     failed = [out for code, out in outputs if code != 0]
     assert failed == [], "\n".join(failed)
 

@@ -156,23 +156,13 @@ class Load:
             await asyncio.gather(*jobs)
 
     async def _worker(self, client: httpx.AsyncClient, wave: Wave, index: int) -> None:
+        """One client: a request (or, closed-loop, requests until the wave's duration ends), errors collected."""
         await asyncio.sleep(max(0.0, self.started_at + wave.delay - time.monotonic()))
         until = time.monotonic() + (wave.duration or 0.0)
         while True:
             self._seed += 1  # single event loop: no lock needed
             try:
-                res = await complete(
-                    client,
-                    self.url,
-                    self.model,
-                    wave.prompt_len,
-                    wave.max_tokens,
-                    self._seed,
-                    # vLLM rejects n > 1 with greedy sampling; length is fixed by ignore_eos anyway.
-                    **({"n": wave.n, "temperature": 1.0} if wave.n != 1 else {}),
-                )
-                res["_wave"] = index
-                self.results.append(res)
+                await self._request(client, wave, index, self._seed)
             except httpx.TransportError as exc:
                 if wave.duration is None:
                     self.errors.append(exc)
@@ -186,6 +176,21 @@ class Load:
                 return
             if wave.duration is None or time.monotonic() >= until:
                 return
+
+    async def _request(self, client: httpx.AsyncClient, wave: Wave, index: int, seed: int) -> None:
+        """One completion request of `wave`; raises on a failed one."""
+        res = await complete(
+            client,
+            self.url,
+            self.model,
+            wave.prompt_len,
+            wave.max_tokens,
+            seed,
+            # vLLM rejects n > 1 with greedy sampling; length is fixed by ignore_eos anyway.
+            **({"n": wave.n, "temperature": 1.0} if wave.n != 1 else {}),
+        )
+        res["_wave"] = index
+        self.results.append(res)
 
     def wait(self, timeout: float) -> bool:
         """True if every request finished (successfully or not) within `timeout` seconds."""

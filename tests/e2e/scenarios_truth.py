@@ -70,45 +70,31 @@ class TruthLoad(Load):
         self.t0 = t0
         self.requests: list[dict[str, Any]] = []
 
-    async def _worker(self, client: httpx.AsyncClient, wave: Wave, index: int) -> None:
-        await asyncio.sleep(max(0.0, self.started_at + wave.delay - time.monotonic()))
-        until = time.monotonic() + (wave.duration or 0.0)
-        while True:
-            self._seed += 1
-            rec: dict[str, Any] = {"wave": index, "seed": self._seed, "prompt_len": wave.prompt_len,
-                                   "max_tokens": wave.max_tokens,
-                                   "shared_prefix": wave.shared_prefix if isinstance(wave, TruthWave) else 0,
-                                   "sent": round(time.monotonic() - self.t0, 3)}
-            self.requests.append(rec)
-            body = {"model": self.model, "prompt": prompt_for(wave, self._seed), "max_tokens": wave.max_tokens,
-                    "ignore_eos": True, "temperature": 0,
-                    # n engine requests per HTTP request (vLLM rejects n > 1 with greedy sampling).
-                    **({"n": wave.n, "temperature": 1.0} if wave.n != 1 else {})}
-            try:
-                resp = await client.post(f"{self.url}/v1/completions", json=body)
-                rec["finished"] = round(time.monotonic() - self.t0, 3)
-                rec["status"] = resp.status_code
-                if resp.status_code != 200:
-                    rec["error"] = resp.text[:300]
-                    self.errors.append(RuntimeError(resp.text[:300]))
-                    return
-                self.results.append({"_wave": index})
-            except asyncio.CancelledError:
-                rec["cancelled"] = round(time.monotonic() - self.t0, 3)
-                raise
-            except httpx.TransportError as exc:
-                rec["error"] = repr(exc)[:300]
-                if wave.duration is None:
-                    self.errors.append(exc)
-                    return
-                self.retried.append(exc)  # a closed-loop client retries a dropped connection (see Load)
-                await asyncio.sleep(0.2)
-            except Exception as exc:
-                rec["error"] = repr(exc)[:300]
-                self.errors.append(exc)
-                return
-            if wave.duration is None or time.monotonic() >= until:
-                return
+    async def _request(self, client: httpx.AsyncClient, wave: Wave, index: int, seed: int) -> None:
+        """One request, its send and end times kept in `requests` (Load's client loop retries and collects)."""
+        rec: dict[str, Any] = {"wave": index, "seed": seed, "prompt_len": wave.prompt_len,
+                               "max_tokens": wave.max_tokens,
+                               "shared_prefix": wave.shared_prefix if isinstance(wave, TruthWave) else 0,
+                               "sent": round(time.monotonic() - self.t0, 3)}
+        self.requests.append(rec)
+        body = {"model": self.model, "prompt": prompt_for(wave, seed), "max_tokens": wave.max_tokens,
+                "ignore_eos": True, "temperature": 0,
+                # n engine requests per HTTP request (vLLM rejects n > 1 with greedy sampling).
+                **({"n": wave.n, "temperature": 1.0} if wave.n != 1 else {})}
+        try:
+            resp = await client.post(f"{self.url}/v1/completions", json=body)
+        except asyncio.CancelledError:
+            rec["cancelled"] = round(time.monotonic() - self.t0, 3)
+            raise
+        except Exception as exc:
+            rec["error"] = repr(exc)[:300]
+            raise
+        rec["finished"] = round(time.monotonic() - self.t0, 3)
+        rec["status"] = resp.status_code
+        if resp.status_code != 200:
+            rec["error"] = resp.text[:300]
+            raise RuntimeError(resp.text[:300])
+        self.results.append({"_wave": index})
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ SCENARIOS ?=
 test:
 	scripts/test
 
-# Everyday work: lint, types, unit and monitoring tests; no real vLLM (under two minutes).
+# Everyday work: lint, types, unit and monitoring tests (promtool at 60 s only), one worker per core; no real vLLM.
 test-fast:
 	scripts/test --fast
 

@@ -30,7 +30,7 @@
       "title": "Runbook",
       "tooltip": "",
       "type": "link",
-      "url": "https://github.com/vllm-headroom/vllm-headroom/blob/main/docs/runbook.md"
+      "url": "{{ include "vllm-headroom.jsonString" .Values.prometheusRule.runbookBaseUrl }}"
     }
   ],
   "panels": [
@@ -528,7 +528,7 @@
       "targets": [
         {
           "expr": "sum by (model_name) (max by (cluster, namespace, instance, pod, container, target, model_name, engine) (instance_engine:vllm_kv_false_full:bool{cluster=~\"$cluster\",namespace=~\"$namespace\",job=~\"$job\",model_name=~\"$model_name\"}))",
-          "legendFormat": "{{model_name}}",
+          "legendFormat": "{{`{{model_name}}`}}",
           "refId": "A"
         }
       ],
@@ -572,7 +572,7 @@
       "targets": [
         {
           "expr": "bottomk(10, label_replace(label_join(max by (cluster, namespace, instance, pod, container, target, model_name, engine) (instance_engine:vllm_safe_headroom_requests:floor{cluster=~\"$cluster\",namespace=~\"$namespace\",job=~\"$job\",model_name=~\"$model_name\"}), \"who\", \"/\", \"namespace\", \"pod\", \"instance\"), \"who\", \"$1$2\", \"who\", \"[^/]*//(.*)|/?([^/]*/?[^/]+)/[^/]*\"))",
-          "legendFormat": "{{who}} {{model_name}} engine {{engine}}",
+          "legendFormat": "{{`{{who}}`}} {{`{{model_name}}`}} engine {{`{{engine}}`}}",
           "refId": "A"
         }
       ],
@@ -616,7 +616,7 @@
       "targets": [
         {
           "expr": "topk(10, label_replace(label_join(max by (cluster, namespace, instance, pod, container, target, model_name, engine) (instance_engine:vllm_num_requests_waiting:max{cluster=~\"$cluster\",namespace=~\"$namespace\",job=~\"$job\",model_name=~\"$model_name\"}), \"who\", \"/\", \"namespace\", \"pod\", \"instance\"), \"who\", \"$1$2\", \"who\", \"[^/]*//(.*)|/?([^/]*/?[^/]+)/[^/]*\"))",
-          "legendFormat": "{{who}} {{model_name}} engine {{engine}}",
+          "legendFormat": "{{`{{who}}`}} {{`{{model_name}}`}} engine {{`{{engine}}`}}",
           "refId": "A"
         }
       ],
@@ -660,12 +660,12 @@
       "targets": [
         {
           "expr": "sum by (model_name) (model_name:vllm_kv_free_blocks:sum{cluster=~\"$cluster\",namespace=~\"$namespace\",model_name=~\"$model_name\"})",
-          "legendFormat": "free {{model_name}}",
+          "legendFormat": "free {{`{{model_name}}`}}",
           "refId": "A"
         },
         {
           "expr": "sum by (model_name) (model_name:vllm_kv_capacity_blocks:sum{cluster=~\"$cluster\",namespace=~\"$namespace\",model_name=~\"$model_name\"})",
-          "legendFormat": "usable {{model_name}}",
+          "legendFormat": "usable {{`{{model_name}}`}}",
           "refId": "B"
         }
       ],
@@ -709,7 +709,7 @@
       "targets": [
         {
           "expr": "topk(10, label_replace(label_join(max by (cluster, namespace, instance, pod, container, target, model_name, engine) (instance_engine:vllm_num_preemptions:rate5m{cluster=~\"$cluster\",namespace=~\"$namespace\",job=~\"$job\",model_name=~\"$model_name\"}), \"who\", \"/\", \"namespace\", \"pod\", \"instance\"), \"who\", \"$1$2\", \"who\", \"[^/]*//(.*)|/?([^/]*/?[^/]+)/[^/]*\"))",
-          "legendFormat": "{{who}} {{model_name}} engine {{engine}}",
+          "legendFormat": "{{`{{who}}`}} {{`{{model_name}}`}} engine {{`{{engine}}`}}",
           "refId": "A"
         }
       ],

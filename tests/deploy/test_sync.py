@@ -18,7 +18,7 @@ import yaml
 from grafana import generate
 from grafana.config import Config
 
-from .conftest import DEPLOY, ROOT, Doc, find
+from .conftest import DEPLOY, MONITORING, ROOT, Doc, find
 
 Helm = Callable[..., dict[str, Any]]
 
@@ -62,7 +62,7 @@ def test_check_detects_a_stale_and_a_leftover_copy(tmp_path: Path) -> None:
 
 
 def test_kustomize_objects_carry_the_bundle(kustomize: Callable[[str], list[Doc]]) -> None:
-    docs = kustomize("base")
+    docs = kustomize(MONITORING)
     rule = find(docs, "PrometheusRule")
     assert rule["spec"] == _source_rule()["spec"]
     assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
@@ -165,7 +165,7 @@ def test_kustomize_runbook_base_url_is_one_patch(tools: Any, tmp_path: Path) -> 
     url = "https://wiki.example/vllm/runbook"
     shutil.copy(ROOT / generate.RUNBOOK_REPLACEMENT, tmp_path / "runbook-url.yaml")
     (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump({
-        "resources": [os.path.relpath(ROOT / "deploy/kubernetes/overlays/podmonitor", tmp_path)],
+        "resources": [os.path.relpath(ROOT / "deploy/kubernetes" / MONITORING, tmp_path)],
         "patches": [{"target": {"kind": "PrometheusRule", "name": "vllm-headroom"}, "patch": yaml.safe_dump([
             {"op": "replace", "path": "/metadata/annotations/vllm-headroom~1runbook-base-url", "value": url}])}],
         "replacements": [{"path": "runbook-url.yaml"}],

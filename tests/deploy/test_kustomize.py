@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
 import pytest
-
-import json
 
 from .conftest import K8S_VERSIONS, MONITORING, OVERLAYS, Doc, find, sidecar_of
 
@@ -25,7 +24,7 @@ def test_overlay_renders_and_validates(overlay: str, kustomize: Render, validate
     errors = [r for r in results if r["error"]]
     assert not errors, errors
     kinds = {d["kind"] for d in docs}
-    assert "Deployment" in kinds and not kinds & CLUSTER_WIDE, "cluster-wide objects belong to deploy/kubernetes/monitoring"
+    assert "Deployment" in kinds and not kinds & CLUSTER_WIDE, "cluster-wide objects: deploy/kubernetes/monitoring"
     crds = [r for r in results if r["validator"].startswith("prometheus-operator")]
     assert {r["kind"] for r in crds} == kinds & {"PodMonitor", "ServiceMonitor"}
     # Core objects were checked against every version.

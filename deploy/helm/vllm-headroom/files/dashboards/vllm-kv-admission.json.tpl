@@ -10,7 +10,6 @@
       "icon": "",
       "includeVars": false,
       "keepTime": false,
-      "placement": "inControlsMenu",
       "tags": [],
       "targetBlank": true,
       "title": "Runbook",
@@ -23,7 +22,6 @@
       "icon": "",
       "includeVars": true,
       "keepTime": true,
-      "placement": "inControlsMenu",
       "tags": [
         "vllm-headroom"
       ],
@@ -339,7 +337,6 @@
         "graphMode": "area",
         "justifyMode": "auto",
         "orientation": "auto",
-        "percentChangeColorMode": "standard",
         "reduceOptions": {
           "calcs": [
             "lastNotNull"
@@ -401,7 +398,6 @@
         "graphMode": "area",
         "justifyMode": "auto",
         "orientation": "auto",
-        "percentChangeColorMode": "standard",
         "reduceOptions": {
           "calcs": [
             "lastNotNull"
@@ -465,7 +461,6 @@
         "graphMode": "area",
         "justifyMode": "auto",
         "orientation": "auto",
-        "percentChangeColorMode": "standard",
         "reduceOptions": {
           "calcs": [
             "lastNotNull"
@@ -554,7 +549,6 @@
         "graphMode": "area",
         "justifyMode": "auto",
         "orientation": "auto",
-        "percentChangeColorMode": "standard",
         "reduceOptions": {
           "calcs": [
             "lastNotNull"
@@ -630,7 +624,6 @@
         "graphMode": "area",
         "justifyMode": "auto",
         "orientation": "auto",
-        "percentChangeColorMode": "standard",
         "reduceOptions": {
           "calcs": [
             "lastNotNull"
@@ -690,7 +683,6 @@
         "graphMode": "area",
         "justifyMode": "auto",
         "orientation": "auto",
-        "percentChangeColorMode": "standard",
         "reduceOptions": {
           "calcs": [
             "lastNotNull"
@@ -1311,7 +1303,6 @@
           "showLegend": false
         },
         "mergeValues": true,
-        "perPage": 20,
         "rowHeight": 0.9,
         "showValue": "never",
         "tooltip": {
@@ -1640,10 +1631,6 @@
   "templating": {
     "list": [
       {
-        "allowCustomValue": true,
-        "auto": false,
-        "auto_count": 30,
-        "auto_min": "10s",
         "includeAll": false,
         "label": "Data source",
         "multi": false,
@@ -1654,10 +1641,6 @@
       },
       {
         "allValue": ".*",
-        "allowCustomValue": true,
-        "auto": false,
-        "auto_count": 30,
-        "auto_min": "10s",
         "datasource": {
           "type": "prometheus",
           "uid": "${datasource}"
@@ -1675,10 +1658,6 @@
       },
       {
         "allValue": ".*",
-        "allowCustomValue": true,
-        "auto": false,
-        "auto_count": 30,
-        "auto_min": "10s",
         "datasource": {
           "type": "prometheus",
           "uid": "${datasource}"
@@ -1696,10 +1675,6 @@
       },
       {
         "allValue": ".*",
-        "allowCustomValue": true,
-        "auto": false,
-        "auto_count": 30,
-        "auto_min": "10s",
         "datasource": {
           "type": "prometheus",
           "uid": "${datasource}"
@@ -1717,10 +1692,6 @@
       },
       {
         "allValue": ".*",
-        "allowCustomValue": true,
-        "auto": false,
-        "auto_count": 30,
-        "auto_min": "10s",
         "datasource": {
           "type": "prometheus",
           "uid": "${datasource}"
@@ -1738,10 +1709,6 @@
       },
       {
         "allValue": ".*",
-        "allowCustomValue": true,
-        "auto": false,
-        "auto_count": 30,
-        "auto_min": "10s",
         "datasource": {
           "type": "prometheus",
           "uid": "${datasource}"
@@ -1759,10 +1726,6 @@
       },
       {
         "allValue": ".*",
-        "allowCustomValue": true,
-        "auto": false,
-        "auto_count": 30,
-        "auto_min": "10s",
         "datasource": {
           "type": "prometheus",
           "uid": "${datasource}"

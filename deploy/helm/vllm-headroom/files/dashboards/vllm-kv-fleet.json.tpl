@@ -10,7 +10,6 @@
       "icon": "",
       "includeVars": true,
       "keepTime": true,
-      "placement": "inControlsMenu",
       "tags": [
         "vllm-headroom"
       ],
@@ -24,7 +23,6 @@
       "icon": "",
       "includeVars": false,
       "keepTime": false,
-      "placement": "inControlsMenu",
       "tags": [],
       "targetBlank": true,
       "title": "Runbook",
@@ -71,7 +69,6 @@
         "graphMode": "area",
         "justifyMode": "auto",
         "orientation": "auto",
-        "percentChangeColorMode": "standard",
         "reduceOptions": {
           "calcs": [
             "lastNotNull"
@@ -118,7 +115,6 @@
         "graphMode": "area",
         "justifyMode": "auto",
         "orientation": "auto",
-        "percentChangeColorMode": "standard",
         "reduceOptions": {
           "calcs": [
             "lastNotNull"
@@ -165,7 +161,6 @@
         "graphMode": "area",
         "justifyMode": "auto",
         "orientation": "auto",
-        "percentChangeColorMode": "standard",
         "reduceOptions": {
           "calcs": [
             "lastNotNull"
@@ -212,7 +207,6 @@
         "graphMode": "area",
         "justifyMode": "auto",
         "orientation": "auto",
-        "percentChangeColorMode": "standard",
         "reduceOptions": {
           "calcs": [
             "lastNotNull"
@@ -259,7 +253,6 @@
         "graphMode": "area",
         "justifyMode": "auto",
         "orientation": "auto",
-        "percentChangeColorMode": "standard",
         "reduceOptions": {
           "calcs": [
             "lastNotNull"
@@ -306,7 +299,6 @@
         "graphMode": "area",
         "justifyMode": "auto",
         "orientation": "auto",
-        "percentChangeColorMode": "standard",
         "reduceOptions": {
           "calcs": [
             "lastNotNull"
@@ -777,10 +769,6 @@
   "templating": {
     "list": [
       {
-        "allowCustomValue": true,
-        "auto": false,
-        "auto_count": 30,
-        "auto_min": "10s",
         "includeAll": false,
         "label": "Data source",
         "multi": false,
@@ -791,10 +779,6 @@
       },
       {
         "allValue": ".*",
-        "allowCustomValue": true,
-        "auto": false,
-        "auto_count": 30,
-        "auto_min": "10s",
         "datasource": {
           "type": "prometheus",
           "uid": "${datasource}"
@@ -812,10 +796,6 @@
       },
       {
         "allValue": ".*",
-        "allowCustomValue": true,
-        "auto": false,
-        "auto_count": 30,
-        "auto_min": "10s",
         "datasource": {
           "type": "prometheus",
           "uid": "${datasource}"
@@ -833,10 +813,6 @@
       },
       {
         "allValue": ".*",
-        "allowCustomValue": true,
-        "auto": false,
-        "auto_count": 30,
-        "auto_min": "10s",
         "datasource": {
           "type": "prometheus",
           "uid": "${datasource}"
@@ -854,10 +830,6 @@
       },
       {
         "allValue": ".*",
-        "allowCustomValue": true,
-        "auto": false,
-        "auto_count": 30,
-        "auto_min": "10s",
         "datasource": {
           "type": "prometheus",
           "uid": "${datasource}"

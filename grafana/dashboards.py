@@ -408,9 +408,20 @@ def fleet(cfg: Config = DEFAULT) -> dash.Dashboard:
     return d
 
 
+# Keys the SDK (written for newer Grafana) emits with their default values that Grafana 11.0's schema does not have
+# (tests/monitoring/test_grafana_11.py checks every key against 11.0.0's): dropped, 11.0 behaves as their defaults.
+NEWER_THAN_11_0 = {"variable": ("allowCustomValue", "auto", "auto_count", "auto_min"), "link": ("placement",),
+                   "options": ("percentChangeColorMode", "perPage")}
+
+
 def encode(d: dash.Dashboard) -> dict[str, Any]:
     out: dict[str, Any] = json.loads(json.dumps(d.build(), cls=JSONEncoder))
     out["schemaVersion"] = SCHEMA_VERSION
+    for where, items in (("variable", out["templating"]["list"]), ("link", out.get("links", [])),
+                         ("options", [p.get("options", {}) for p in out["panels"]])):
+        for item in items:
+            for key in NEWER_THAN_11_0[where]:
+                item.pop(key, None)
     for i, panel in enumerate(out["panels"], start=1):  # the SDK leaves ids unset (rows get 0): make them unique
         panel["id"] = i
     return out

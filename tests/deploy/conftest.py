@@ -19,8 +19,11 @@ CHART = DEPLOY / "helm" / "vllm-headroom"
 CHECKS = Path(__file__).with_name("tools_venv_checks.py")
 # Core objects are validated against these Kubernetes versions (native sidecars need >= 1.29).
 K8S_VERSIONS = ["1.29", "1.31", "1.33"]
+# Per vLLM deployment: the workload and its scrape path, no cluster-wide object.
 OVERLAYS = ["base", "overlays/podmonitor", "overlays/servicemonitor", "overlays/legacy-sidecar",
             "overlays/existing-vllm"]
+# Once per cluster: the PrometheusRule and the dashboards ConfigMap.
+MONITORING = "monitoring"
 
 Doc = dict[str, Any]
 

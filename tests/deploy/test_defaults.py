@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from typing import Any
 
 import yaml
 
@@ -34,6 +35,29 @@ def test_helm_values_and_schema_defaults() -> None:
     assert _num(schema["properties"]["sidecar"]["properties"]["scrapeInterval"]["default"]) == D.SCRAPE_INTERVAL
     assert values["sidecar"]["port"] == D.PORT and values["service"]["port"] == D.PORT
     assert values["prometheusRule"]["runbookBaseUrl"] == DEFAULT.runbook_url
+
+
+def _at(doc: dict[str, Any], path: str, schema: bool = False) -> Any:
+    for key in path.split("."):
+        doc = doc["properties"][key] if schema else doc[key]
+    return doc["default"] if schema else doc
+
+
+def test_chart_values_of_the_rules_and_dashboards_default_to_the_generator() -> None:
+    """Every chart value the PrometheusRule and dashboards take (grafana.generate.HELM_KNOBS) defaults, in
+    values.yaml and in the schema, to the generator's Config default (itself from exporter/core/defaults.py)."""
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    for knob in generate.HELM_KNOBS:
+        want = getattr(DEFAULT, knob.field)
+        for where, got in (("values.yaml", _at(values, knob.value)), ("values.schema.json", _at(schema, knob.value,
+                                                                                                   True))):
+            if knob.kind == "duration":
+                assert parse_duration(got) == parse_duration(want), f"{where} {knob.value} drifted from {want}"
+            else:
+                assert got == want, f"{where} {knob.value} drifted from the generator's {knob.field}={want!r}"
+    assert values["profile"]["quantile"] == D.PROFILE_QUANTILE
+    assert parse_duration(values["profile"]["window"]) == D.PROFILE_WINDOW
 
 
 def test_kustomize_sidecar_defaults(kustomize: Callable[[str], list[Doc]]) -> None:

@@ -121,7 +121,11 @@ def test_same_sidecar_as_kustomize(rendered: dict[str, dict[str, Any]], kustomiz
 def test_values_schema_rejects_bad_values(helm: Helm) -> None:
     bad: dict[str, Any]
     for bad in ({"podMonitor": {"enabled": "yes"}}, {"vllm": {"port": 0}}, {"thresholds": {"fullUsage": 2}},
-                {"sidecar": {"scrapeInterval": "5 seconds"}}, {"podMonitr": {}}):
+                {"sidecar": {"scrapeInterval": "5 seconds"}}, {"podMonitr": {}},
+                # more than 4 decimals (the rules would write it two ways), Prometheus durations only
+                {"thresholds": {"fullUsage": 0.12345}}, {"prometheusRule": {"keepFiringFor": "1.5h"}},
+                {"prometheusRule": {"startupLimit": "1d"}}, {"prometheusRule": {"scrapeGap": "m"}},
+                {"prometheusRule": {"sidecarSelector": ""}}, {"profile": {"quantile": 1}}):
         assert helm(bad)["schema_error"], bad
 
 
@@ -221,4 +225,4 @@ def test_each_cluster_wide_object_can_be_left_out(helm: Helm) -> None:
 def _dashboard_files() -> list[str]:
     from .conftest import CHART
 
-    return sorted(p.name for p in (CHART / "files" / "dashboards").glob("*.json"))
+    return sorted(p.name for p in (CHART / "files" / "dashboards").glob("*.json.tpl"))

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from .conftest import K8S_VERSIONS, OVERLAYS, Doc, find, sidecar_of
+from .conftest import K8S_VERSIONS, MONITORING, OVERLAYS, Doc, find, sidecar_of
 
 Render = Callable[[str], list[Doc]]
 Validate = Callable[..., list[dict[str, Any]]]
 MONITORS = {"PodMonitor", "ServiceMonitor"}
+CLUSTER_WIDE = {"PrometheusRule", "ConfigMap"}
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -22,9 +24,9 @@ def test_overlay_renders_and_validates(overlay: str, kustomize: Render, validate
     errors = [r for r in results if r["error"]]
     assert not errors, errors
     kinds = {d["kind"] for d in docs}
-    assert {"Deployment", "PrometheusRule", "ConfigMap"} <= kinds
+    assert "Deployment" in kinds and not kinds & CLUSTER_WIDE, "cluster-wide objects: deploy/kubernetes/monitoring"
     crds = [r for r in results if r["validator"].startswith("prometheus-operator")]
-    assert {r["kind"] for r in crds} == kinds & {"PodMonitor", "ServiceMonitor", "PrometheusRule"}
+    assert {r["kind"] for r in crds} == kinds & {"PodMonitor", "ServiceMonitor"}
     # Core objects were checked against every version.
     deploy = [r for r in results if r["kind"] == "Deployment"]
     assert {r["validator"] for r in deploy} == {f"kubernetes {v} strict" for v in versions}
@@ -116,3 +118,25 @@ def test_one_monitor_per_overlay(overlay: str, kind: str, kustomize: Render) -> 
 
 def test_base_has_no_monitor(kustomize: Render) -> None:
     assert not [d for d in kustomize("base") if d["kind"] in MONITORS]
+
+
+def test_monitoring_renders_and_validates(kustomize: Render, validate: Validate) -> None:
+    """deploy/kubernetes/monitoring holds the cluster-wide objects and nothing else."""
+    docs = kustomize(MONITORING)
+    assert sorted((d["kind"], d["metadata"]["name"]) for d in docs) == [
+        ("ConfigMap", "vllm-headroom-dashboards"), ("PrometheusRule", "vllm-headroom")]
+    results = validate(docs)
+    assert not [r for r in results if r["error"]]
+    assert {r["kind"] for r in results if r["validator"].startswith("prometheus-operator")} == {"PrometheusRule"}
+
+
+def test_a_fleet_of_overlays_pages_once(kustomize: Render) -> None:
+    """Two vLLM deployments (two overlays, or one overlay applied in two namespaces) plus the monitoring kustomization
+    applied once: one PrometheusRule and one copy of each dashboard uid in the cluster, as with the Helm chart."""
+    fleet = [kustomize(o) for o in ("overlays/podmonitor", "overlays/existing-vllm", "overlays/podmonitor")]
+    fleet.append(kustomize(MONITORING))
+    everything = [d for docs in fleet for d in docs]
+    assert [d["kind"] for d in everything].count("PrometheusRule") == 1
+    uids = [json.loads(v)["uid"] for d in everything if d["kind"] == "ConfigMap" for v in d["data"].values()]
+    assert uids and len(uids) == len(set(uids))
+    assert [d["kind"] for d in everything].count("Deployment") == 3

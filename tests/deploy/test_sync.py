@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -11,12 +12,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from grafana import generate
 from grafana.config import Config
 
-from .conftest import DEPLOY, ROOT, Doc, find
+from .conftest import DEPLOY, MONITORING, ROOT, Doc, find
 
 Helm = Callable[..., dict[str, Any]]
 
@@ -49,7 +51,7 @@ def test_check_detects_a_stale_and_a_leftover_copy(tmp_path: Path) -> None:
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / rel, tmp_path / rel)
     assert generate.stale(tmp_path) == []
-    copy = tmp_path / generate.HELM_FILES / "dashboards" / "vllm-kv-admission.json"
+    copy = tmp_path / generate.HELM_FILES / "dashboards" / "vllm-kv-admission.json.tpl"
     copy.write_text(copy.read_text() + "\n")
     leftover = tmp_path / generate.KUSTOMIZE / "dashboards" / "old.json"
     leftover.write_text("{}")
@@ -60,7 +62,7 @@ def test_check_detects_a_stale_and_a_leftover_copy(tmp_path: Path) -> None:
 
 
 def test_kustomize_objects_carry_the_bundle(kustomize: Callable[[str], list[Doc]]) -> None:
-    docs = kustomize("base")
+    docs = kustomize(MONITORING)
     rule = find(docs, "PrometheusRule")
     assert rule["spec"] == _source_rule()["spec"]
     assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
@@ -79,19 +81,82 @@ def test_helm_objects_carry_the_bundle(helm: Helm) -> None:
     assert {k: json.loads(v) for k, v in cm["data"].items()} == _dashboards()
 
 
-def test_helm_values_reach_the_prometheusrule(helm: Helm) -> None:
-    """Thresholds and the runbook base URL are templated into the chart's rules, not a frozen copy."""
+# A non-default value for every Config field the chart sets (grafana.generate.HELM_KNOBS): (chart value, Config
+# value). Nasty on purpose: quotes, a backslash and HTML characters in strings, durations under a minute, compound
+# and fractional-minute ones.
+SITE = {
+    "full_usage": (0.9, 0.9),
+    "profile_quantile": (0.95, 0.95),
+    "profile_window": ("10m", "10m"),
+    "runbook_url": ('https://wiki.example/run"book\\<x>&y', 'https://wiki.example/run"book\\<x>&y'),
+    "vllm_selector": ('namespace=~"llm-.*"', 'namespace=~"llm-.*"'),
+    "sidecar_selector": ('job="sidecars",team!~"a|b"', 'job="sidecars",team!~"a|b"'),
+    "preemption_ratio": (0.25, 0.25),
+    "keep_firing_for": ("1h30m", "1h30m"),
+    "scrape_gap": ("3m", "3m"),
+    "startup_limit": ("45s", "45s"),
+    "target_down_after": ("90s", "90s"),
+}
+# Config fields that are no chart value: the label set every join keeps (structural; labels absent on a series
+# are simply empty) and per-alert `for:` overrides used by the tests against a live Prometheus.
+NOT_VALUES = {"identity", "for_"}
+
+
+def _values(site: dict[str, tuple[Any, Any]]) -> dict[str, Any]:
+    values: dict[str, Any] = {"monitoring": {"install": True}}
+    for knob in generate.HELM_KNOBS:
+        if knob.field in site:
+            *path, leaf = knob.value.split(".")
+            node = values
+            for key in path:
+                node = node.setdefault(key, {})
+            node[leaf] = site[knob.field][0]
+    return values
+
+
+def test_every_site_setting_is_a_chart_value() -> None:
+    """A Config field the rules or dashboards depend on is a chart value (HELM_KNOBS), or deliberately not."""
+    fields = {f.name for f in dataclasses.fields(Config)}
+    assert {k.field for k in generate.HELM_KNOBS} == fields - NOT_VALUES == set(SITE)
+
+
+@pytest.mark.parametrize("changed", ["all", *SITE])
+def test_helm_values_reach_the_prometheusrule(helm: Helm, changed: str) -> None:
+    """Every site setting is templated into the chart's rules exactly as the generator writes it for that Config,
+    one at a time and all together (an empty vllmSelector and a set one take different copies)."""
     from grafana.rules import prometheus_rule
 
     from .test_helm import objects
 
-    url = "https://wiki.example/vllm/runbook"
-    docs = objects(helm({"monitoring": {"install": True}, "thresholds": {"fullUsage": 0.9},
-                         "prometheusRule": {"runbookBaseUrl": url}}))
-    want = prometheus_rule(Config(full_usage=0.9, runbook_url=url))["spec"]
-    got = find(docs, "PrometheusRule")["spec"]
-    assert got == want
+    site = SITE if changed == "all" else {changed: SITE[changed]}
+    out = helm(_values(site))
+    assert out["schema_error"] is None and out["render_error"] is None, out
+    cfg = dataclasses.replace(Config(), **{field: v for field, (_, v) in site.items()})
+    got = find(objects(out), "PrometheusRule")["spec"]
+    assert got == prometheus_rule(cfg)["spec"]
     assert got != _source_rule()["spec"]
+
+
+@pytest.mark.parametrize("changed", ["all", "full_usage", "preemption_ratio", "runbook_url"])
+def test_helm_values_reach_the_dashboards(helm: Helm, changed: str) -> None:
+    """The dashboards ConfigMap carries the chart's thresholds and runbook URL: valid JSON for any value, equal to
+    the generator's dashboards for that Config; with default values byte for byte the plain grafana/dashboards."""
+    from grafana.dashboards import dashboards
+
+    from .test_helm import objects
+
+    site = SITE if changed == "all" else {changed: SITE[changed]}
+    cm = find(objects(helm(_values(site))), "ConfigMap")
+    got = {k: json.loads(v) for k, v in cm["data"].items()}
+    cfg = dataclasses.replace(Config(), **{field: v for field, (_, v) in site.items()})
+    assert got == {f"{uid}.json": d for uid, d in dashboards(cfg).items()}
+    assert got != _dashboards()
+    if "full_usage" in site:
+        steps = [s["value"] for p in got["vllm-kv-admission.json"]["panels"]
+                 for s in p.get("fieldConfig", {}).get("defaults", {}).get("thresholds", {}).get("steps", [])]
+        assert 0.9 in steps and 0.8 not in steps
+    default = find(objects(helm({"monitoring": {"install": True}})), "ConfigMap")["data"]
+    assert default == {p.name: p.read_text() for p in sorted((ROOT / "grafana/dashboards").glob("*.json"))}
 
 
 def test_kustomize_runbook_base_url_is_one_patch(tools: Any, tmp_path: Path) -> None:
@@ -100,7 +165,7 @@ def test_kustomize_runbook_base_url_is_one_patch(tools: Any, tmp_path: Path) -> 
     url = "https://wiki.example/vllm/runbook"
     shutil.copy(ROOT / generate.RUNBOOK_REPLACEMENT, tmp_path / "runbook-url.yaml")
     (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump({
-        "resources": [os.path.relpath(ROOT / "deploy/kubernetes/overlays/podmonitor", tmp_path)],
+        "resources": [os.path.relpath(ROOT / "deploy/kubernetes" / MONITORING, tmp_path)],
         "patches": [{"target": {"kind": "PrometheusRule", "name": "vllm-headroom"}, "patch": yaml.safe_dump([
             {"op": "replace", "path": "/metadata/annotations/vllm-headroom~1runbook-base-url", "value": url}])}],
         "replacements": [{"path": "runbook-url.yaml"}],

@@ -43,6 +43,10 @@ env:
     value: {{ .Values.thresholds.leakAfter | quote }}
   - name: VLLM_HEADROOM_VERDICT_PREEMPT_WINDOW
     value: {{ .Values.thresholds.preemptWindow | quote }}
+  - name: VLLM_HEADROOM_PROFILE_QUANTILE
+    value: {{ .Values.profile.quantile | quote }}
+  - name: VLLM_HEADROOM_PROFILE_WINDOW
+    value: {{ .Values.profile.window | quote }}
   {{- with .Values.sidecar.extraEnv }}
   {{- toYaml . | nindent 2 }}
   {{- end }}
@@ -125,4 +129,25 @@ spec:
 {{/* Labels of the vLLM pods; an empty value means the kustomize base's label (maps given by users are not merged). */}}
 {{- define "vllm-headroom.podLabels" -}}
 {{- toYaml (.Values.vllm.podLabels | default (dict "app.kubernetes.io/name" "vllm")) -}}
+{{- end -}}
+
+{{/* A string as the inside of a JSON string literal: what the generated JSON templates insert (any value stays JSON). */}}
+{{- define "vllm-headroom.jsonString" -}}
+{{- toJson (toString .) | trimPrefix "\"" | trimSuffix "\"" -}}
+{{- end -}}
+
+{{/* Seconds of a duration (Go's syntax: 90s, 20m, 1h30m), written like Python's "%g" (grafana.rules' seconds). */}}
+{{- define "vllm-headroom.durationSeconds" -}}
+{{- $t := toDate "2006-01-02" "2000-01-01" -}}
+{{- printf "%.6g" (float64 (sub (mustDateModify (toString .) $t | unixEpoch | atoi) ($t | unixEpoch | atoi))) -}}
+{{- end -}}
+
+{{/* A duration in prose as grafana.rules writes it: "20 minutes", "1.5 minutes", "45 seconds". */}}
+{{- define "vllm-headroom.durationText" -}}
+{{- $s := include "vllm-headroom.durationSeconds" . | float64 -}}
+{{- if ge $s 60.0 -}}
+{{- printf "%.6g minutes" (divf $s 60) -}}
+{{- else -}}
+{{- printf "%.6g seconds" $s -}}
+{{- end -}}
 {{- end -}}

@@ -10,20 +10,18 @@
       "icon": "",
       "includeVars": false,
       "keepTime": false,
-      "placement": "inControlsMenu",
       "tags": [],
       "targetBlank": true,
       "title": "Runbook",
       "tooltip": "",
       "type": "link",
-      "url": "https://github.com/vllm-headroom/vllm-headroom/blob/main/docs/runbook.md"
+      "url": "{{ include "vllm-headroom.jsonString" .Values.prometheusRule.runbookBaseUrl }}"
     },
     {
       "asDropdown": false,
       "icon": "",
       "includeVars": true,
       "keepTime": true,
-      "placement": "inControlsMenu",
       "tags": [
         "vllm-headroom"
       ],
@@ -339,7 +337,6 @@
         "graphMode": "area",
         "justifyMode": "auto",
         "orientation": "auto",
-        "percentChangeColorMode": "standard",
         "reduceOptions": {
           "calcs": [
             "lastNotNull"
@@ -354,7 +351,7 @@
       "targets": [
         {
           "expr": "max by (verdict) (vllm_headroom_verdict{cluster=~\"$cluster\",namespace=~\"$namespace\",pod=~\"$pod\",model_name=~\"$model_name\",engine=~\"$engine\"}) > 0",
-          "legendFormat": "{{verdict}}",
+          "legendFormat": "{{`{{verdict}}`}}",
           "refId": "A"
         }
       ],
@@ -401,7 +398,6 @@
         "graphMode": "area",
         "justifyMode": "auto",
         "orientation": "auto",
-        "percentChangeColorMode": "standard",
         "reduceOptions": {
           "calcs": [
             "lastNotNull"
@@ -465,7 +461,6 @@
         "graphMode": "area",
         "justifyMode": "auto",
         "orientation": "auto",
-        "percentChangeColorMode": "standard",
         "reduceOptions": {
           "calcs": [
             "lastNotNull"
@@ -507,7 +502,7 @@
               },
               {
                 "color": "red",
-                "value": 0.8
+                "value": {{ .Values.thresholds.fullUsage }}
               }
             ]
           },
@@ -554,7 +549,6 @@
         "graphMode": "area",
         "justifyMode": "auto",
         "orientation": "auto",
-        "percentChangeColorMode": "standard",
         "reduceOptions": {
           "calcs": [
             "lastNotNull"
@@ -579,7 +573,7 @@
         },
         {
           "expr": "max by (limit) (vllm_headroom_binding_limit{cluster=~\"$cluster\",namespace=~\"$namespace\",pod=~\"$pod\",model_name=~\"$model_name\",engine=~\"$engine\"}) > 0",
-          "legendFormat": "binding limit: {{limit}}",
+          "legendFormat": "binding limit: {{`{{limit}}`}}",
           "refId": "C"
         }
       ],
@@ -630,7 +624,6 @@
         "graphMode": "area",
         "justifyMode": "auto",
         "orientation": "auto",
-        "percentChangeColorMode": "standard",
         "reduceOptions": {
           "calcs": [
             "lastNotNull"
@@ -690,7 +683,6 @@
         "graphMode": "area",
         "justifyMode": "auto",
         "orientation": "auto",
-        "percentChangeColorMode": "standard",
         "reduceOptions": {
           "calcs": [
             "lastNotNull"
@@ -783,7 +775,7 @@
                     },
                     {
                       "color": "red",
-                      "value": 0.8
+                      "value": {{ .Values.thresholds.fullUsage }}
                     }
                   ]
                 }
@@ -833,27 +825,27 @@
       "targets": [
         {
           "expr": "label_replace(label_join(max by (cluster, namespace, instance, pod, container, target, model_name, engine) (instance_engine:vllm_kv_usage_ratio:max{cluster=~\"$cluster\",namespace=~\"$namespace\",pod=~\"$pod\",job=~\"$job\",model_name=~\"$model_name\",engine=~\"$engine\"}), \"who\", \"/\", \"namespace\", \"pod\", \"instance\"), \"who\", \"$1$2\", \"who\", \"[^/]*//(.*)|/?([^/]*/?[^/]+)/[^/]*\")",
-          "legendFormat": "KV usage (panel) {{who}} {{model_name}} engine {{engine}}",
+          "legendFormat": "KV usage (panel) {{`{{who}}`}} {{`{{model_name}}`}} engine {{`{{engine}}`}}",
           "refId": "A"
         },
         {
           "expr": "label_replace(label_join(max by (cluster, namespace, instance, pod, container, target, model_name, engine) (instance_engine:vllm_num_requests_waiting:max{cluster=~\"$cluster\",namespace=~\"$namespace\",pod=~\"$pod\",job=~\"$job\",model_name=~\"$model_name\",engine=~\"$engine\"}), \"who\", \"/\", \"namespace\", \"pod\", \"instance\"), \"who\", \"$1$2\", \"who\", \"[^/]*//(.*)|/?([^/]*/?[^/]+)/[^/]*\")",
-          "legendFormat": "waiting {{who}} {{model_name}} engine {{engine}}",
+          "legendFormat": "waiting {{`{{who}}`}} {{`{{model_name}}`}} engine {{`{{engine}}`}}",
           "refId": "B"
         },
         {
           "expr": "label_replace(label_join(max by (cluster, namespace, instance, pod, container, target, model_name, engine) (vllm_headroom_admission_headroom_requests{cluster=~\"$cluster\",namespace=~\"$namespace\",pod=~\"$pod\",model_name=~\"$model_name\",engine=~\"$engine\"}), \"who\", \"/\", \"namespace\", \"pod\", \"instance\"), \"who\", \"$1$2\", \"who\", \"[^/]*//(.*)|/?([^/]*/?[^/]+)/[^/]*\")",
-          "legendFormat": "admission headroom {{who}} {{model_name}} engine {{engine}}",
+          "legendFormat": "admission headroom {{`{{who}}`}} {{`{{model_name}}`}} engine {{`{{engine}}`}}",
           "refId": "C"
         },
         {
           "expr": "label_replace(label_join(max by (cluster, namespace, instance, pod, container, target, model_name, engine) (instance_engine:vllm_worst_case_blocks_per_request:ceil{cluster=~\"$cluster\",namespace=~\"$namespace\",pod=~\"$pod\",job=~\"$job\",model_name=~\"$model_name\",engine=~\"$engine\"}), \"who\", \"/\", \"namespace\", \"pod\", \"instance\"), \"who\", \"$1$2\", \"who\", \"[^/]*//(.*)|/?([^/]*/?[^/]+)/[^/]*\")",
-          "legendFormat": "worst-case blocks/request {{who}} {{model_name}} engine {{engine}}",
+          "legendFormat": "worst-case blocks/request {{`{{who}}`}} {{`{{model_name}}`}} engine {{`{{engine}}`}}",
           "refId": "D"
         },
         {
           "expr": "label_replace(label_join(max by (cluster, namespace, instance, pod, container, target, model_name, engine) (instance_engine:vllm_safe_headroom_requests:floor{cluster=~\"$cluster\",namespace=~\"$namespace\",pod=~\"$pod\",job=~\"$job\",model_name=~\"$model_name\",engine=~\"$engine\"}), \"who\", \"/\", \"namespace\", \"pod\", \"instance\"), \"who\", \"$1$2\", \"who\", \"[^/]*//(.*)|/?([^/]*/?[^/]+)/[^/]*\")",
-          "legendFormat": "safe headroom (requests) {{who}} {{model_name}} engine {{engine}}",
+          "legendFormat": "safe headroom (requests) {{`{{who}}`}} {{`{{model_name}}`}} engine {{`{{engine}}`}}",
           "refId": "E"
         }
       ],
@@ -897,12 +889,12 @@
       "targets": [
         {
           "expr": "label_replace(label_join(max by (cluster, namespace, instance, pod, container, target, model_name, engine) (instance_engine:vllm_kv_free_blocks:sub{cluster=~\"$cluster\",namespace=~\"$namespace\",pod=~\"$pod\",job=~\"$job\",model_name=~\"$model_name\",engine=~\"$engine\"}), \"who\", \"/\", \"namespace\", \"pod\", \"instance\"), \"who\", \"$1$2\", \"who\", \"[^/]*//(.*)|/?([^/]*/?[^/]+)/[^/]*\")",
-          "legendFormat": "free {{who}} {{model_name}} engine {{engine}}",
+          "legendFormat": "free {{`{{who}}`}} {{`{{model_name}}`}} engine {{`{{engine}}`}}",
           "refId": "A"
         },
         {
           "expr": "label_replace(label_join(max by (cluster, namespace, instance, pod, container, target, model_name, engine) (instance_engine:vllm_kv_capacity_blocks:usable{cluster=~\"$cluster\",namespace=~\"$namespace\",pod=~\"$pod\",job=~\"$job\",engine=~\"$engine\"}), \"who\", \"/\", \"namespace\", \"pod\", \"instance\"), \"who\", \"$1$2\", \"who\", \"[^/]*//(.*)|/?([^/]*/?[^/]+)/[^/]*\")",
-          "legendFormat": "usable {{who}} engine {{engine}}",
+          "legendFormat": "usable {{`{{who}}`}} engine {{`{{engine}}`}}",
           "refId": "B"
         }
       ],
@@ -1311,7 +1303,6 @@
           "showLegend": false
         },
         "mergeValues": true,
-        "perPage": 20,
         "rowHeight": 0.9,
         "showValue": "never",
         "tooltip": {
@@ -1323,12 +1314,12 @@
       "targets": [
         {
           "expr": "max by (verdict) (vllm_headroom_verdict{cluster=~\"$cluster\",namespace=~\"$namespace\",pod=~\"$pod\",model_name=~\"$model_name\",engine=~\"$engine\"}) > 0",
-          "legendFormat": "{{verdict}}",
+          "legendFormat": "{{`{{verdict}}`}}",
           "refId": "A"
         },
         {
           "expr": "max by (limit) (vllm_headroom_binding_limit{cluster=~\"$cluster\",namespace=~\"$namespace\",pod=~\"$pod\",model_name=~\"$model_name\",engine=~\"$engine\"}) > 0",
-          "legendFormat": "{{limit}}",
+          "legendFormat": "{{`{{limit}}`}}",
           "refId": "B"
         }
       ],
@@ -1354,7 +1345,7 @@
               },
               {
                 "color": "red",
-                "value": 0.1
+                "value": {{ .Values.prometheusRule.preemptionRatio }}
               }
             ]
           },
@@ -1385,7 +1376,7 @@
       "targets": [
         {
           "expr": "label_replace(label_join(max by (cluster, namespace, instance, pod, container, target, model_name, engine) (instance_engine:vllm_preemptions_per_request:ratio5m{cluster=~\"$cluster\",namespace=~\"$namespace\",pod=~\"$pod\",job=~\"$job\",model_name=~\"$model_name\",engine=~\"$engine\"}), \"who\", \"/\", \"namespace\", \"pod\", \"instance\"), \"who\", \"$1$2\", \"who\", \"[^/]*//(.*)|/?([^/]*/?[^/]+)/[^/]*\")",
-          "legendFormat": "{{who}} {{model_name}} engine {{engine}}",
+          "legendFormat": "{{`{{who}}`}} {{`{{model_name}}`}} engine {{`{{engine}}`}}",
           "refId": "A"
         }
       ],
@@ -1621,7 +1612,7 @@
       },
       "id": 18,
       "options": {
-        "content": "Alerts and what to do: [runbook](https://github.com/vllm-headroom/vllm-headroom/blob/main/docs/runbook.md). False-full: [https://github.com/vllm-headroom/vllm-headroom/blob/main/docs/runbook.md#vllmkvfalsefull](https://github.com/vllm-headroom/vllm-headroom/blob/main/docs/runbook.md#vllmkvfalsefull). Panels marked *needs the sidecar* stay empty without vllm-headroom next to the pod; everything else comes from vLLM's own metrics through the recording rules in `deploy/prometheus/`.",
+        "content": "Alerts and what to do: [runbook]({{ include "vllm-headroom.jsonString" .Values.prometheusRule.runbookBaseUrl }}). False-full: [{{ include "vllm-headroom.jsonString" .Values.prometheusRule.runbookBaseUrl }}#vllmkvfalsefull]({{ include "vllm-headroom.jsonString" .Values.prometheusRule.runbookBaseUrl }}#vllmkvfalsefull). Panels marked *needs the sidecar* stay empty without vllm-headroom next to the pod; everything else comes from vLLM's own metrics through the recording rules in `deploy/prometheus/`.",
         "mode": "markdown"
       },
       "repeatDirection": "h",
@@ -1640,10 +1631,6 @@
   "templating": {
     "list": [
       {
-        "allowCustomValue": true,
-        "auto": false,
-        "auto_count": 30,
-        "auto_min": "10s",
         "includeAll": false,
         "label": "Data source",
         "multi": false,
@@ -1654,10 +1641,6 @@
       },
       {
         "allValue": ".*",
-        "allowCustomValue": true,
-        "auto": false,
-        "auto_count": 30,
-        "auto_min": "10s",
         "datasource": {
           "type": "prometheus",
           "uid": "${datasource}"
@@ -1675,10 +1658,6 @@
       },
       {
         "allValue": ".*",
-        "allowCustomValue": true,
-        "auto": false,
-        "auto_count": 30,
-        "auto_min": "10s",
         "datasource": {
           "type": "prometheus",
           "uid": "${datasource}"
@@ -1696,10 +1675,6 @@
       },
       {
         "allValue": ".*",
-        "allowCustomValue": true,
-        "auto": false,
-        "auto_count": 30,
-        "auto_min": "10s",
         "datasource": {
           "type": "prometheus",
           "uid": "${datasource}"
@@ -1717,10 +1692,6 @@
       },
       {
         "allValue": ".*",
-        "allowCustomValue": true,
-        "auto": false,
-        "auto_count": 30,
-        "auto_min": "10s",
         "datasource": {
           "type": "prometheus",
           "uid": "${datasource}"
@@ -1738,10 +1709,6 @@
       },
       {
         "allValue": ".*",
-        "allowCustomValue": true,
-        "auto": false,
-        "auto_count": 30,
-        "auto_min": "10s",
         "datasource": {
           "type": "prometheus",
           "uid": "${datasource}"
@@ -1759,10 +1726,6 @@
       },
       {
         "allValue": ".*",
-        "allowCustomValue": true,
-        "auto": false,
-        "auto_count": 30,
-        "auto_min": "10s",
         "datasource": {
           "type": "prometheus",
           "uid": "${datasource}"

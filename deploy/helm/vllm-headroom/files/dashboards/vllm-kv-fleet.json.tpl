@@ -10,7 +10,6 @@
       "icon": "",
       "includeVars": true,
       "keepTime": true,
-      "placement": "inControlsMenu",
       "tags": [
         "vllm-headroom"
       ],
@@ -24,13 +23,12 @@
       "icon": "",
       "includeVars": false,
       "keepTime": false,
-      "placement": "inControlsMenu",
       "tags": [],
       "targetBlank": true,
       "title": "Runbook",
       "tooltip": "",
       "type": "link",
-      "url": "https://github.com/vllm-headroom/vllm-headroom/blob/main/docs/runbook.md"
+      "url": "{{ include "vllm-headroom.jsonString" .Values.prometheusRule.runbookBaseUrl }}"
     }
   ],
   "panels": [
@@ -71,7 +69,6 @@
         "graphMode": "area",
         "justifyMode": "auto",
         "orientation": "auto",
-        "percentChangeColorMode": "standard",
         "reduceOptions": {
           "calcs": [
             "lastNotNull"
@@ -118,7 +115,6 @@
         "graphMode": "area",
         "justifyMode": "auto",
         "orientation": "auto",
-        "percentChangeColorMode": "standard",
         "reduceOptions": {
           "calcs": [
             "lastNotNull"
@@ -165,7 +161,6 @@
         "graphMode": "area",
         "justifyMode": "auto",
         "orientation": "auto",
-        "percentChangeColorMode": "standard",
         "reduceOptions": {
           "calcs": [
             "lastNotNull"
@@ -212,7 +207,6 @@
         "graphMode": "area",
         "justifyMode": "auto",
         "orientation": "auto",
-        "percentChangeColorMode": "standard",
         "reduceOptions": {
           "calcs": [
             "lastNotNull"
@@ -259,7 +253,6 @@
         "graphMode": "area",
         "justifyMode": "auto",
         "orientation": "auto",
-        "percentChangeColorMode": "standard",
         "reduceOptions": {
           "calcs": [
             "lastNotNull"
@@ -306,7 +299,6 @@
         "graphMode": "area",
         "justifyMode": "auto",
         "orientation": "auto",
-        "percentChangeColorMode": "standard",
         "reduceOptions": {
           "calcs": [
             "lastNotNull"
@@ -528,7 +520,7 @@
       "targets": [
         {
           "expr": "sum by (model_name) (max by (cluster, namespace, instance, pod, container, target, model_name, engine) (instance_engine:vllm_kv_false_full:bool{cluster=~\"$cluster\",namespace=~\"$namespace\",job=~\"$job\",model_name=~\"$model_name\"}))",
-          "legendFormat": "{{model_name}}",
+          "legendFormat": "{{`{{model_name}}`}}",
           "refId": "A"
         }
       ],
@@ -572,7 +564,7 @@
       "targets": [
         {
           "expr": "bottomk(10, label_replace(label_join(max by (cluster, namespace, instance, pod, container, target, model_name, engine) (instance_engine:vllm_safe_headroom_requests:floor{cluster=~\"$cluster\",namespace=~\"$namespace\",job=~\"$job\",model_name=~\"$model_name\"}), \"who\", \"/\", \"namespace\", \"pod\", \"instance\"), \"who\", \"$1$2\", \"who\", \"[^/]*//(.*)|/?([^/]*/?[^/]+)/[^/]*\"))",
-          "legendFormat": "{{who}} {{model_name}} engine {{engine}}",
+          "legendFormat": "{{`{{who}}`}} {{`{{model_name}}`}} engine {{`{{engine}}`}}",
           "refId": "A"
         }
       ],
@@ -616,7 +608,7 @@
       "targets": [
         {
           "expr": "topk(10, label_replace(label_join(max by (cluster, namespace, instance, pod, container, target, model_name, engine) (instance_engine:vllm_num_requests_waiting:max{cluster=~\"$cluster\",namespace=~\"$namespace\",job=~\"$job\",model_name=~\"$model_name\"}), \"who\", \"/\", \"namespace\", \"pod\", \"instance\"), \"who\", \"$1$2\", \"who\", \"[^/]*//(.*)|/?([^/]*/?[^/]+)/[^/]*\"))",
-          "legendFormat": "{{who}} {{model_name}} engine {{engine}}",
+          "legendFormat": "{{`{{who}}`}} {{`{{model_name}}`}} engine {{`{{engine}}`}}",
           "refId": "A"
         }
       ],
@@ -660,12 +652,12 @@
       "targets": [
         {
           "expr": "sum by (model_name) (model_name:vllm_kv_free_blocks:sum{cluster=~\"$cluster\",namespace=~\"$namespace\",model_name=~\"$model_name\"})",
-          "legendFormat": "free {{model_name}}",
+          "legendFormat": "free {{`{{model_name}}`}}",
           "refId": "A"
         },
         {
           "expr": "sum by (model_name) (model_name:vllm_kv_capacity_blocks:sum{cluster=~\"$cluster\",namespace=~\"$namespace\",model_name=~\"$model_name\"})",
-          "legendFormat": "usable {{model_name}}",
+          "legendFormat": "usable {{`{{model_name}}`}}",
           "refId": "B"
         }
       ],
@@ -709,7 +701,7 @@
       "targets": [
         {
           "expr": "topk(10, label_replace(label_join(max by (cluster, namespace, instance, pod, container, target, model_name, engine) (instance_engine:vllm_num_preemptions:rate5m{cluster=~\"$cluster\",namespace=~\"$namespace\",job=~\"$job\",model_name=~\"$model_name\"}), \"who\", \"/\", \"namespace\", \"pod\", \"instance\"), \"who\", \"$1$2\", \"who\", \"[^/]*//(.*)|/?([^/]*/?[^/]+)/[^/]*\"))",
-          "legendFormat": "{{who}} {{model_name}} engine {{engine}}",
+          "legendFormat": "{{`{{who}}`}} {{`{{model_name}}`}} engine {{`{{engine}}`}}",
           "refId": "A"
         }
       ],
@@ -777,10 +769,6 @@
   "templating": {
     "list": [
       {
-        "allowCustomValue": true,
-        "auto": false,
-        "auto_count": 30,
-        "auto_min": "10s",
         "includeAll": false,
         "label": "Data source",
         "multi": false,
@@ -791,10 +779,6 @@
       },
       {
         "allValue": ".*",
-        "allowCustomValue": true,
-        "auto": false,
-        "auto_count": 30,
-        "auto_min": "10s",
         "datasource": {
           "type": "prometheus",
           "uid": "${datasource}"
@@ -812,10 +796,6 @@
       },
       {
         "allValue": ".*",
-        "allowCustomValue": true,
-        "auto": false,
-        "auto_count": 30,
-        "auto_min": "10s",
         "datasource": {
           "type": "prometheus",
           "uid": "${datasource}"
@@ -833,10 +813,6 @@
       },
       {
         "allValue": ".*",
-        "allowCustomValue": true,
-        "auto": false,
-        "auto_count": 30,
-        "auto_min": "10s",
         "datasource": {
           "type": "prometheus",
           "uid": "${datasource}"
@@ -854,10 +830,6 @@
       },
       {
         "allValue": ".*",
-        "allowCustomValue": true,
-        "auto": false,
-        "auto_count": 30,
-        "auto_min": "10s",
         "datasource": {
           "type": "prometheus",
           "uid": "${datasource}"

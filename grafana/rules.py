@@ -573,8 +573,8 @@ def alerts(cfg: Config) -> list[Alert]:
               f"sidecar of the pod gives the engine's KV capacity, for {_minutes(t_cap)}. vLLM V1 0.8.x exports "
               'num_gpu_blocks="None"; elsewhere the series or its label was dropped. VLLMKVFalseFull, '
               "VLLMKVOversubscribed and VLLMKVBlockLeak cannot judge this engine (VLLMKVCacheFull still fires on "
-              f"usage above {full}). Give the sidecar --num-gpu-blocks (vLLM's start-up log: 'Overriding "
-              "num_gpu_blocks' or '# GPU blocks'), keep vllm:cache_config_info in the scrape, or upgrade vLLM to 0.9+.",
+              f"usage above {full}). Give the sidecar --num-gpu-blocks (vLLM's start-up log: 'GPU KV cache size: T "
+              "tokens' / block size), keep vllm:cache_config_info in the scrape, or upgrade vLLM to 0.9+.",
               keep),
         # The sidecar by its configured scrape selector (Prometheus' own `up`: a sidecar that never came up exports
         # nothing) or by what it exported lately; one alert per pod whatever the number of scraping jobs, and none

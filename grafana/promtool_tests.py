@@ -36,6 +36,15 @@ BARE_SIDECAR = {"job": "vllm-headroom", "instance": "host-a:9478"}
 K8S = {"job": "llm/vllm", "namespace": "llm", "pod": "vllm-0", "container": "vllm", "instance": "10.0.0.5:8000"}
 K8S_SIDECAR = {**K8S, "job": "llm/vllm-headroom", "container": "vllm-headroom", "instance": "10.0.0.5:9478"}
 MODEL = "tiny-llama"
+# vllm:cache_config_info of V1 0.8.x: CacheConfig's fields as recorded from 0.8.5 (tests/fixtures/vllm-0.8.5-v0, the
+# same class on both engines), exported by the V1 front end before the engine core starts, so num_gpu_blocks is
+# still "None" and there is no `engine` label (reference vllm-metrics-and-admission.md §1.5, vLLM issue #15538).
+# tests/monitoring/test_versions.py checks these keys against the recording.
+V1_08_INFO = {"block_size": "32", "cache_dtype": "auto", "calculate_kv_scales": "False",
+              "cpu_kvcache_space_bytes": "1073741824", "cpu_offload_gb": "0", "enable_prefix_caching": "True",
+              "gpu_memory_utilization": "0.9", "is_attention_free": "False", "num_cpu_blocks": "None",
+              "num_gpu_blocks": "None", "num_gpu_blocks_override": "None", "prefix_caching_hash_algo": "builtin",
+              "sliding_window": "None", "swap_space": "4", "swap_space_bytes": "4294967296"}
 
 
 def _f(v: float | Fn) -> Fn:
@@ -138,7 +147,10 @@ class Engine:
     preempt_per_s: float = 0
     steps_per_s: float = 10
     num_gpu_blocks: str = "40"
+    # "0.32"; "0.10" adds the deprecated usage name (null block counted); "0.8" has only that name (V0 when
+    # engine=None); "0.8-v1": V1 0.8.x, that name, `engine` on the gauges, cache_config_info as V1_08_INFO.
     version: str = "0.32"
+    info: bool = True  # False: vllm:cache_config_info dropped by metricRelabelings
     reset_at: float | None = None
     up_from: float = 0  # seconds: series absent before (loading)
     up_until: float | None = None  # seconds: series absent from then on (down)
@@ -183,12 +195,14 @@ class Engine:
             c = Clock(c.interval, lambda t: self._stale(t, c.interval))
         lb = self.engine_labels
         info = {k: v for k, v in lb.items() if k != "model_name"}
-        out = [c.series("vllm:cache_config_info",
-                        {**info, "block_size": "32", "num_gpu_blocks": self.num_gpu_blocks,
-                         "enable_prefix_caching": "True"}, self.gated(1))]
+        if self.version == "0.8-v1":
+            info = {**{k: v for k, v in info.items() if k != "engine"}, **V1_08_INFO}
+        else:
+            info = {**info, "block_size": "32", "num_gpu_blocks": self.num_gpu_blocks, "enable_prefix_caching": "True"}
+        out = [c.series("vllm:cache_config_info", info, self.gated(1))] if self.info else []
         names = {"0.32": ["vllm:kv_cache_usage_perc"],
                  "0.10": ["vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"],
-                 "0.8": ["vllm:gpu_cache_usage_perc"]}[self.version]
+                 "0.8": ["vllm:gpu_cache_usage_perc"], "0.8-v1": ["vllm:gpu_cache_usage_perc"]}[self.version]
         for n in names:
             out.append(c.series(n, lb, self.gated(self.usage)))
         out += [c.series("vllm:num_requests_running", lb, self.gated(self.running)),
@@ -246,6 +260,9 @@ class Pod:
     waiting: float = 0  # the sidecar's vllm_headroom_requests_waiting beside that verdict
     flicker: tuple[tuple[str, float], ...] = ()  # instead of `verdict`: a repeating cycle of (verdict, seconds)
     undetermined: str | None = None  # vllm_headroom_capacity_undetermined{reason} of that engine
+    # (usable blocks, block size) the sidecar exports for that engine (vllm_headroom_kv_capacity_blocks,
+    # vllm_headroom_block_size_tokens), e.g. from its --num-gpu-blocks flag on V1 0.8.x
+    capacity: tuple[float, float] | None = None
 
     def vllm_up(self, t: float) -> bool:
         gap = self.vllm_gap is not None and self.vllm_gap[0] <= t < self.vllm_gap[1]
@@ -326,6 +343,11 @@ class Pod:
         if self.undetermined is not None:
             out.append(c.series("vllm_headroom_capacity_undetermined", {**eng, "reason": self.undetermined},
                                 scraped(_f(1.0))))
+        if self.capacity is not None:
+            ok = scraped(lambda t: 1.0 if self.sidecar_ok(t) else None)  # exported only while vLLM answers it
+            for name, n in zip(("vllm_headroom_kv_capacity_blocks", "vllm_headroom_block_size_tokens"),
+                               self.capacity, strict=True):
+                out.append(c.series(name, eng, lambda t, n=n: n if ok(t) else None))  # type: ignore[misc]
         return out
 
     def alert_labels(self, which: str) -> Labels:
@@ -440,6 +462,97 @@ def _liveness_cases() -> list[tuple[Case, Case]]:
     ]
 
 
+def _capacity_cases() -> list[tuple[Case, Case]]:
+    """Engines whose capacity vLLM's cache_config_info does not give: V1 0.8.x (num_gpu_blocks="None", no `engine`
+    label on the info) and an info series dropped by metricRelabelings. The rules take the sidecar's capacity where
+    it has one; where nobody has one, a warning while requests wait, never on an idle engine."""
+    ff = {"usage": 0.26, "waiting": 50}
+    rec = "instance_engine:"
+    v1 = Engine(**ff, version="0.8-v1")  # type: ignore[arg-type]
+    eng, lb = v1.alert_labels, v1.engine_labels
+    cap = {**BARE, "engine": "0"}
+    v0 = Engine(**ff, engine=None, version="0.8", info=False)  # type: ignore[arg-type]
+    idle = {"usage": 0.0, "running": 0, "steps_per_s": 0, "finished_per_s": 0}
+    return [
+        # usage counts the null block on V1 0.8: used = round(0.26 * 40) - 1 = 9 of 39 usable, 30 free
+        (Case("V1 0.8.x exposition (num_gpu_blocks=\"None\", info without engine), the sidecar knows the capacity "
+              "(--num-gpu-blocks): false-full pages on it", [v1], [Pod(capacity=(39, 32))],
+              fires=[Expect("VLLMKVFalseFull", eng, 50)],
+              exprs=[(f"{rec}vllm_kv_capacity_blocks:usable", [(cap, 39)]),
+                     (f"{rec}vllm_block_size_tokens:max", [(cap, 32)]),
+                     (f"{rec}vllm_null_block:bool", [(cap, 1)]),
+                     (f"{rec}vllm_kv_used_blocks:round", [(lb, 9)]),
+                     (f"{rec}vllm_kv_free_blocks:sub", [(lb, 30)]),
+                     (f"{rec}vllm_kv_false_full:bool", [(lb, 1)]),
+                     (f"{rec}vllm_kv_capacity_unknown:bool", [(lb, 0)])]),
+         Case("V1 0.8.x exposition, the sidecar knows the capacity, healthy", [Engine(version="0.8-v1")],
+              [Pod(capacity=(39, 32))])),
+        (Case("V1 0.8.x exposition, nobody knows the capacity, 50 wait under 26 %: the capacity-unknown warning, "
+              "false-full unjudged", [v1], [Pod(undetermined="missing")],
+              fires=[Expect("VLLMKVCapacityUnknown", eng, 50)], early={"VLLMKVCapacityUnknown": "14m"},
+              exprs=[(f"{rec}vllm_kv_capacity_unknown:bool", [(lb, 1)]),
+                     (f"{rec}vllm_block_size_tokens:max", [(cap, 32)]),
+                     (f"{rec}vllm_kv_full:bool", [(lb, 0)])]),
+         Case("V1 0.8.x exposition, nobody knows the capacity, idle engine: the flag for dashboards, no alert",
+              [Engine(**idle, version="0.8-v1")], [Pod(undetermined="missing")],  # type: ignore[arg-type]
+              exprs=[(f"{rec}vllm_kv_capacity_unknown:bool", [(lb, 1)])])),
+        (Case("V1 0.8.x exposition, nobody knows the capacity, 95 % used, 20 waiting: KV-full on usage alone, "
+              "no capacity warning", [Engine(usage=0.95, waiting=20, version="0.8-v1")], [Pod(undetermined="missing")],
+              fires=[Expect("VLLMKVCacheFull", eng, 20)]),
+         Case("V1 0.8.x exposition, nobody knows the capacity, 95 % used, nothing waits: quiet",
+              [Engine(usage=0.95, version="0.8-v1")], [Pod(undetermined="missing")])),
+        # V0's series carry no engine label, its sidecar's engine is "0": the engine-less copy joins them.
+        (Case("V0 with cache_config_info dropped by metricRelabelings: false-full on the sidecar's capacity",
+              [v0], [Pod(capacity=(40, 32))], fires=[Expect("VLLMKVFalseFull", v0.alert_labels, 50)],
+              exprs=[(f"{rec}vllm_kv_capacity_blocks:usable", [(dict(BARE), 40)]),
+                     (f"{rec}vllm_kv_free_blocks:sub", [(v0.engine_labels, 30)])]),
+         Case("V0 with cache_config_info dropped, the sidecar's capacity, healthy",
+              [Engine(engine=None, version="0.8", info=False)], [Pod(capacity=(40, 32))])),
+        (Case("cache_config_info dropped and no sidecar: the capacity-unknown warning while 50 wait",
+              [Engine(**ff, info=False)], [Pod(sidecar=None)],  # type: ignore[arg-type]
+              fires=[Expect("VLLMKVCapacityUnknown", eng, 50)]),
+         Case("cache_config_info dropped and no sidecar, nothing waits: quiet", [Engine(info=False)],
+              [Pod(sidecar=None)])),
+    ]
+
+
+def _verdict_window_cases() -> list[tuple[Case, Case]]:
+    """The sidecar's verdict alerts page only while requests wait, and a flickering never_fits pages as the verdict
+    that holds most of the window."""
+    side = {"instance": BARE_SIDECAR["instance"], "model_name": MODEL, "engine": "0", "host": "host-a"}
+    k8s_side = {k: v for k, v in Pod(labels=dict(K8S), sidecar=dict(K8S_SIDECAR)).alert_labels("sidecar").items()}
+    k8s_side.update({"model_name": MODEL, "engine": "0"})
+    eng = Engine().alert_labels
+    nothing_runs = {"usage": 0.0, "running": 0, "steps_per_s": 0, "finished_per_s": 0}
+    k8s = {"labels": dict(K8S), "sidecar": dict(K8S_SIDECAR)}
+    return [
+        (Case("never_fits in Kubernetes with 10 waiting: the critical never-fits page",
+              [Engine(**nothing_runs, labels=dict(K8S), waiting=10)],  # type: ignore[arg-type]
+              [Pod(**k8s, verdict="never_fits", waiting=10)],  # type: ignore[arg-type]
+              fires=[Expect("VLLMHeadroomNeverFits", k8s_side, 10)]),
+         Case("never_fits still held by a lagging sidecar after the queue drained (0 waiting): no page",
+              [Engine(**nothing_runs, labels=dict(K8S))],  # type: ignore[arg-type]
+              [Pod(**k8s, verdict="never_fits", waiting=0)])),  # type: ignore[arg-type]
+        (Case("budget_full in Kubernetes with 50 waiting: the budget page",
+              [Engine(usage=0.26, waiting=50, labels=dict(K8S))],
+              [Pod(**k8s, verdict="budget_full", waiting=50)],  # type: ignore[arg-type]
+              fires=[Expect("VLLMHeadroomBudgetFull", k8s_side, 50)]),
+         Case("budget_full still held by a lagging sidecar after the queue drained (0 waiting): no page",
+              [Engine(usage=0.26, labels=dict(K8S))],
+              [Pod(**k8s, verdict="budget_full", waiting=0)])),  # type: ignore[arg-type]
+        # Nothing runs, no engine step: the raw state of both never_fits and stuck. never_fits replaces stuck only
+        # while it holds most of the window.
+        (Case("the sidecar's verdict flickers, never_fits 3 minutes, stuck 1, under a standing queue: the never-fits "
+              "page alone, kept", [Engine(**nothing_runs, waiting=10)],  # type: ignore[arg-type]
+              [Pod(flicker=(("never_fits", 180), ("stuck", 60)), waiting=10)],
+              fires=[Expect("VLLMHeadroomNeverFits", side, 10)], also_at=["20m", "25m"]),
+         Case("the verdict flickers the other way, never_fits 1 minute, stuck 3: the stuck page alone",
+              [Engine(**nothing_runs, waiting=10)],  # type: ignore[arg-type]
+              [Pod(flicker=(("never_fits", 60), ("stuck", 180)), waiting=10)],
+              fires=[Expect("VLLMSchedulerStuck", eng, 10)], also_at=["20m", "25m"])),
+    ]
+
+
 def _cases() -> list[tuple[Case, Case]]:
     """(firing, quiet) twins."""
     ff = {"usage": 0.26, "waiting": 50}
@@ -463,6 +576,8 @@ def _cases() -> list[tuple[Case, Case]]:
              .alert_labels("sidecar").items() if k != "target"}  # the sidecar's own pod IP as host
     return [
         *_liveness_cases(),
+        *_capacity_cases(),
+        *_verdict_window_cases(),
         (Case("false-full: 26 % used, 50 waiting, all slots taken", [e_ff], [Pod()],
               fires=[Expect("VLLMKVFalseFull", eng, 50)], early={"VLLMKVFalseFull": "4m"},
               exprs=[(f"{rec}vllm_kv_capacity_blocks:usable", [(cap, 39)]),

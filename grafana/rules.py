@@ -2,7 +2,10 @@
 
 The recording rules mirror exporter/pipeline/derive.py where raw vLLM data allows it:
 
-  N  = num_gpu_blocks of one engine  = label of vllm:cache_config_info / engines of the API server
+  N  = num_gpu_blocks of one engine  = label of vllm:cache_config_info / engines of the API server; where it has no
+                                       number (V1 0.8.x: "None") or is not scraped, B is the sidecar's
+                                       vllm_headroom_kv_capacity_blocks of the same pod and engine, else unknown
+                                       (instance_engine:vllm_kv_capacity_unknown:bool, VLLMKVCapacityUnknown)
   B  = usable blocks                 = N - 1 (block 0 is V1's null block); N on V0 (no null block; its series
                                        carry no `engine` label, every V1's do)
   used = round(u * (B + c)) - c      c = 1 where usage counts the null block (V1 <= 0.10, recognised by the
@@ -57,16 +60,49 @@ def _now(cfg: Config, selector: str) -> str:
     return f"last_over_time({selector}[{cfg.scrape_gap}])"
 
 
+def _cache_info(cfg: Config) -> str:
+    """vllm:cache_config_info per API server and engine. V1 0.8.x exports it without `engine` while its gauges carry
+    engine "0" (reference §1.5, `loggers.py:348-366 @0.8.5`): that info is engine 0's, relabelled so it joins. V0's
+    (no `engine` anywhere) stays engine-less."""
+    info = _now(cfg, f"vllm:cache_config_info{cfg.sel()}")
+    engineless = _now(cfg, f"vllm:cache_config_info{cfg.sel(V0_SERIES)}")
+    v1 = f"group by ({cfg.by()}) ({_now(cfg, 'vllm:num_requests_running' + cfg.sel(V1_SERIES))})"
+    relabelled = f'label_replace(\n{engineless}\nand on ({cfg.by()})\n{v1}\n, "engine", "0", "engine", "")'
+    return f"(\n{relabelled}\nor\n(\n{info}\nunless on ({cfg.by()})\n{relabelled}\n)\n)"
+
+
 def _label_value(cfg: Config, label: str) -> str:
     """A numeric label of vllm:cache_config_info as a sample value, per API server and engine: the largest, when a
-    restart with another config leaves the old info series within the scrape-gap bridge for a few minutes."""
-    info = _now(cfg, f"vllm:cache_config_info{cfg.sel()}")
+    restart with another config leaves the old info series within the scrape-gap bridge for a few minutes. No
+    sample where the label is not a number (V1 0.8.x exports num_gpu_blocks="None") or missing: histogram_quantile
+    of the lone +Inf bucket is NaN, dropped by `>= 0`, so a fallback can take its place."""
+    info = _cache_info(cfg)
     return (
-        f"histogram_quantile(1, max by ({cfg.by('engine', 'le')}) (\n"
+        f"(histogram_quantile(1, max by ({cfg.by('engine', 'le')}) (\n"
         f'  label_replace({info}, "le", "$1", "{label}", "([0-9]+)") * 0\n'
         f'  or label_replace({info}, "le", "+Inf", "engine", ".*") * 0 + 1\n'
-        f"))"
+        f")) >= 0)"
     )
+
+
+def _from_sidecar(cfg: Config, metric: str) -> str:
+    """The sidecar's per-engine `metric` (e.g. vllm_headroom_kv_capacity_blocks) moved onto vLLM's own series of the
+    same pod and engine: per API server (full identity) and engine, like the rules it stands in for. The three
+    joins are _pod_matches' (cluster on both sides, on vLLM's only, on the sidecar's only) with the sidecar's
+    value carried over. V0's series have no engine label while its sidecar calls the one engine "0": an engine-less
+    copy joins them."""
+    on = ", ".join((*POD_JOIN, "model_name", "engine"))
+    vllm = _host(f"max by ({cfg.by('model_name', 'engine')}) ({_now(cfg, 'vllm:num_requests_running' + cfg.sel())})"
+                 " * 0")
+
+    def side(matcher: str, by: str) -> str:
+        s = _now(cfg, f"{metric}{{{matcher}}}" if matcher else metric)
+        return f"max by ({by}) (\n" + _host(f'{s}\nor\nlabel_replace({s}, "engine", "", "engine", "0")') + "\n)"
+
+    pairs = [(f"cluster, {on}", side("", f"cluster, {on}")), (on, side('cluster=""', on)),
+             (f"cluster, {on}", side("", on))]
+    joined = "\nor\n".join(f"(\n{vllm}\n+ on ({o}) group_left ()\n{r}\n)" for o, r in pairs)
+    return f"max by ({cfg.by('engine')}) (\n{joined}\n)"
 
 
 def _top_bucket(cfg: Config, histogram: str) -> str:
@@ -180,18 +216,24 @@ def recording_rules(cfg: Config) -> list[dict[str, str]]:
     r: list[tuple[str, str]] = [
         # Engines, not info series: across a restart that changed the config, the old info series is still within
         # the scrape-gap bridge beside the new one.
-        ("instance:vllm_engines:count",
-         f"count by ({cfg.by()}) (max by ({e}) ({now('vllm:cache_config_info' + s)}))"),
-        # From 0.9 num_gpu_blocks is the sum over the data-parallel engines of one API server.
+        ("instance:vllm_engines:count", f"count by ({cfg.by()}) (max by ({e}) ({_cache_info(cfg)}))"),
+        # From 0.9 num_gpu_blocks is the sum over the data-parallel engines of one API server. Absent where
+        # cache_config_info has no number (V1 0.8.x: "None"), lacks the label, or is not scraped.
         (f"{R}vllm_num_gpu_blocks:per_engine",
          _label_value(cfg, "num_gpu_blocks") + f"\n/ on ({cfg.by()}) group_left ()\ninstance:vllm_engines:count"),
-        (f"{R}vllm_block_size_tokens:max", _label_value(cfg, "block_size")),
-        # 1 where block 0 is vLLM's null block (V1: its series carry `engine`); 0 on V0, whose pool has none.
+        # cache_config_info's, else the sidecar's (its --block-size flag or vLLM's command line).
+        (f"{R}vllm_block_size_tokens:max",
+         f"{_label_value(cfg, 'block_size')}\nor on ({e})\n{_from_sidecar(cfg, 'vllm_headroom_block_size_tokens')}"),
+        # 1 where block 0 is vLLM's null block (V1: its series carry `engine`, V1 0.8.x's cache_config_info does
+        # not); 0 on V0, whose pool has none.
         (f"{R}vllm_null_block:bool",
-         f"max by ({e}) ({now('vllm:cache_config_info' + cfg.sel(V1_SERIES))} * 0 + 1)\n"
-         f"or\nmax by ({e}) ({now('vllm:cache_config_info' + cfg.sel(V0_SERIES))} * 0)"),
+         f"max by ({e}) ({now('vllm:num_requests_running' + cfg.sel(V1_SERIES))} * 0 + 1)\n"
+         f"or\nmax by ({e}) ({now('vllm:num_requests_running' + cfg.sel(V0_SERIES))} * 0)"),
+        # From cache_config_info; where it has no number, the sidecar's usable blocks (null block already out) of
+        # the same pod and engine, which it takes from its --num-gpu-blocks flag. Neither: capacity unknown below.
         (f"{R}vllm_kv_capacity_blocks:usable",
-         f"{R}vllm_num_gpu_blocks:per_engine\n- on ({e})\n{R}vllm_null_block:bool"),
+         f"(\n{R}vllm_num_gpu_blocks:per_engine\n- on ({e})\n{R}vllm_null_block:bool\n)\n"
+         f"or on ({e})\n{_from_sidecar(cfg, 'vllm_headroom_kv_capacity_blocks')}"),
         (f"{R}vllm_kv_capacity_tokens:usable",
          f"{R}vllm_kv_capacity_blocks:usable\n* on ({e}) group_left ()\n{R}vllm_block_size_tokens:max"),
         # vllm:kv_cache_usage_perc from 0.9, vllm:gpu_cache_usage_perc before (both in 0.9-0.10: the new one wins).
@@ -283,6 +325,14 @@ def recording_rules(cfg: Config) -> list[dict[str, str]]:
          f"    + ({R}vllm_kv_free_blocks:sub < bool {R}vllm_prompt_blocks:ceil)\n"
          "  ) > bool 0\n"
          f"  or\n  ({R}vllm_kv_usage_ratio:max_over_time{w} >= bool {cfg.full_usage})\n)"),
+        # 1 where the rules have no KV capacity or block size for an engine, 0 where they have both: V1 0.8.x
+        # (num_gpu_blocks="None") or a cache_config_info dropped by metricRelabelings (or without the label), and no
+        # sidecar of the pod that knows the number. Free blocks, false-full, headroom and leak are then unjudged;
+        # KV-full falls back to usage alone. For dashboards, and VLLMKVCapacityUnknown while requests wait.
+        (f"{R}vllm_kv_capacity_unknown:bool",
+         f"(\n  {R}vllm_num_requests_running:max * 0 + 1\n  unless on ({e})\n"
+         f"  ({R}vllm_kv_capacity_blocks:usable and on ({e}) {R}vllm_block_size_tokens:max)\n)\n"
+         f"or\n{R}vllm_num_requests_running:max * 0"),
         # Scheduler makes no step while schedulable requests wait, and the engine is not asleep.
         (f"{R}vllm_stuck:bool",
          f"(\n  ({R}vllm_num_requests_waiting_schedulable:max > 0)\n  and on ({me})\n"
@@ -386,8 +436,10 @@ def alerts(cfg: Config) -> list[Alert]:
         return out
 
     def sidecar(v: str) -> str:
-        """Waiting requests of an engine whose sidecar verdict `v` held over the window, as an engine alert."""
-        return engine("vllm_headroom_requests_waiting\nand ignoring (verdict)\n"
+        """Waiting requests of an engine whose sidecar verdict `v` held over the window, as an engine alert; only
+        while requests wait, like every verdict alert (a verdict the sidecar still holds after the queue drained is
+        no page)."""
+        return engine("vllm_headroom_requests_waiting > 0\nand ignoring (verdict)\n"
                       f'({held(v)})', awake=False)
 
     storm = f"({R}vllm_preemptions_per_request:ratio{w} >= {cfg.preemption_ratio:g})"
@@ -402,7 +454,7 @@ def alerts(cfg: Config) -> list[Alert]:
                                   f("VLLMStartupSlow", "1m"), f("VLLMMetricsAbsent", "10m"))
     t_never, t_budget, t_cfg = (f("VLLMHeadroomNeverFits", "2m"), f("VLLMHeadroomBudgetFull", "10m"),
                                 f("VLLMHeadroomCapacityConfigError", "10m"))
-    t_hist = f("VLLMKVHistogramsMissing", "15m")
+    t_hist, t_cap = f("VLLMKVHistogramsMissing", "15m"), f("VLLMKVCapacityUnknown", "15m")
     keep = cfg.keep_firing_for
     kv_full = f"({R}vllm_kv_full:bool == 1)"
     limit, after = parse_duration(cfg.startup_limit), parse_duration(cfg.target_down_after)
@@ -509,6 +561,21 @@ def alerts(cfg: Config) -> list[Alert]:
               "VLLMKVOversubscribed stay silent for this engine (VLLMKVCacheFull still fires on usage). Keep "
               "vllm:request_prompt_tokens_bucket and vllm:request_params_max_tokens_bucket in the scrape's "
               "metricRelabelings.", keep),
+        # The rules have no KV capacity for the engine (V1 0.8.x exports num_gpu_blocks="None") and no sidecar of
+        # the pod knows it: say so only while it matters, requests waiting below the full-usage threshold (above
+        # it KV-full judges by usage alone) and no stuck scheduler (its own page); an idle engine never alerts.
+        Alert("VLLMKVCapacityUnknown",
+              engine(f"{R}vllm_num_requests_waiting:max > 0\nand on ({me})\n({R}vllm_kv_capacity_unknown:bool == 1)\n"
+                     f"unless on ({me})\n{kv_full}\nunless on ({me})\n{R}vllm_stuck:bool"),
+              t_cap, "warning",
+              "vLLM's KV capacity is unknown to the rules: KV alerts cannot judge this engine while requests wait.",
+              f"{ENGINE}: {{{{ $value | humanize }}}} requests wait and neither vLLM's vllm:cache_config_info nor a "
+              f"sidecar of the pod gives the engine's KV capacity, for {_minutes(t_cap)}. vLLM V1 0.8.x exports "
+              'num_gpu_blocks="None"; elsewhere the series or its label was dropped. VLLMKVFalseFull, '
+              "VLLMKVOversubscribed and VLLMKVBlockLeak cannot judge this engine (VLLMKVCacheFull still fires on "
+              f"usage above {full}). Give the sidecar --num-gpu-blocks (vLLM's start-up log: 'GPU KV cache size: T "
+              "tokens' / block size), keep vllm:cache_config_info in the scrape, or upgrade vLLM to 0.9+.",
+              keep),
         # The sidecar by its configured scrape selector (Prometheus' own `up`: a sidecar that never came up exports
         # nothing) or by what it exported lately; one alert per pod whatever the number of scraping jobs, and none
         # while any job still gets its series.

@@ -33,7 +33,8 @@ FIXTURES = ROOT / "tests" / "fixtures" / "vllm-0.32.0"
 REQUIRED_ALERTS = {"VLLMKVFalseFull", "VLLMKVCacheFull", "VLLMPreemptionStorm", "VLLMKVOversubscribed",
                    "VLLMSchedulerStuck", "VLLMEngineAsleepWithQueue", "VLLMKVBlockLeak", "VLLMHeadroomSidecarDown",
                    "VLLMHeadroomTargetDown", "VLLMStartupSlow", "VLLMMetricsAbsent", "VLLMHeadroomNeverFits",
-                   "VLLMHeadroomBudgetFull", "VLLMHeadroomCapacityConfigError", "VLLMKVHistogramsMissing"}
+                   "VLLMHeadroomBudgetFull", "VLLMHeadroomCapacityConfigError", "VLLMKVHistogramsMissing",
+                   "VLLMKVCapacityUnknown"}
 # Names the rules read that the recorded vLLM 0.32.0 does not export: older versions' (see
 # ../shared/reference/vllm-metrics-and-admission.md) and Prometheus' own.
 OLDER_VERSIONS = {"vllm:gpu_cache_usage_perc"}  # V0 and V1 <= 0.10 (hidden in 0.11, gone from 0.12)

@@ -238,11 +238,14 @@ def test_false_full_alert_fires_through_the_rules_api(stack: Stack) -> None:
     ff = [a for a in alerts if a["labels"]["alertname"] == "VLLMKVFalseFull" and a["state"] == "firing"]
     assert ff and ff[0]["labels"]["severity"] == "warning"
     assert ff[0]["annotations"]["runbook_url"].endswith("docs/runbook.md#vllmkvfalsefull")
-    assert ff[0]["annotations"]["description"].startswith(f"{NAMESPACE}/{POD} (tiny-llama, engine 0): ")
-    assert ff[0]["labels"]["pod"] == POD and "job" not in ff[0]["labels"] and ff[0]["labels"]["host"] == "127.0.0.1"
+    endpoint = stack.query("vllm:num_requests_running")[0]["metric"]["instance"]  # the replayed vLLM's address
+    assert ff[0]["annotations"]["description"].startswith(f"{NAMESPACE}/{POD} at {endpoint} (tiny-llama, engine 0): ")
+    assert ff[0]["labels"]["pod"] == POD and "job" not in ff[0]["labels"]
+    assert ff[0]["labels"]["vllm_endpoint"] == endpoint
     # The healthy-path alerts stay quiet on this incident.
     quiet = {"VLLMKVCacheFull", "VLLMPreemptionStorm", "VLLMSchedulerStuck", "VLLMHeadroomTargetDown",
-             "VLLMHeadroomSidecarDown", "VLLMMetricsAbsent", "VLLMStartupSlow", "VLLMEngineAsleepWithQueue"}
+             "VLLMHeadroomSidecarDown", "VLLMMetricsAbsent", "VLLMStartupSlow", "VLLMEngineAsleepWithQueue",
+             "VLLMHeadroomVllmNotScraped"}
     assert not [a for a in alerts if a["labels"]["alertname"] in quiet and a["state"] == "firing"]
 
 

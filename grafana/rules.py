@@ -584,7 +584,8 @@ def alerts(cfg: Config) -> list[Alert]:
               f"max by ({cfg.dedup('target', ENDPOINT)}) (\n"
               + _unless_same_pod(_endpoint(f"min_over_time(vllm_headroom_up[{w}]) == 1"), scraped) + "\n)",
               t_unscraped, "warning", "The sidecar reads vLLM's metrics, but Prometheus does not scrape vLLM.",
-              f"The sidecar of {WHERE} has read vLLM's engine metrics ({{{{ $labels.target }}}}) for "
+              f"The sidecar of {WHERE} has read vLLM's engine metrics"
+              "{{ if $labels.target }} at {{ $labels.target }}{{ end }} for "
               f"{_minutes(t_unscraped)}, but Prometheus holds no vllm:* "
               "series of that vLLM: false-full, KV-full, storm, stuck and every other engine alert are silent for it. "
               "Check what should scrape vLLM: the monitor's vLLM endpoint must name vLLM's container port (Helm: "

@@ -271,7 +271,10 @@ def test_budget_full_pages_as_itself_not_as_false_full(tmp_path: Path) -> None:
         alerts = s.get("/api/v1/alerts")["data"]["alerts"]
         bf = [a for a in alerts if a["labels"]["alertname"] == "VLLMHeadroomBudgetFull" and a["state"] == "firing"]
         assert bf[0]["labels"]["pod"] == POD and bf[0]["labels"]["model_name"] == "tiny-llama", bf
-        assert bf[0]["annotations"]["description"].startswith(f"{NAMESPACE}/{POD} (tiny-llama, engine 0): ")
+        endpoint = url.split("//", 1)[1]  # the sidecar's --target: the replayed vLLM's host:port
+        assert bf[0]["labels"]["vllm_endpoint"] == endpoint, bf
+        text = bf[0]["annotations"]["description"]
+        assert text.startswith(f"{NAMESPACE}/{POD} at {endpoint} (tiny-llama, engine 0): "), text
         assert not firing("VLLMKVFalseFull")
         # Everything Prometheus stored: the rules' false-full flag held for longer than the alert's for: (8
         # evaluations in a row, 1 s apart, against for: 5s), so only the verdict can have kept the page out.

@@ -51,6 +51,10 @@ class Config:
     startup_limit: str = "20m"
     # The sidecar cannot reach a vLLM that Prometheus still scrapes (not a reload): a warning after this long.
     target_down_after: str = "5m"
+    # The sidecar has scraped vLLM with its engine metrics for the whole window (so not while it loads or reloads, and
+    # not the --disable-log-stats case) while Prometheus holds no vllm:* series of that vLLM (its monitor's port name
+    # does not match vLLM's, scrapeVllm is off and nothing else scrapes it): a warning after this much longer.
+    vllm_not_scraped_after: str = "10m"
     # `for:` of alerts by name; tests against a live Prometheus shorten them.
     for_: dict[str, str] = field(default_factory=dict)
     runbook_url: str = RUNBOOK_URL

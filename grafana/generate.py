@@ -116,6 +116,7 @@ HELM_KNOBS = (
     HelmKnob("scrape_gap", "prometheusRule.scrapeGap", "duration", "8643m"),
     HelmKnob("startup_limit", "prometheusRule.startupLimit", "duration", "8644m"),
     HelmKnob("target_down_after", "prometheusRule.targetDownAfter", "duration", "8645m"),
+    HelmKnob("vllm_not_scraped_after", "prometheusRule.vllmNotScrapedAfter", "duration", "8646m"),
 )
 # vllm_selector is structural (empty: no matcher block at all), so the chart holds the rule twice and picks one.
 HELM_RULE = "vllm-headroom-prometheusrule.json.tpl"

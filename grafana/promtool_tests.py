@@ -18,7 +18,7 @@ from typing import Any
 from exporter.core.units import parse_duration
 
 from .config import Config
-from .rules import LOOPBACK, Alert, alert_rule, alerts, render
+from .rules import ENDPOINT, LOOPBACK, Alert, alert_rule, alerts, render
 
 INTERVALS = ("15s", "30s", "60s")
 MINUTES = 30  # simulated time of every case
@@ -185,9 +185,9 @@ class Engine:
 
     @property
     def alert_labels(self) -> Labels:
-        """Labels of this engine's alerts: identity without job, plus host."""
+        """Labels of this engine's alerts: identity without job, plus vLLM's endpoint."""
         out = {k: v for k, v in self.engine_labels.items() if k != "job"}
-        out["host"] = host_of(self.labels["instance"])
+        out[ENDPOINT] = _plain(self.labels["instance"])
         return out
 
     def series(self, c: Clock) -> list[dict[str, str]]:
@@ -248,8 +248,9 @@ class Pod:
     sidecar_scraped_until: float | None = None  # Prometheus stops reaching the sidecar
     sidecar_never_up: bool = False  # the sidecar never answered Prometheus (crash loop, image pull error)
     sidecar_jobs: tuple[str, ...] = ()  # further jobs scraping the same sidecar (a ServiceMonitor and a PodMonitor)
-    # A sidecar watching several servers: `target` (vLLM's URL) on its per-target series; the sidecar's own `up`
-    # is emitted by the pod whose `sidecar_owner` is True.
+    # `target` (vLLM's URL) on the sidecar's per-target series; None: http://127.0.0.1:<vLLM's port>, a sidecar beside
+    # its vLLM. A sidecar watching several servers is one Pod per server; the sidecar's own `up` is emitted by the
+    # pod whose `sidecar_owner` is True.
     sidecar_target: str | None = None
     sidecar_owner: bool = True
     no_vllm_metrics: bool = False  # --disable-log-stats: vLLM answers without vllm:* series
@@ -263,6 +264,7 @@ class Pod:
     # (usable blocks, block size) the sidecar exports for that engine (vllm_headroom_kv_capacity_blocks,
     # vllm_headroom_block_size_tokens), e.g. from its --num-gpu-blocks flag on V1 0.8.x
     capacity: tuple[float, float] | None = None
+    vllm_scraped: bool = True  # False: no job scrapes vLLM (a monitor's port name that matches no port): no `up` either
 
     def vllm_up(self, t: float) -> bool:
         gap = self.vllm_gap is not None and self.vllm_gap[0] <= t < self.vllm_gap[1]
@@ -276,7 +278,7 @@ class Pod:
         return 1.0 if self.vllm_up(t) else 0.0
 
     def series(self, c: Clock) -> list[dict[str, str]]:
-        out = [c.series("up", self.labels, lambda t: 1 if self.vllm_up(t) else 0)]
+        out = [c.series("up", self.labels, lambda t: 1 if self.vllm_up(t) else 0)] if self.vllm_scraped else []
         if self.api_requests:
             out.append(c.series("http_requests_total", {**self.labels, "handler": self.api_handler, "method":
                                                         "GET" if self.api_handler == "/v1/models" else "POST",
@@ -313,8 +315,7 @@ class Pod:
                 out.append(c.series("process_start_time_seconds", s, scraped(lambda t: 0.0)))
         if self.sidecar_never_up:
             return out
-        if self.sidecar_target is not None:
-            s = {**s, "target": self.sidecar_target}
+        s = {**s, "target": self.target}
         out += [
             c.series("vllm_headroom_up", s, scraped(self.sidecar_ok)),
             c.series("vllm_headroom_target_down_since_timestamp_seconds", s, scraped(down_since)),
@@ -350,21 +351,37 @@ class Pod:
                 out.append(c.series(name, eng, lambda t, n=n: n if ok(t) else None))  # type: ignore[misc]
         return out
 
+    @property
+    def target(self) -> str:
+        return self.sidecar_target or "http://127.0.0.1:" + self.labels["instance"].rsplit(":", 1)[1]
+
     def alert_labels(self, which: str) -> Labels:
-        """Labels of a liveness alert about this pod's vLLM or sidecar: identity without job, plus host."""
+        """Labels of a liveness alert about this pod's vLLM (`vllm`), its sidecar's report on it (`sidecar`: with the
+        target and vLLM's endpoint) or the sidecar itself (`sidecar_down`): identity without job."""
         base = self.labels if which == "vllm" else (self.sidecar or {})
         out = {k: v for k, v in base.items() if k != "job"}
-        if which == "sidecar" and self.sidecar_target is not None:
-            out["target"] = self.sidecar_target
-            target_host = host_of(self.sidecar_target.split("//", 1)[1].split("/", 1)[0])
-            if not re.fullmatch(LOOPBACK, target_host):  # a loopback target is the sidecar's own pod or machine
-                return {**out, "host": target_host}
-        return {**out, "host": host_of(base["instance"])}
+        if which == "sidecar_down":
+            return out
+        if which == "sidecar":
+            return {**out, "target": self.target, ENDPOINT: endpoint_of(self.target, base["instance"])}
+        return {**out, ENDPOINT: _plain(base["instance"])}
 
 
-def host_of(instance: str) -> str:
-    """The instance without its port, as the rules' `host` label."""
-    return re.sub(r":[0-9]+$", "", instance)
+def _plain(endpoint: str) -> str:
+    """Without a default port, as the rules drop it (Prometheus 2 adds it to a port-less instance, 3 does not)."""
+    m = re.fullmatch(r"(.*[^:]):(?:80|443)", endpoint)
+    return m.group(1) if m else endpoint
+
+
+def endpoint_of(target: str, sidecar_instance: str) -> str:
+    """The rules' `vllm_endpoint` of a sidecar's series: its target's host:port; a loopback target is the sidecar's
+    own host with the target's port (a port-less sidecar instance, relabeled to a name, is taken whole)."""
+    authority = re.sub(r"^[A-Za-z][A-Za-z0-9+.-]*://", "", target).split("/", 1)[0]
+    loop = re.fullmatch(LOOPBACK + r"(:[0-9]+)?", authority)
+    if loop:
+        host = re.fullmatch(r"(.+?):[0-9]+", sidecar_instance)
+        authority = host.group(1) + (loop.group(1) or "") if host else sidecar_instance
+    return _plain(authority)
 
 
 @dataclass
@@ -391,6 +408,8 @@ def _liveness_cases() -> list[tuple[Case, Case]]:
     """Field defects of the liveness alerts and the sidecar-engine joins (issue 12, second review)."""
     ff = {"usage": 0.26, "waiting": 50}
     k8s = Pod(labels=dict(K8S), sidecar=dict(K8S_SIDECAR)).alert_labels("sidecar")
+    k8s_sidecar = Pod(labels=dict(K8S), sidecar=dict(K8S_SIDECAR)).alert_labels("sidecar_down")
+    k8s_engine = {k: v for k, v in k8s.items() if k != "target"}  # an engine alert from the sidecar's series
     bare = Pod().alert_labels("sidecar")
     gone, unreachable = {"cause": "vllm_down"}, {"cause": "sidecar_unreachable"}  # VLLMHeadroomTargetDown's two rules
     router = {**K8S, "job": "llm/router", "pod": "router-0", "container": "router", "instance": "10.0.0.9:8080"}
@@ -405,7 +424,7 @@ def _liveness_cases() -> list[tuple[Case, Case]]:
         (Case("--disable-log-stats under KServe's job name, traffic on /v1/completions: the sidecar's evidence pages",
               [], [Pod(labels=isvc, sidecar=dict(K8S_SIDECAR), no_vllm_metrics=True, api_requests=True,
                        api_handler="/v1/completions")],
-              fires=[Expect("VLLMMetricsAbsent", {"namespace": "llm", "pod": "vllm-0", "host": "10.0.0.5"})]),
+              fires=[Expect("VLLMMetricsAbsent", {"namespace": "llm", "pod": "vllm-0", ENDPOINT: "10.0.0.5:8000"})]),
          Case("a FastAPI router in the cluster (http_requests_total on /v1/completions, no vllm:*) is not vLLM", [],
               [Pod(labels=router, sidecar=None, api_requests=True, api_handler="/v1/completions")])),
         (Case("outside Kubernetes, a sidecar on host b watches hosts a and b, a's vLLM down 25 minutes: host b's "
@@ -423,7 +442,7 @@ def _liveness_cases() -> list[tuple[Case, Case]]:
               [Engine(up_until=1440)], [Pod(vllm_up_until=1440)])),
         (Case("the sidecar never came up (crash loop): Prometheus' up == 0 of the sidecar job pages",
               [Engine(labels=dict(K8S))], [Pod(labels=dict(K8S), sidecar=dict(K8S_SIDECAR), sidecar_never_up=True)],
-              fires=[Expect("VLLMHeadroomSidecarDown", k8s)]),
+              fires=[Expect("VLLMHeadroomSidecarDown", k8s_sidecar)]),
          Case("another exporter in the pod never came up: not the sidecar, quiet", [Engine(labels=dict(K8S))],
               [Pod(labels=dict(K8S), sidecar={**K8S_SIDECAR, "job": "llm/dcgm-exporter", "container": "dcgm"},
                    sidecar_never_up=True)])),
@@ -440,7 +459,7 @@ def _liveness_cases() -> list[tuple[Case, Case]]:
         (Case("cluster label on vLLM's series only, budget_full verdict: the budget page replaces false-full",
               [Engine(**ff, labels=dict(in_a))],  # type: ignore[arg-type]
               [Pod(labels=dict(in_a), sidecar=dict(K8S_SIDECAR), verdict="budget_full", waiting=50)],
-              fires=[Expect("VLLMHeadroomBudgetFull", {**k8s, "model_name": MODEL, "engine": "0"}, 50)]),
+              fires=[Expect("VLLMHeadroomBudgetFull", {**k8s_engine, "model_name": MODEL, "engine": "0"}, 50)]),
          Case("cluster label on vLLM's series only, slots_full verdict: the false-full page",
               [Engine(**ff, labels=dict(in_a))],  # type: ignore[arg-type]
               [Pod(labels=dict(in_a), sidecar=dict(K8S_SIDECAR), verdict="slots_full", waiting=50)],
@@ -454,7 +473,7 @@ def _liveness_cases() -> list[tuple[Case, Case]]:
         (Case("sidecar scraped by two jobs, no longer scraped by either: one sidecar-down alert",
               [Engine(labels=dict(K8S))],
               [Pod(labels=dict(K8S), sidecar_scraped_until=600, **two_jobs)],  # type: ignore[arg-type]
-              fires=[Expect("VLLMHeadroomSidecarDown", k8s)]),
+              fires=[Expect("VLLMHeadroomSidecarDown", k8s_sidecar)]),
          Case("sidecar scraped by two jobs, one of them fails: still scraped, quiet", [Engine(labels=dict(K8S))],
               [Pod(labels=dict(K8S), sidecar=dict(K8S_SIDECAR)),
                Pod(labels={**K8S, "job": "vllm"}, sidecar={**K8S_SIDECAR, "job": "vllm-headroom"},
@@ -519,8 +538,10 @@ def _capacity_cases() -> list[tuple[Case, Case]]:
 def _verdict_window_cases() -> list[tuple[Case, Case]]:
     """The sidecar's verdict alerts page only while requests wait, and a flickering never_fits pages as the verdict
     that holds most of the window."""
-    side = {"instance": BARE_SIDECAR["instance"], "model_name": MODEL, "engine": "0", "host": "host-a"}
-    k8s_side = {k: v for k, v in Pod(labels=dict(K8S), sidecar=dict(K8S_SIDECAR)).alert_labels("sidecar").items()}
+    side = {"instance": BARE_SIDECAR["instance"], "model_name": MODEL, "engine": "0", ENDPOINT: "host-a:8000"}
+    # a verdict alert is an engine alert: it keeps vLLM's endpoint, not the sidecar's target URL
+    k8s_side = {k: v for k, v in Pod(labels=dict(K8S), sidecar=dict(K8S_SIDECAR)).alert_labels("sidecar").items()
+                if k != "target"}
     k8s_side.update({"model_name": MODEL, "engine": "0"})
     eng = Engine().alert_labels
     nothing_runs = {"usage": 0.0, "running": 0, "steps_per_s": 0, "finished_per_s": 0}
@@ -553,6 +574,76 @@ def _verdict_window_cases() -> list[tuple[Case, Case]]:
     ]
 
 
+def _endpoint_cases() -> list[tuple[Case, Case]]:
+    """Two vLLMs on one machine or in one pod, told apart by their port (issue 12, fourth review: `host` without the
+    port let one's outage or verdict silence the other), and a vLLM its sidecar reads but Prometheus does not scrape."""
+    ff = {"usage": 0.26, "waiting": 50}
+    gone = {"cause": "vllm_down"}
+    a, b = dict(BARE), {**BARE, "instance": "host-a:8001"}
+    side_a, side_b = dict(BARE_SIDECAR), {**BARE_SIDECAR, "instance": "host-a:9479"}
+    b_ff = Engine(labels=b).alert_labels
+    own = [Pod(labels=a, sidecar=side_a, vllm_up_until=300), Pod(labels=b, sidecar=side_b)]
+    multi = [Pod(labels=a, sidecar=side_a, sidecar_target="http://127.0.0.1:8000", vllm_up_until=300),
+             Pod(labels=b, sidecar=side_a, sidecar_target="http://localhost:8001/", sidecar_owner=False)]
+    k_a, k_b = dict(K8S), {**K8S, "instance": "10.0.0.5:8001", "container": "vllm-b"}
+
+    def in_pod(**pod_a: Any) -> list[Pod]:
+        """One pod, two vLLMs (8000, 8001) of the same model, one sidecar watching both over the loopback."""
+        return [Pod(labels=k_a, sidecar=dict(K8S_SIDECAR), sidecar_target="http://127.0.0.1:8000", **pod_a),
+                Pod(labels=k_b, sidecar=dict(K8S_SIDECAR), sidecar_target="http://127.0.0.1:8001",
+                    sidecar_owner=False, verdict="slots_full", waiting=50)]
+
+    k_side_a = {k: v for k, v in in_pod()[0].alert_labels("sidecar").items() if k != "target"}
+    op = {**K8S, "job": "llm/my-podmonitor"}
+    unscraped_k8s = Pod(labels=dict(K8S), sidecar=dict(K8S_SIDECAR), vllm_scraped=False)
+    unscraped_bare = Pod(vllm_scraped=False)
+    return [
+        (Case("two vLLMs on one host outside Kubernetes (8000, 8001), each with its sidecar, 8000 down 25 minutes: "
+              "its own warning, and 8001's false-full still pages",
+              [Engine(labels=a, up_until=300), Engine(**ff, labels=b)], own,  # type: ignore[arg-type]
+              fires=[Expect("VLLMHeadroomTargetDown", {**own[0].alert_labels("sidecar"), **gone}),
+                     Expect("VLLMKVFalseFull", b_ff, 50)]),
+         Case("two vLLMs on one host outside Kubernetes, each with its sidecar, 8000 down, 8001 healthy",
+              [Engine(labels=a, up_until=300), Engine(labels=b)], own,
+              fires=[Expect("VLLMHeadroomTargetDown", {**own[0].alert_labels("sidecar"), **gone})])),
+        (Case("two vLLMs on one host outside Kubernetes, one multi-target sidecar (127.0.0.1:8000, localhost:8001), "
+              "8000 down 25 minutes: its own warning, and 8001's false-full still pages",
+              [Engine(labels=a, up_until=300), Engine(**ff, labels=b)], multi,  # type: ignore[arg-type]
+              fires=[Expect("VLLMHeadroomTargetDown", {**multi[0].alert_labels("sidecar"), **gone}),
+                     Expect("VLLMKVFalseFull", b_ff, 50)]),
+         Case("two vLLMs on one host outside Kubernetes, one multi-target sidecar, 8000 down, 8001 healthy",
+              [Engine(labels=a, up_until=300), Engine(labels=b)], multi,
+              fires=[Expect("VLLMHeadroomTargetDown", {**multi[0].alert_labels("sidecar"), **gone})])),
+        (Case("two vLLMs in one pod on two ports, same model: 8000's budget_full verdict does not silence 8001's "
+              "false-full", [Engine(**ff, labels=k_a), Engine(**ff, labels=k_b)],  # type: ignore[arg-type]
+              in_pod(verdict="budget_full", waiting=50),
+              fires=[Expect("VLLMHeadroomBudgetFull", {**k_side_a, "model_name": MODEL, "engine": "0"}, 50),
+                     Expect("VLLMKVFalseFull", Engine(labels=k_b).alert_labels, 50)]),
+         Case("two vLLMs in one pod on two ports, 8000 budget_full, 8001 healthy: the budget page alone",
+              [Engine(**ff, labels=k_a), Engine(labels=k_b)],  # type: ignore[arg-type]
+              in_pod(verdict="budget_full", waiting=50),
+              fires=[Expect("VLLMHeadroomBudgetFull", {**k_side_a, "model_name": MODEL, "engine": "0"}, 50)])),
+        (Case("two vLLMs in one pod on two ports, 8000 down 25 minutes: its own warning, 8001's false-full pages",
+              [Engine(labels=k_a, up_until=300), Engine(**ff, labels=k_b)],  # type: ignore[arg-type]
+              in_pod(vllm_up_until=300),
+              fires=[Expect("VLLMHeadroomTargetDown", {**in_pod()[0].alert_labels("sidecar"), **gone}),
+                     Expect("VLLMKVFalseFull", Engine(labels=k_b).alert_labels, 50)]),
+         Case("two vLLMs in one pod on two ports, 8000 down 25 minutes, 8001 healthy",
+              [Engine(labels=k_a, up_until=300), Engine(labels=k_b)], in_pod(vllm_up_until=300),
+              fires=[Expect("VLLMHeadroomTargetDown", {**in_pod()[0].alert_labels("sidecar"), **gone})])),
+        (Case("the sidecar reads vLLM but no job scrapes vLLM (PodMonitor port name does not match): a warning",
+              [], [unscraped_k8s], fires=[Expect("VLLMHeadroomVllmNotScraped", unscraped_k8s.alert_labels("sidecar"))],
+              early={"VLLMHeadroomVllmNotScraped": "9m"}),
+         Case("vLLM scraped under an operator-style job name (its own PodMonitor): quiet", [Engine(labels=op)],
+              [Pod(labels=op, sidecar=dict(K8S_SIDECAR))])),
+        (Case("outside Kubernetes, the sidecar reads vLLM but nothing scrapes vLLM: a warning", [], [unscraped_bare],
+              fires=[Expect("VLLMHeadroomVllmNotScraped", unscraped_bare.alert_labels("sidecar"))]),
+         Case("--disable-log-stats, vLLM scraped: MetricsAbsent's page alone, not also not-scraped", [],
+              [Pod(no_vllm_metrics=True, api_requests=True)],
+              fires=[Expect("VLLMMetricsAbsent", {ENDPOINT: "host-a:8000"})])),
+    ]
+
+
 def _cases() -> list[tuple[Case, Case]]:
     """(firing, quiet) twins."""
     ff = {"usage": 0.26, "waiting": 50}
@@ -563,7 +654,7 @@ def _cases() -> list[tuple[Case, Case]]:
 
     e_ff = Engine(**ff)  # type: ignore[arg-type]
     eng = e_ff.alert_labels
-    side = {"instance": BARE_SIDECAR["instance"], "model_name": MODEL, "engine": "0", "host": "host-a"}
+    side = {"instance": BARE_SIDECAR["instance"], "model_name": MODEL, "engine": "0", ENDPOINT: "host-a:8000"}
     cap = {**BARE, "engine": "0"}
     two_cluster = [{**K8S, "cluster": c} for c in ("a", "b")]
     two_models = [{**K8S, "instance": f"10.0.0.5:{p}", "container": f"vllm-{m}"}
@@ -573,11 +664,12 @@ def _cases() -> list[tuple[Case, Case]]:
     unreachable = {**Pod().alert_labels("sidecar"), "cause": "sidecar_unreachable"}  # VLLMHeadroomTargetDown's rule
     e_k8s = Engine(**ff, labels=dict(K8S))  # type: ignore[arg-type]
     local = {k: v for k, v in Pod(labels=dict(K8S), sidecar=dict(K8S_SIDECAR), sidecar_target="http://localhost:8000")
-             .alert_labels("sidecar").items() if k != "target"}  # the sidecar's own pod IP as host
+             .alert_labels("sidecar").items() if k != "target"}  # the sidecar's own pod IP and vLLM's port
     return [
         *_liveness_cases(),
         *_capacity_cases(),
         *_verdict_window_cases(),
+        *_endpoint_cases(),
         (Case("false-full: 26 % used, 50 waiting, all slots taken", [e_ff], [Pod()],
               fires=[Expect("VLLMKVFalseFull", eng, 50)], early={"VLLMKVFalseFull": "4m"},
               exprs=[(f"{rec}vllm_kv_capacity_blocks:usable", [(cap, 39)]),
@@ -731,17 +823,17 @@ def _cases() -> list[tuple[Case, Case]]:
               fires=[Expect("VLLMHeadroomTargetDown", unreachable),
                      Expect("VLLMKVFalseFull", eng, 50)])),
         (Case("sidecar no longer scraped", [Engine()], [Pod(sidecar_scraped_until=600)],
-              fires=[Expect("VLLMHeadroomSidecarDown", Pod().alert_labels("sidecar"))]),
+              fires=[Expect("VLLMHeadroomSidecarDown", Pod().alert_labels("sidecar_down"))]),
          Case("sidecar scraped", [Engine()], [Pod()])),
         (Case("--disable-log-stats under an operator job name: one page from the sidecar and vLLM's API series",
               [], [Pod(labels={**K8S, "job": "llm/my-podmonitor"}, sidecar=dict(K8S_SIDECAR), no_vllm_metrics=True,
                        api_requests=True)],
-              fires=[Expect("VLLMMetricsAbsent", {"namespace": "llm", "pod": "vllm-0", "host": "10.0.0.5"})]),
+              fires=[Expect("VLLMMetricsAbsent", {"namespace": "llm", "pod": "vllm-0", ENDPOINT: "10.0.0.5:8000"})]),
          Case("same operator job name with engine metrics", [Engine(labels={**K8S, "job": "llm/my-podmonitor"})],
               [Pod(labels={**K8S, "job": "llm/my-podmonitor"}, sidecar=dict(K8S_SIDECAR), api_requests=True)])),
         (Case("--disable-log-stats outside Kubernetes: recognised by the sidecar, whatever vLLM's job name",
               [], [Pod(labels={**BARE, "job": "kserve-predictor"}, no_vllm_metrics=True, api_requests=True)],
-              fires=[Expect("VLLMMetricsAbsent", {"host": "host-a"})]),
+              fires=[Expect("VLLMMetricsAbsent", {ENDPOINT: "host-a:8000"})]),
          Case("a non-vLLM target under a vllm-like job name", [],
               [Pod(labels={**BARE, "job": "vllm-router"}, sidecar=None)])),
         # --- KV/engine field defects (issue 12 review): histograms dropped, scrape gaps, one page per fault,
@@ -829,7 +921,7 @@ def _cases() -> list[tuple[Case, Case]]:
               [Engine()], [Pod(sidecar_fails=(300, 10**6))],
               fires=[Expect("VLLMHeadroomTargetDown", unreachable)])),
         (Case("a multi-target sidecar in a Kubernetes pod watches vLLM at http://localhost:8000, budget_full: the "
-              "budget page alone (host is the pod IP, not localhost)", [e_k8s],
+              "budget page alone (the endpoint is the pod IP and vLLM's port, not localhost)", [e_k8s],
               [Pod(labels=dict(K8S), sidecar=dict(K8S_SIDECAR), sidecar_target="http://localhost:8000",
                    verdict="budget_full", waiting=50)],
               fires=[Expect("VLLMHeadroomBudgetFull", {**local, "model_name": MODEL, "engine": "0"}, 50)]),

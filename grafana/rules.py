@@ -17,8 +17,10 @@ The recording rules mirror exporter/pipeline/derive.py where raw vLLM data allow
 Identity: every aggregation keeps cluster, namespace, job, instance, pod and container (whichever are present), and
 every join matches on all of them, so one pod scraped by two jobs, two clusters with the same pod IP, two API
 servers in one pod and data-parallel engines never collide. Alerts drop `job` (`max without`), so a pod scraped by
-two jobs pages once, and carry `host` (the instance without its port), the label an engine alert shares with its
-sidecar's alerts outside Kubernetes (inside, namespace and pod).
+two jobs pages once, and carry `vllm_endpoint`, the host:port of the vLLM they are about: vLLM's own `instance`, or
+the sidecar's `target` URL (its host:port; a loopback target is the sidecar's own host with the target's port). It is
+the label an engine alert shares with its sidecar's alerts: alone outside Kubernetes, beside namespace and pod inside.
+Two vLLMs on one machine (or in one pod) on ports 8000 and 8001 are two endpoints and never silence each other.
 
 Windows: every range is WINDOW (5m), at least four samples at a 60 s scrape interval. Usage is classified on
 max_over_time over that window (hysteresis), so usage hovering at the threshold does not flip false-full and
@@ -92,12 +94,12 @@ def _from_sidecar(cfg: Config, metric: str) -> str:
     value carried over. V0's series have no engine label while its sidecar calls the one engine "0": an engine-less
     copy joins them."""
     on = ", ".join((*POD_JOIN, "model_name", "engine"))
-    vllm = _host(f"max by ({cfg.by('model_name', 'engine')}) ({_now(cfg, 'vllm:num_requests_running' + cfg.sel())})"
+    vllm = _endpoint(f"max by ({cfg.by('model_name', 'engine')}) ({_now(cfg, 'vllm:num_requests_running' + cfg.sel())})"
                  " * 0")
 
     def side(matcher: str, by: str) -> str:
         s = _now(cfg, f"{metric}{{{matcher}}}" if matcher else metric)
-        return f"max by ({by}) (\n" + _host(f'{s}\nor\nlabel_replace({s}, "engine", "", "engine", "0")') + "\n)"
+        return f"max by ({by}) (\n" + _endpoint(f'{s}\nor\nlabel_replace({s}, "engine", "", "engine", "0")') + "\n)"
 
     pairs = [(f"cluster, {on}", side("", f"cluster, {on}")), (on, side('cluster=""', on)),
              (f"cluster, {on}", side("", on))]
@@ -152,29 +154,37 @@ def _bucket_quantile(cfg: Config, histogram: str) -> str:
 # A sidecar target on the loopback interface (localhost, 127.0.0.0/8, [::1]; 0.0.0.0 connects there too) is vLLM in
 # the sidecar's own network namespace: the same pod or machine. RE2 has no lookahead, hence the joined helper label.
 LOOPBACK = r"(?:localhost|127(?:\.[0-9]+){3}|0\.0\.0\.0|\[::1\])"
-_TMP = "vllm_headroom_host_tmp"
+ENDPOINT = "vllm_endpoint"
+_TMP = "vllm_headroom_endpoint_tmp"
 
 
-def _host(expr: str) -> str:
-    """`expr` with a `host` label: the machine (or pod IP) of the vLLM a series is about, without the port.
+def _endpoint(expr: str) -> str:
+    """`expr` with a `vllm_endpoint` label: host:port of the vLLM a series is about.
 
-    From `instance` (IPv6 and port-less instances, as Prometheus 3 keeps them, included); a sidecar watching
-    several servers labels their series with `target` (the vLLM URL), whose host wins, so one sidecar's report about
-    host a's vLLM never lands on the host the sidecar runs on. A loopback target (localhost, 127.0.0.0/8, [::1]) is
-    the sidecar's own pod or machine: `host` stays the sidecar's instance, which is what vLLM's series carry (a
-    Kubernetes pod IP), never `localhost`."""
+    vLLM's own series: their `instance`. The sidecar's: its `target` (the vLLM URL it scrapes; every per-target series
+    carries it), scheme and path dropped, so one sidecar's report about host a's vLLM never lands on the host the
+    sidecar runs on, nor one vLLM's on another vLLM of the same machine. A loopback target (localhost, 127.0.0.0/8,
+    [::1]) is the sidecar's own pod or machine: the sidecar's instance host with the target's port, which is what
+    vLLM's series carry (a Kubernetes pod IP and vLLM's port), never `localhost`; a sidecar instance without a port
+    (relabeled to the pod's name) is taken whole, as vLLM's then is. A default port (:80, :443) is
+    dropped on both sides: Prometheus 2 adds it to a port-less instance, Prometheus 3 and a URL do not."""
     port = "(?::[0-9]+)?"
-    by_instance = f'label_replace(\n{expr}\n, "host", "$1", "instance", "(.+?){port}")'
-    by_target = f'label_replace(\n{by_instance}\n, "host", "$1", "target", "https?://([^/]+?){port}(?:/.*)?")'
-    joined = f'label_join(\n{by_target}\n, "{_TMP}", "@", "host", "instance")'
+    scheme = "[A-Za-z][A-Za-z0-9+.-]*"
+    by_instance = f'label_replace(\n{expr}\n, "{ENDPOINT}", "$1", "instance", "(.+)")'
+    by_target = f'label_replace(\n{by_instance}\n, "{ENDPOINT}", "$1", "target", "{scheme}://([^/]+)(?:/.*)?")'
+    joined = f'label_join(\n{by_target}\n, "{_TMP}", "@", "{ENDPOINT}", "instance")'
     loopback = LOOPBACK.replace("\\", "\\\\")  # a PromQL string literal
-    back = f'label_replace(\n{joined}\n, "host", "$1", "{_TMP}", "{loopback}@(.+?){port}")'
-    return f'label_replace(\n{back}\n, "{_TMP}", "", "{_TMP}", ".*")'
+    # A port-less sidecar instance (relabeled to a pod or host name) means vLLM's is port-less too: taken as is.
+    bare = f'label_replace(\n{joined}\n, "{ENDPOINT}", "$1", "{_TMP}", "{loopback}{port}@(.+)")'
+    back = f'label_replace(\n{bare}\n, "{ENDPOINT}", "${{2}}${{1}}", "{_TMP}", "{loopback}(:[0-9]+)?@(.+?):[0-9]+")'
+    plain = f'label_replace(\n{back}\n, "{ENDPOINT}", "$1", "{ENDPOINT}", "(.*[^:]):(?:80|443)")'
+    return f'label_replace(\n{plain}\n, "{_TMP}", "", "{_TMP}", ".*")'
 
 
-# Labels a vLLM series and its sidecar's series of one pod always share: namespace and pod in Kubernetes, host
-# everywhere. `cluster` is matched when both sides carry it; a per-job relabeling often adds it on one side only.
-POD_JOIN = ("namespace", "pod", "host")
+# Labels a vLLM series and its sidecar's series about the same vLLM always share: namespace and pod in Kubernetes,
+# the endpoint everywhere. `cluster` is matched when both sides carry it; a per-job relabeling often adds it on one
+# side only.
+POD_JOIN = ("namespace", "pod", ENDPOINT)
 
 
 def _pod_matches(rhs: Callable[[str], str], *extra: str) -> list[tuple[str, str]]:
@@ -198,7 +208,7 @@ def _and_same_pod(lhs: str, rhs: Callable[[str], str], *extra: str) -> str:
 def scraped_vllm(cfg: Config, matcher: str) -> str:
     """vLLM's own engine series, present: Prometheus scrapes it (not down, not reloading)."""
     return (f"group by (cluster, {', '.join(POD_JOIN)}) (\n"
-            + _host(f"vllm:num_requests_running{cfg.sel(matcher)}") + "\n)")
+            + _endpoint(f"vllm:num_requests_running{cfg.sel(matcher)}") + "\n)")
 
 
 def recording_rules(cfg: Config) -> list[dict[str, str]]:
@@ -338,12 +348,12 @@ def recording_rules(cfg: Config) -> list[dict[str, str]]:
          f"(\n  ({R}vllm_num_requests_waiting_schedulable:max > 0)\n  and on ({me})\n"
          f"  ({R}vllm_engine_steps:rate{w} == 0)\n  unless on ({me})\n  ({R}vllm_engine_asleep:bool > 0)\n) * 0 + 1"),
         # The sidecar could not scrape its vLLM once in the window (down, or never up yet) and Prometheus has no
-        # vLLM series of that pod either: vLLM is truly down. `host` joins it to the engine's alerts. A single failed
-        # scrape does not count: it would restart every engine alert's `for:`. A sidecar that cannot reach a vLLM
-        # Prometheus scrapes fine (wrong port, NetworkPolicy, TLS) says nothing about the engine: the engine alerts,
-        # from vLLM's own series, still page then (beside VLLMHeadroomTargetDown).
+        # vLLM series of that endpoint either: vLLM is truly down. `vllm_endpoint` joins it to the engine's alerts.
+        # A single failed scrape does not count: it would restart every engine alert's `for:`. A sidecar that cannot
+        # reach a vLLM Prometheus scrapes fine (wrong port, NetworkPolicy, TLS) says nothing about the engine: the
+        # engine alerts, from vLLM's own series, still page then (beside VLLMHeadroomTargetDown).
         ("instance:vllm_headroom_target_down:bool",
-         _unless_same_pod(_host(f"max_over_time(vllm_headroom_up[{w}]) == 0"), lambda m: scraped_vllm(cfg, m))),
+         _unless_same_pod(_endpoint(f"max_over_time(vllm_headroom_up[{w}]) == 0"), lambda m: scraped_vllm(cfg, m))),
     ]
     # Per model; a pod scraped by two jobs counts once (max over the identity without job).
     fleet_by = ", ".join(lbl for lbl in cfg.identity if lbl in ("cluster", "namespace")) + ", model_name"
@@ -379,8 +389,12 @@ class Alert:
     labels: tuple[tuple[str, str], ...] = ()  # static labels beside severity (two rules of one alert apart)
 
 
-# Which pod: namespace/pod in Kubernetes, the scrape address elsewhere.
-WHERE = "{{ if $labels.pod }}{{ $labels.namespace }}/{{ $labels.pod }}{{ else }}{{ $labels.instance }}{{ end }}"
+# Which vLLM: namespace/pod and its endpoint in Kubernetes (a pod may run two vLLMs), the endpoint elsewhere (vLLM's
+# host:port, also in a sidecar's alert, whose own instance is the sidecar's address).
+WHERE = ("{{ if $labels.pod }}{{ $labels.namespace }}/{{ $labels.pod }} at {{ $labels.vllm_endpoint }}"
+         "{{ else }}{{ $labels.vllm_endpoint }}{{ end }}")
+# Which sidecar: its own pod and address.
+SIDECAR = "{{ if $labels.pod }}of {{ $labels.namespace }}/{{ $labels.pod }} {{ end }}at {{ $labels.instance }}"
 # Which engine: V0 (vLLM <= 0.10 with VLLM_USE_V1=0) labels no engine, so the part is left out there.
 ENGINE = (f"{WHERE} ({{{{ $labels.model_name }}}}"
           "{{ if $labels.engine }}, engine {{ $labels.engine }}{{ end }})")
@@ -394,8 +408,8 @@ def _minutes(d: str) -> str:
 def alerts(cfg: Config) -> list[Alert]:
     """The alerts, each with its own `unless` against the alert that explains it (one fault, one page)."""
     me = cfg.by("model_name", "engine")
-    ded = cfg.dedup("model_name", "engine", "host")
-    pod = "cluster, namespace, pod, host"
+    ded = cfg.dedup("model_name", "engine", ENDPOINT)
+    pod = f"cluster, namespace, pod, {ENDPOINT}"
     w = WINDOW
     full = f"{cfg.full_usage:g}"
 
@@ -418,15 +432,15 @@ def alerts(cfg: Config) -> list[Alert]:
         # V0's series have no engine label while its sidecar calls the one engine "0": an engine-less copy of
         # engine 0's verdict joins them (a V1 alert always has its engine, so the copy never matches one).
         return (f"max by ({pod}, model_name, engine) (\n"
-                + _host(f'{said}\nor\nlabel_replace({said}, "engine", "", "engine", "0")') + "\n)")
+                + _endpoint(f'{said}\nor\nlabel_replace({said}, "engine", "", "engine", "0")') + "\n)")
 
     def engine(expr: str, explained_by: str = "", awake: bool = True) -> str:
-        """Per engine, one series per pod whatever the number of scraping jobs, with `host`, unless the sidecar
+        """Per engine, one series per pod whatever the number of scraping jobs, with `vllm_endpoint`, unless the sidecar
         says the target is down, the sidecar's verdict `explained_by` (a regex) held over the window, or the engine
         sleeps (sleep mode is deliberate: only VLLMEngineAsleepWithQueue, an info, speaks of it)."""
         if awake:
             expr = f"(\n{expr}\n)\nunless on ({me})\n({R}vllm_engine_asleep:bool > 0)"
-        out = _unless_same_pod(f"max by ({ded}) (\n{_host(expr)}\n)",
+        out = _unless_same_pod(f"max by ({ded}) (\n{_endpoint(expr)}\n)",
                                lambda m: f"instance:vllm_headroom_target_down:bool{{{m}}}" if m
                                else "instance:vllm_headroom_target_down:bool")
         if explained_by:
@@ -455,6 +469,7 @@ def alerts(cfg: Config) -> list[Alert]:
     t_never, t_budget, t_cfg = (f("VLLMHeadroomNeverFits", "2m"), f("VLLMHeadroomBudgetFull", "10m"),
                                 f("VLLMHeadroomCapacityConfigError", "10m"))
     t_hist, t_cap = f("VLLMKVHistogramsMissing", "15m"), f("VLLMKVCapacityUnknown", "15m")
+    t_unscraped = f("VLLMHeadroomVllmNotScraped", cfg.vllm_not_scraped_after)
     keep = cfg.keep_firing_for
     kv_full = f"({R}vllm_kv_full:bool == 1)"
     limit, after = parse_duration(cfg.startup_limit), parse_duration(cfg.target_down_after)
@@ -528,10 +543,10 @@ def alerts(cfg: Config) -> list[Alert]:
               f"{ENGINE}: {{{{ $value | humanize }}}} requests have waited for {_minutes(t_budget)} while running "
               "prefills used the whole step token budget (max_num_batched_tokens; sidecar verdict budget_full). "
               "The KV cache has room: raise max_num_batched_tokens or enable chunked prefill with a larger budget."),
-        # `instance` (the sidecar's) kept: outside Kubernetes it is what names the pod in the text.
+        # `instance` (the sidecar's) kept from before `vllm_endpoint` named the vLLM in the text.
         Alert("VLLMHeadroomCapacityConfigError",
               f"max by ({pod}, instance, model_name, engine) (\n"
-              + _host('vllm_headroom_capacity_undetermined{reason="config_error"} == 1') + "\n)",
+              + _endpoint('vllm_headroom_capacity_undetermined{reason="config_error"} == 1') + "\n)",
               t_cfg, "warning", "The sidecar cannot derive an engine's KV capacity: its configuration makes no sense.",
               f"The sidecar of {WHERE} reports vllm_headroom_capacity_undetermined{{reason=\"config_error\"}} = "
               f"{{{{ $value | humanize }}}} for {{{{ $labels.model_name }}}}"
@@ -579,13 +594,15 @@ def alerts(cfg: Config) -> list[Alert]:
         # The sidecar by its configured scrape selector (Prometheus' own `up`: a sidecar that never came up exports
         # nothing) or by what it exported lately; one alert per pod whatever the number of scraping jobs, and none
         # while any job still gets its series.
+        # About the sidecar itself, named by its own instance: no vllm_endpoint (Prometheus' `up` of the sidecar does
+        # not say which vLLMs it watches; a sidecar that never came up exported nothing).
         Alert("VLLMHeadroomSidecarDown",
-              f"max by ({cfg.dedup('host')}) (\n" + _host(
-                  f"(\n  up{{{cfg.sidecar_selector}}} == 0\n  or\n  (\n    up == 0\n    and on ({cfg.by()})\n"
-                  f"    group by ({cfg.by()}) (last_over_time(vllm_headroom_up[6h]))\n  )\n)\n"
-                  f"unless on ({cfg.dedup()})\ngroup by ({cfg.dedup()}) (vllm_headroom_up)") + "\n)",
+              f"max by ({cfg.dedup()}) (\n"
+              f"  (\n    up{{{cfg.sidecar_selector}}} == 0\n    or\n    (\n      up == 0\n      and on ({cfg.by()})\n"
+              f"      group by ({cfg.by()}) (last_over_time(vllm_headroom_up[6h]))\n    )\n  )\n"
+              f"  unless on ({cfg.dedup()})\n  group by ({cfg.dedup()}) (vllm_headroom_up)\n)",
               t_sd, "warning", "The vllm-headroom sidecar is not scraped.",
-              f"Prometheus cannot scrape the vllm-headroom sidecar of {WHERE} for {_minutes(t_sd)} (it never came up, "
+              f"Prometheus cannot scrape the vllm-headroom sidecar {SIDECAR} for {_minutes(t_sd)} (it never came up, "
               "crash-loops, or stopped answering): verdict, admission headroom and max_num_seqs panels are empty. "
               "Rules from vLLM's metrics still work."),
         # Any (re)load of vLLM (pod start, container restart) is quiet up to the start-up limit, measured from the
@@ -594,9 +611,9 @@ def alerts(cfg: Config) -> list[Alert]:
         # only the sidecar cannot reach a vLLM that Prometheus still scrapes. Alertmanager's inhibit of engine alerts
         # takes the first only (see _inhibit_rules).
         Alert("VLLMHeadroomTargetDown",
-              f"max by ({cfg.dedup('target', 'host')}) (\n"
+              f"max by ({cfg.dedup('target', ENDPOINT)}) (\n"
               + _unless_same_pod(
-                  _host(f"{down_for(limit)}\nand on ({by_t})\n(vllm_headroom_target_seen_up == 1)"), scraped)
+                  _endpoint(f"{down_for(limit)}\nand on ({by_t})\n(vllm_headroom_target_seen_up == 1)"), scraped)
               + "\n)",
               t_td, "warning", "vLLM stopped answering its sidecar and is not back.",
               f"The sidecar of {WHERE} cannot scrape vLLM, and Prometheus has no vLLM series of it either: down for "
@@ -604,16 +621,16 @@ def alerts(cfg: Config) -> list[Alert]:
               "reload (loading weights and compiling take 5-15 minutes for large models). /readyz of the sidecar "
               "says why.", labels=(("cause", "vllm_down"),)),
         Alert("VLLMHeadroomTargetDown",
-              f"max by ({cfg.dedup('target', 'host')}) (\n"
-              + _and_same_pod(_host(down_for(after)), scraped) + "\n)",
+              f"max by ({cfg.dedup('target', ENDPOINT)}) (\n"
+              + _and_same_pod(_endpoint(down_for(after)), scraped) + "\n)",
               t_td, "warning", "vLLM's sidecar cannot reach it while Prometheus still scrapes vLLM.",
               f"The sidecar of {WHERE} has not reached vLLM for {_minutes(cfg.target_down_after)} while Prometheus "
               "still scrapes vLLM (wrong port, NetworkPolicy, TLS): verdict, admission headroom and max_num_seqs "
               "panels are empty; alerts from vLLM's own metrics still work. /readyz of the sidecar says why.",
               labels=(("cause", "sidecar_unreachable"),)),
         Alert("VLLMStartupSlow",
-              f"max by ({cfg.dedup('target', 'host')}) (\n" + _unless_same_pod(
-                  _host(f"{down_for(limit)}\nand on ({by_t})\n(vllm_headroom_target_seen_up == 0)"), scraped)
+              f"max by ({cfg.dedup('target', ENDPOINT)}) (\n" + _unless_same_pod(
+                  _endpoint(f"{down_for(limit)}\nand on ({by_t})\n(vllm_headroom_target_seen_up == 0)"), scraped)
               + "\n)",
               t_start, "warning", "vLLM has not come up since its sidecar started.",
               f"{WHERE}: vLLM has not answered its sidecar once in the {_minutes(cfg.startup_limit)} since the "
@@ -622,10 +639,25 @@ def alerts(cfg: Config) -> list[Alert]:
         # vLLM with --disable-log-stats exports nothing that a FastAPI router does not (http_* for the same OpenAI
         # handlers): the sidecar, pointed at vLLM, is the evidence. One alert per pod.
         Alert("VLLMMetricsAbsent",
-              f"max by ({pod}) (\n" + _host(no_metrics) + "\n)",
+              f"max by ({pod}) (\n" + _endpoint(no_metrics) + "\n)",
               t_abs, "warning", "vLLM answers but exports no engine metrics (--disable-log-stats?).",
               f"{WHERE} serves vLLM's API but has exported no vllm:* engine metrics for {_minutes(t_abs)}. "
               "vLLM started with --disable-log-stats exports none: KV, queue and headroom are blind."),
+        # The sidecar gets vLLM's engine metrics, held over the window (not while vLLM loads or reloads: the sidecar
+        # fails then too, and Prometheus gets a window to find the new pod), and Prometheus has none of that vLLM's
+        # series: every engine alert is empty. Never with --disable-log-stats (vllm_headroom_up is 0 then;
+        # VLLMMetricsAbsent speaks).
+        Alert("VLLMHeadroomVllmNotScraped",
+              f"max by ({cfg.dedup('target', ENDPOINT)}) (\n"
+              + _unless_same_pod(_endpoint(f"min_over_time(vllm_headroom_up[{w}]) == 1"), scraped) + "\n)",
+              t_unscraped, "warning", "The sidecar reads vLLM's metrics, but Prometheus does not scrape vLLM.",
+              f"The sidecar of {WHERE} has read vLLM's engine metrics"
+              "{{ if $labels.target }} at {{ $labels.target }}{{ end }} for "
+              f"{_minutes(t_unscraped)}, but Prometheus holds no vllm:* "
+              "series of that vLLM: false-full, KV-full, storm, stuck and every other engine alert are silent for it. "
+              "Check what should scrape vLLM: the monitor's vLLM endpoint must name vLLM's container port (Helm: "
+              "vllm.portName, default http), scrapeVllm must be on unless another job scrapes vLLM, and relabelings "
+              "must keep namespace and pod and leave instance as vLLM's host:port (the sidecar's --target port)."),
     ]
     return a
 
@@ -711,7 +743,7 @@ def prometheus_rule(cfg: Config) -> dict[str, Any]:
 
 
 # Alertmanager: the same one-fault-one-page policy for alerts that reach it from several rule evaluations.
-INHIBIT_EQUAL_POD = ["cluster", "namespace", "pod", "host"]
+INHIBIT_EQUAL_POD = ["cluster", "namespace", "pod", ENDPOINT]
 
 
 def _cluster_tolerant(rule: dict[str, Any]) -> list[dict[str, Any]]:

@@ -76,12 +76,14 @@ class HeadroomCollector(Collector):
         return []  # collect() is cheap but needs live targets; skip registration-time collection
 
     def collect(self) -> Iterable[GaugeMetricFamily | CounterMetricFamily]:
-        multi = len(self.targets) > 1
-        tl = ["target"] if multi else []
+        # Every per-target series names the vLLM URL it is about, one target or several: the alert rules take vLLM's
+        # host:port from it (the sidecar's own `instance` does not say which port, and two vLLMs on one machine
+        # differ by nothing else).
+        tl = ["target"]
         el = [*tl, "model_name", "engine"]
 
         def tv(t: Target) -> list[str]:
-            return [t.settings.url] if multi else []
+            return [t.settings.url]
 
         up = GaugeMetricFamily(P + "up", "1 if the last scrape of the vLLM target succeeded.", labels=tl)
         duration = GaugeMetricFamily(P + "scrape_duration_seconds", "Duration of the last scrape of the target.",

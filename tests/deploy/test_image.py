@@ -147,7 +147,8 @@ def test_image_serves_the_demo_replay_and_stops_on_sigterm(docker: Docker, image
     deadline, body = time.monotonic() + 60, ""
     while time.monotonic() < deadline:
         status, body = _get(f"http://127.0.0.1:{our_port}/metrics")
-        if status == 200 and "vllm_headroom_up 1.0" in body and "vllm_headroom_kv_capacity_blocks{" in body:
+        up = f'vllm_headroom_up{{target="http://127.0.0.1:{vllm_port}"}} 1.0'
+        if status == 200 and up in body and "vllm_headroom_kv_capacity_blocks{" in body:
             break
         time.sleep(0.5)
     else:

@@ -96,6 +96,7 @@ SITE = {
     "scrape_gap": ("3m", "3m"),
     "startup_limit": ("45s", "45s"),
     "target_down_after": ("90s", "90s"),
+    "vllm_not_scraped_after": ("25m", "25m"),
 }
 # Config fields that are no chart value: the label set every join keeps (structural; labels absent on a series
 # are simply empty) and per-alert `for:` overrides used by the tests against a live Prometheus.

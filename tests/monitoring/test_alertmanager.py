@@ -5,7 +5,8 @@ moving so the engine is not judged stuck; our sidecar scrapes it. Fault 1: false
 deliver exactly one notification, VLLMKVFalseFull. Fault 2: vLLM stops answering for longer than the start-up limit
 (shortened to 10 s): exactly one firing notification, VLLMHeadroomTargetDown (warning). While it fires, an engine
 alert of the same pod posted to Alertmanager is inhibited by the shipped inhibit rules, also when it carries a
-`cluster` label the sidecar's series lack, and the same alert of another pod is delivered (the pipe works).
+`cluster` label the sidecar's series lack, and the same alert of another pod, or of a second vLLM in the same pod on
+another port (another `vllm_endpoint`), is delivered.
 Alertmanager groups by alert and pod (group_wait 1 s); the webhook receiver is a local HTTP server.
 """
 
@@ -171,21 +172,28 @@ def test_one_notification_per_fault(tmp_path: Path) -> None:
             vllm.down = True
             _wait("the VLLMHeadroomTargetDown notification", lambda: bool(hook.firing("VLLMHeadroomTargetDown")),
                   stack, 90)
-            engine = {"alertname": "VLLMKVCacheFull", "namespace": NAMESPACE, "pod": POD, "host": "127.0.0.1",
+            engine = {"alertname": "VLLMKVCacheFull", "namespace": NAMESPACE, "pod": POD,
+                      "vllm_endpoint": f"127.0.0.1:{vllm.port}",
                       "model_name": "tiny-llama", "engine": "0", "severity": "warning"}
             target_down = hook.firing("VLLMHeadroomTargetDown")[0]["alerts"][0]["labels"]
             assert target_down["severity"] == "warning" and "job" not in target_down, target_down
             _post_alert(am, engine)  # same pod: inhibited by VLLMHeadroomTargetDown
             _post_alert(am, {**engine, "cluster": "a"})  # `cluster` on vLLM's series only: inhibited all the same
             _post_alert(am, {**engine, "pod": "other-pod"})  # another pod: delivered
-            _wait("the other pod's notification",
-                  lambda: any(a["labels"].get("pod") == "other-pod" for n in hook.firing("VLLMKVCacheFull")
-                              for a in n["alerts"]), stack, 30)
+            # A second vLLM of the same pod on another port (another endpoint): delivered, not silenced by this outage.
+            _post_alert(am, {**engine, "vllm_endpoint": f"127.0.0.1:{vllm.port + 1}"})
+
+            def delivered() -> list[dict[str, str]]:
+                return [a["labels"] for n in hook.firing("VLLMKVCacheFull") for a in n["alerts"]]
+
+            _wait("the other pod's and the other endpoint's notifications",
+                  lambda: {(lb["pod"], lb["vllm_endpoint"]) for lb in delivered()} == {
+                      ("other-pod", engine["vllm_endpoint"]), (POD, f"127.0.0.1:{vllm.port + 1}")}, stack, 30)
             time.sleep(8)
             names = [n["groupLabels"]["alertname"] for n in hook.firing()]
             assert names.count("VLLMKVFalseFull") == 1 and names.count("VLLMHeadroomTargetDown") == 1, names
-            delivered = [a["labels"] for n in hook.firing("VLLMKVCacheFull") for a in n["alerts"]]
-            assert [lb["pod"] for lb in delivered] == ["other-pod"], delivered
+            assert sorted((lb["pod"], lb["vllm_endpoint"]) for lb in delivered()) == sorted([
+                ("other-pod", engine["vllm_endpoint"]), (POD, f"127.0.0.1:{vllm.port + 1}")]), delivered()
             assert _stored_once(stack)
     finally:
         with pytest.raises(StopIteration):

@@ -34,7 +34,7 @@ REQUIRED_ALERTS = {"VLLMKVFalseFull", "VLLMKVCacheFull", "VLLMPreemptionStorm", 
                    "VLLMSchedulerStuck", "VLLMEngineAsleepWithQueue", "VLLMKVBlockLeak", "VLLMHeadroomSidecarDown",
                    "VLLMHeadroomTargetDown", "VLLMStartupSlow", "VLLMMetricsAbsent", "VLLMHeadroomNeverFits",
                    "VLLMHeadroomBudgetFull", "VLLMHeadroomCapacityConfigError", "VLLMKVHistogramsMissing",
-                   "VLLMKVCapacityUnknown"}
+                   "VLLMKVCapacityUnknown", "VLLMHeadroomVllmNotScraped"}
 # Names the rules read that the recorded vLLM 0.32.0 does not export: older versions' (see
 # ../shared/reference/vllm-metrics-and-admission.md) and Prometheus' own.
 OLDER_VERSIONS = {"vllm:gpu_cache_usage_perc"}  # V0 and V1 <= 0.10 (hidden in 0.11, gone from 0.12)
@@ -192,12 +192,13 @@ def test_sidecar_exports_whether_its_target_was_ever_up() -> None:
     t = one_shot(Settings(f"http://{scenario}:8000", vllm_args=fixtures.vllm_argv(scenario), discover_cmdline=False))
     reg = CollectorRegistry(auto_describe=False)
     reg.register(HeadroomCollector([t]))
-    assert reg.get_sample_value("vllm_headroom_target_seen_up") == 0
+    target = {"target": f"http://{scenario}:8000"}  # the alerts read vLLM's host:port from it, also with one target
+    assert reg.get_sample_value("vllm_headroom_target_seen_up", target) == 0
     t.last = t.observe(1.0, fixtures.snapshot(scenario))
-    assert reg.get_sample_value("vllm_headroom_target_seen_up") == 1
+    assert reg.get_sample_value("vllm_headroom_target_seen_up", target) == 1
     t.last = replace(t.last, up=False)
-    assert reg.get_sample_value("vllm_headroom_up") == 0
-    assert reg.get_sample_value("vllm_headroom_target_seen_up") == 1
+    assert reg.get_sample_value("vllm_headroom_up", target) == 0
+    assert reg.get_sample_value("vllm_headroom_target_seen_up", target) == 1
 
 
 def test_recording_rule_names_are_level_metric_operation() -> None:

@@ -238,11 +238,14 @@ def test_false_full_alert_fires_through_the_rules_api(stack: Stack) -> None:
     ff = [a for a in alerts if a["labels"]["alertname"] == "VLLMKVFalseFull" and a["state"] == "firing"]
     assert ff and ff[0]["labels"]["severity"] == "warning"
     assert ff[0]["annotations"]["runbook_url"].endswith("docs/runbook.md#vllmkvfalsefull")
-    assert ff[0]["annotations"]["description"].startswith(f"{NAMESPACE}/{POD} (tiny-llama, engine 0): ")
-    assert ff[0]["labels"]["pod"] == POD and "job" not in ff[0]["labels"] and ff[0]["labels"]["host"] == "127.0.0.1"
+    endpoint = stack.query("vllm:num_requests_running")[0]["metric"]["instance"]  # the replayed vLLM's address
+    assert ff[0]["annotations"]["description"].startswith(f"{NAMESPACE}/{POD} at {endpoint} (tiny-llama, engine 0): ")
+    assert ff[0]["labels"]["pod"] == POD and "job" not in ff[0]["labels"]
+    assert ff[0]["labels"]["vllm_endpoint"] == endpoint
     # The healthy-path alerts stay quiet on this incident.
     quiet = {"VLLMKVCacheFull", "VLLMPreemptionStorm", "VLLMSchedulerStuck", "VLLMHeadroomTargetDown",
-             "VLLMHeadroomSidecarDown", "VLLMMetricsAbsent", "VLLMStartupSlow", "VLLMEngineAsleepWithQueue"}
+             "VLLMHeadroomSidecarDown", "VLLMMetricsAbsent", "VLLMStartupSlow", "VLLMEngineAsleepWithQueue",
+             "VLLMHeadroomVllmNotScraped"}
     assert not [a for a in alerts if a["labels"]["alertname"] in quiet and a["state"] == "firing"]
 
 
@@ -268,7 +271,10 @@ def test_budget_full_pages_as_itself_not_as_false_full(tmp_path: Path) -> None:
         alerts = s.get("/api/v1/alerts")["data"]["alerts"]
         bf = [a for a in alerts if a["labels"]["alertname"] == "VLLMHeadroomBudgetFull" and a["state"] == "firing"]
         assert bf[0]["labels"]["pod"] == POD and bf[0]["labels"]["model_name"] == "tiny-llama", bf
-        assert bf[0]["annotations"]["description"].startswith(f"{NAMESPACE}/{POD} (tiny-llama, engine 0): ")
+        endpoint = url.split("//", 1)[1]  # the sidecar's --target: the replayed vLLM's host:port
+        assert bf[0]["labels"]["vllm_endpoint"] == endpoint, bf
+        text = bf[0]["annotations"]["description"]
+        assert text.startswith(f"{NAMESPACE}/{POD} at {endpoint} (tiny-llama, engine 0): "), text
         assert not firing("VLLMKVFalseFull")
         # Everything Prometheus stored: the rules' false-full flag held for longer than the alert's for: (8
         # evaluations in a row, 1 s apart, against for: 5s), so only the verdict can have kept the page out.

@@ -139,7 +139,8 @@ def _sidecar_series(folder: Path, text: str, num_gpu_blocks: int | None) -> tupl
     """(engines, capacity gaps, the sidecar's own series as promtool input) of a V1 0.8.5 sidecar on `text`."""
     meta = json.loads((folder / "meta.json").read_text())
     argv = [str(a) for a in meta.get("server_argv") or []]
-    t = one_shot(Settings("http://vllm:8000", overrides=Overrides(num_gpu_blocks=num_gpu_blocks),
+    # the sidecar beside vLLM in its pod: a loopback target is vLLM at the sidecar's host (POD's instance)
+    t = one_shot(Settings("http://127.0.0.1:8000", overrides=Overrides(num_gpu_blocks=num_gpu_blocks),
                           vllm_args=argv or None, discover_cmdline=False))
     t.version = "0.8.5"
     t.last = t.observe(1.0, text)

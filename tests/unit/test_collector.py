@@ -39,8 +39,9 @@ def test_promtool_check_metrics_accepts_our_exposition() -> None:
 
 def test_false_full_snapshot_as_metrics() -> None:
     s = _samples(_exposition([_target("http://a:8000", "false-full")]))
-    eng = frozenset({("model_name", "tiny-llama"), ("engine", "0")})
-    assert s[("vllm_headroom_up", frozenset())] == 1.0
+    target = frozenset({("target", "http://a:8000")})
+    eng = target | {("model_name", "tiny-llama"), ("engine", "0")}
+    assert s[("vllm_headroom_up", target)] == 1.0
     assert s[("vllm_headroom_false_full", eng)] == 1.0
     assert s[("vllm_headroom_kv_capacity_blocks", eng)] == 39
     assert s[("vllm_headroom_slot_headroom_requests", eng)] == 0
@@ -52,7 +53,12 @@ def test_false_full_snapshot_as_metrics() -> None:
     assert (info["num_gpu_blocks"], info["num_gpu_blocks_source"]) == ("40", "cache_config_info")
 
 
-def test_several_targets_carry_a_target_label() -> None:
+def test_one_or_several_targets_carry_a_target_label() -> None:
+    one = _samples(_exposition([_target("http://a:8000", "false-full")]))
+    # The alerts take vLLM's host:port from it: a sidecar's own `instance` does not say which vLLM it watches.
+    assert {dict(labels).get("target") for (name, labels), _v in one.items()
+            if name.startswith("vllm_headroom_")} == {"http://a:8000"}
+
     s = _samples(_exposition([_target("http://a:8000", "false-full"), _target("http://b:8000", "kv-full")]))
     ups = {dict(labels)["target"] for (name, labels), _v in s.items() if name == "vllm_headroom_up"}
     assert ups == {"http://a:8000", "http://b:8000"}
@@ -67,11 +73,12 @@ def test_down_target_exports_no_stale_numbers_only_target_down() -> None:
     t.last = TargetReport(t.settings.url, up=False, error_reason="timeout", error=str(ScrapeError("timeout", "x")))
     text = _exposition([t])
     s = _samples(text)
-    assert s[("vllm_headroom_up", frozenset())] == 0.0
+    target = frozenset({("target", "http://a:8000")})
+    assert s[("vllm_headroom_up", target)] == 0.0
     assert "vllm_headroom_kv_free_blocks{" not in text and "vllm_headroom_config_info{" not in text
     on = [dict(labels)["verdict"] for (name, labels), v in s.items() if name == "vllm_headroom_verdict" and v == 1]
     assert on == ["target_down"]
-    assert s[("vllm_headroom_scrape_errors_total", frozenset({("reason", "timeout")}))] == 1.0
+    assert s[("vllm_headroom_scrape_errors_total", target | {("reason", "timeout")})] == 1.0
 
 
 def test_diagnosis_fields_are_named_like_the_metrics() -> None:

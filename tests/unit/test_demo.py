@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -97,7 +98,9 @@ def test_demo_serves_the_page_during_the_replay_and_until_interrupted() -> None:
         doc = httpx.get(f"http://127.0.0.1:{port}/api/v1/diagnosis", timeout=2).json()
         assert doc["targets"][0]["engines"][0]["verdict"] == "slots_full"
         metrics = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2).text
-        assert 'vllm_headroom_verdict{engine="0",model_name="tiny-llama",verdict="slots_full"} 1.0' in metrics
+        slots_full = (r'vllm_headroom_verdict\{engine="0",model_name="tiny-llama",target="[^"]+",'
+                      r'verdict="slots_full"\} 1\.0')
+        assert re.search(slots_full, metrics), metrics
         os.killpg(proc.pid, signal.SIGINT)
         assert proc.wait(15) == 0
     finally:

@@ -64,8 +64,8 @@ def test_transport_faults_set_up_zero_and_count_the_reason(response: object, rea
     assert target.last.error_reason == reason
     assert target.errors == {reason: 1}
     text = _metrics_text(target)
-    assert "vllm_headroom_up 0.0" in text
-    assert f'vllm_headroom_scrape_errors_total{{reason="{reason}"}} 1.0' in text
+    assert f'vllm_headroom_up{{target="{URL}"}} 0.0' in text
+    assert f'vllm_headroom_scrape_errors_total{{reason="{reason}",target="{URL}"}} 1.0' in text
     assert "vllm_headroom_kv_free_blocks{" not in text  # no stale derived numbers
 
 
@@ -116,7 +116,7 @@ def test_recovery_after_a_fault_and_readiness_says_why() -> None:
         _scrape(target)
     assert target.last.up
     assert sidecar.readiness()["ready"] is True
-    assert "vllm_headroom_up 1.0" in _metrics_text(target)
+    assert f'vllm_headroom_up{{target="{URL}"}} 1.0' in _metrics_text(target)
 
 
 def test_down_since_marks_the_first_failed_scrape_of_each_outage() -> None:
@@ -127,14 +127,14 @@ def test_down_since_marks_the_first_failed_scrape_of_each_outage() -> None:
         router.get(URL + "/metrics").mock(side_effect=httpx.ConnectError("refused"))  # loading
         _scrape(target, wall=1000.0)
         _scrape(target, wall=1005.0)
-        assert "vllm_headroom_target_down_since_timestamp_seconds 1000.0" in _metrics_text(target)
+        assert f'vllm_headroom_target_down_since_timestamp_seconds{{target="{URL}"}} 1000.0' in _metrics_text(target)
         router.get(URL + "/metrics").mock(return_value=httpx.Response(200, text=fixtures.snapshot("idle")))
         _scrape(target, wall=1010.0)
-        assert "\nvllm_headroom_target_down_since_timestamp_seconds " not in _metrics_text(target)  # absent: up
+        assert "\nvllm_headroom_target_down_since_timestamp_seconds{" not in _metrics_text(target)  # absent: up
         router.get(URL + "/metrics").mock(side_effect=httpx.ConnectError("refused"))  # the container restarts
         _scrape(target, wall=2000.0)
         _scrape(target, wall=2005.0)
-    assert "vllm_headroom_target_down_since_timestamp_seconds 2000.0" in _metrics_text(target)
+    assert f'vllm_headroom_target_down_since_timestamp_seconds{{target="{URL}"}} 2000.0' in _metrics_text(target)
 
 
 def test_api_key_goes_to_the_target_only_as_a_bearer_token() -> None:

@@ -34,6 +34,9 @@ class Config:
     profile_window: str = format_duration(D.PROFILE_WINDOW)
     # Preemptions per finished request over the window above which the storm alert pages.
     preemption_ratio: float = 0.1
+    # ...and only from this many preemptions within the window: at low traffic two preemptions in 5 minutes are a
+    # large share of few requests, not a storm worth a critical page.
+    storm_min_preemptions: int = 5
     # Engine alerts from vLLM's own series keep firing this long after their condition last held: a few failed
     # scrapes of vLLM (Prometheus writes stale markers, every series vanishes) must not resolve a page and raise it
     # again when scrapes return. Needs Prometheus >= 2.42 (prometheus-operator >= 0.66, Thanos Ruler >= 0.34).

@@ -112,6 +112,7 @@ HELM_KNOBS = (
     HelmKnob("vllm_selector", "prometheusRule.vllmSelector", "string", 'sentinel_vllm_selector="x"'),
     HelmKnob("sidecar_selector", "prometheusRule.sidecarSelector", "string", 'sentinel_sidecar_selector="x"'),
     HelmKnob("preemption_ratio", "prometheusRule.preemptionRatio", "number", 0.4244),
+    HelmKnob("storm_min_preemptions", "prometheusRule.stormMinPreemptions", "number", 4247),
     HelmKnob("keep_firing_for", "prometheusRule.keepFiringFor", "duration", "8642m"),
     HelmKnob("scrape_gap", "prometheusRule.scrapeGap", "duration", "8643m"),
     HelmKnob("startup_limit", "prometheusRule.startupLimit", "duration", "8644m"),

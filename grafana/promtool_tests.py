@@ -641,6 +641,23 @@ def _endpoint_cases() -> list[tuple[Case, Case]]:
          Case("--disable-log-stats, vLLM scraped: MetricsAbsent's page alone, not also not-scraped", [],
               [Pod(no_vllm_metrics=True, api_requests=True)],
               fires=[Expect("VLLMMetricsAbsent", {ENDPOINT: "host-a:8000"})])),
+        # A sidecar whose series do not name vLLM's pod cannot tell "not scraped" from "scraped elsewhere": quiet.
+        (Case("the same pod's sidecar reads vLLM by 127.0.0.1, nothing scrapes vLLM: a warning",
+              [], [Pod(labels=dict(K8S), sidecar=dict(K8S_SIDECAR), sidecar_target="http://127.0.0.1:8000",
+                       vllm_scraped=False)],
+              fires=[Expect("VLLMHeadroomVllmNotScraped",
+                            Pod(labels=dict(K8S), sidecar=dict(K8S_SIDECAR),
+                                sidecar_target="http://127.0.0.1:8000").alert_labels("sidecar"))]),
+         Case("a central sidecar in its own pod reads a healthy, scraped vLLM by pod IP: quiet", [Engine(labels=op)],
+              [Pod(labels=op, sidecar={**K8S_SIDECAR, "namespace": "monitoring", "pod": "vllm-headroom-7d9f-abcde",
+                                       "instance": "10.0.9.9:9478"}, sidecar_target="http://10.0.0.5:8000")])),
+        (Case("outside Kubernetes, the sidecar reads vLLM by its DNS name, nothing scrapes vLLM: a warning", [],
+              [Pod(sidecar_target="http://vllm.example.internal:8000", vllm_scraped=False)],
+              fires=[Expect("VLLMHeadroomVllmNotScraped",
+                            Pod(sidecar_target="http://vllm.example.internal:8000").alert_labels("sidecar"))]),
+         Case("vLLM's pod, its sidecar reads vLLM by a Service DNS name, vLLM scraped: quiet", [Engine(labels=op)],
+              [Pod(labels=op, sidecar=dict(K8S_SIDECAR),
+                   sidecar_target="http://vllm.llm.svc.cluster.local:8000")])),
     ]
 
 
@@ -716,6 +733,17 @@ def _cases() -> list[tuple[Case, Case]]:
               fires=[Expect("VLLMPreemptionStorm", eng, 2)], early={"VLLMPreemptionStorm": "4m"}),
          Case("a few preemptions at high throughput (0.5 %)", [Engine(preempt_per_s=0.05, finished_per_s=10)],
               [Pod()])),
+        (Case("a standing queue with a preemption every 3 minutes, usage sampled at 50 %: the pool ran out, one "
+              "KV-full page", [Engine(usage=0.5, waiting=50, preempt_per_s=1 / 180, finished_per_s=10)], [Pod()],
+              fires=[Expect("VLLMKVCacheFull", eng, 50)], also_at=["20m", "25m"]),
+         Case("the same preemptions, nothing waits: no page", [Engine(usage=0.5, preempt_per_s=1 / 180,
+                                                                      finished_per_s=10)], [Pod()])),
+        (Case("low traffic, nothing finishes, 6 preemptions per 5 minutes of 8 running: a storm",
+              [Engine(preempt_per_s=6 / 300, finished_per_s=0)], [Pod()],
+              fires=[Expect("VLLMPreemptionStorm", eng, 0.75)]),
+         Case("low traffic, nothing finishes, 2 preemptions per 5 minutes of 8 running: too few for a storm, the "
+              "over-commit warning only", [Engine(preempt_per_s=2 / 300, finished_per_s=0)], [Pod()],
+              fires=[Expect("VLLMKVOversubscribed", eng, -6, "warning")])),
         (Case("over-commit under pressure: 85 % used, worst case 8 x 16 blocks > 39",
               [Engine(usage=0.85, prompt_le="200.0", max_tokens_le="500.0", preempt_per_s=0.01)], [Pod()],
               fires=[Expect("VLLMKVOversubscribed", eng, -6, "warning")]),

@@ -154,6 +154,8 @@ def _bucket_quantile(cfg: Config, histogram: str) -> str:
 # A sidecar target on the loopback interface (localhost, 127.0.0.0/8, [::1]; 0.0.0.0 connects there too) is vLLM in
 # the sidecar's own network namespace: the same pod or machine. RE2 has no lookahead, hence the joined helper label.
 LOOPBACK = r"(?:localhost|127(?:\.[0-9]+){3}|0\.0\.0\.0|\[::1\])"
+# A sidecar target URL on the loopback interface (a PromQL string literal: backslashes doubled).
+LOCAL_TARGET = ("[A-Za-z][A-Za-z0-9+.-]*://" + LOOPBACK + "(?::[0-9]+)?(?:/.*)?").replace("\\", "\\\\")
 ENDPOINT = "vllm_endpoint"
 _TMP = "vllm_headroom_endpoint_tmp"
 
@@ -326,14 +328,18 @@ def recording_rules(cfg: Config) -> list[dict[str, str]]:
          f"* ({R}vllm_kv_free_blocks:sub >= bool {R}vllm_prompt_blocks:ceil)\n"
          f"* ({R}vllm_num_preemptions:rate{w} == bool 0)"),
         # Truly full: requests wait and the pool is what holds them (usage reached full_usage within the window,
-        # or the next prompt does not fit). Usage alone decides where the length histograms are not scraped
-        # (dropped by metricRelabelings): no prompt size, but a full pool needs none.
+        # the next prompt does not fit, or a preemption in the window: the pool ran out between two samples). Usage
+        # (and preemptions) alone decide where the length histograms are not scraped (dropped by metricRelabelings):
+        # no prompt size, but a full pool needs none.
         (f"{R}vllm_kv_full:bool",
          f"({R}vllm_num_requests_waiting:max > bool 0)\n"
          "* (\n  (\n"
          f"    ({R}vllm_kv_usage_ratio:max_over_time{w} >= bool {cfg.full_usage})\n"
          f"    + ({R}vllm_kv_free_blocks:sub < bool {R}vllm_prompt_blocks:ceil)\n"
+         f"    + ({R}vllm_num_preemptions:rate{w} > bool 0)\n"
          "  ) > bool 0\n"
+         f"  or\n  (\n    ({R}vllm_kv_usage_ratio:max_over_time{w} >= bool {cfg.full_usage})\n"
+         f"    + ({R}vllm_num_preemptions:rate{w} > bool 0)\n  ) > bool 0\n"
          f"  or\n  ({R}vllm_kv_usage_ratio:max_over_time{w} >= bool {cfg.full_usage})\n)"),
         # 1 where the rules have no KV capacity or block size for an engine, 0 where they have both: V1 0.8.x
         # (num_gpu_blocks="None") or a cache_config_info dropped by metricRelabelings (or without the label), and no
@@ -456,7 +462,8 @@ def alerts(cfg: Config) -> list[Alert]:
         return engine("vllm_headroom_requests_waiting > 0\nand ignoring (verdict)\n"
                       f'({held(v)})', awake=False)
 
-    storm = f"({R}vllm_preemptions_per_request:ratio{w} >= {cfg.preemption_ratio:g})"
+    storm = (f"({R}vllm_preemptions_per_request:ratio{w} >= {cfg.preemption_ratio:g}\n"
+             f"  and on ({me}) {R}vllm_num_preemptions:rate{w} * {parse_duration(w):g} >= {cfg.storm_min_preemptions})")
     pressure = (f"(\n  ({R}vllm_kv_usage_ratio:max_over_time{w} >= {full})\n  or on ({me})\n"
                 f"  ({R}vllm_num_preemptions:rate{w} > 0)\n)")
     no_metrics = ('increase(vllm_headroom_scrape_errors_total{reason="no_vllm_metrics"}[' + w + "]) > 0")
@@ -499,12 +506,14 @@ def alerts(cfg: Config) -> list[Alert]:
               t_full, "warning",
               "vLLM's KV cache is truly full: requests wait for blocks.",
               f"{ENGINE}: {{{{ $value | humanize }}}} requests have waited for {_minutes(t_full)} while KV usage "
-              f"reached {full} or the next prompt does not fit in free blocks. Add KV memory or replicas, or lower "
-              "max_model_len / max_num_seqs.", keep),
+              f"reached {full}, the next prompt does not fit in free blocks, or vLLM preempted running requests (the "
+              "pool ran out between samples). Add KV memory or replicas, or lower max_model_len / max_num_seqs.",
+              keep),
         Alert("VLLMPreemptionStorm", engine(f"{R}vllm_preemptions_per_request:ratio{w}\nand\n{storm}"),
               t_storm, "critical", "vLLM preempts a large share of its requests (KV thrash).",
               f"{ENGINE}: {{{{ $value | humanizePercentage }}}} preemptions per finished request over {w} (per "
-              f"running request while none finishes; threshold {cfg.preemption_ratio:g}), for {_minutes(t_storm)}. "
+              f"running request while none finishes; threshold {cfg.preemption_ratio:g}, from "
+              f"{cfg.storm_min_preemptions} preemptions per {w}), for {_minutes(t_storm)}. "
               "Running requests outgrow the KV pool and are recomputed; latency and throughput collapse.", keep),
         Alert("VLLMKVOversubscribed",
               engine(f"{R}vllm_safe_headroom_requests:floor < 0\nand on ({me})\n{pressure}\nunless on ({me})\n{storm}"
@@ -643,13 +652,18 @@ def alerts(cfg: Config) -> list[Alert]:
               t_abs, "warning", "vLLM answers but exports no engine metrics (--disable-log-stats?).",
               f"{WHERE} serves vLLM's API but has exported no vllm:* engine metrics for {_minutes(t_abs)}. "
               "vLLM started with --disable-log-stats exports none: KV, queue and headroom are blind."),
+        # Judged only where the sidecar's series name vLLM's pod: a sidecar in vLLM's pod (a loopback target) or
+        # outside Kubernetes (no pod label). A central sidecar in Kubernetes (another pod, targets by IP or DNS name)
+        # carries its own namespace/pod, which never match vLLM's: it cannot tell "not scraped" from "elsewhere".
         # The sidecar gets vLLM's engine metrics, held over the window (not while vLLM loads or reloads: the sidecar
         # fails then too, and Prometheus gets a window to find the new pod), and Prometheus has none of that vLLM's
         # series: every engine alert is empty. Never with --disable-log-stats (vllm_headroom_up is 0 then;
         # VLLMMetricsAbsent speaks).
         Alert("VLLMHeadroomVllmNotScraped",
               f"max by ({cfg.dedup('target', ENDPOINT)}) (\n"
-              + _unless_same_pod(_endpoint(f"min_over_time(vllm_headroom_up[{w}]) == 1"), scraped) + "\n)",
+              + _unless_same_pod(_endpoint(
+                  f'min_over_time(vllm_headroom_up{{target=~"{LOCAL_TARGET}"}}[{w}]) == 1\n'
+                  f'or\nmin_over_time(vllm_headroom_up{{pod=""}}[{w}]) == 1'), scraped) + "\n)",
               t_unscraped, "warning", "The sidecar reads vLLM's metrics, but Prometheus does not scrape vLLM.",
               f"The sidecar of {WHERE} has read vLLM's engine metrics"
               "{{ if $labels.target }} at {{ $labels.target }}{{ end }} for "

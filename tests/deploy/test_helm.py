@@ -125,7 +125,11 @@ def test_values_schema_rejects_bad_values(helm: Helm) -> None:
                 # more than 4 decimals (the rules would write it two ways), Prometheus durations only
                 {"thresholds": {"fullUsage": 0.12345}}, {"prometheusRule": {"keepFiringFor": "1.5h"}},
                 {"prometheusRule": {"startupLimit": "1d"}}, {"prometheusRule": {"scrapeGap": "m"}},
-                {"prometheusRule": {"sidecarSelector": ""}}, {"profile": {"quantile": 1}}):
+                {"prometheusRule": {"sidecarSelector": ""}}, {"profile": {"quantile": 1}},
+                # not PromQL matchers: braces, a trailing comma, an unquoted value (the rules would not parse)
+                {"prometheusRule": {"vllmSelector": '{namespace="a"}'}},
+                {"prometheusRule": {"vllmSelector": 'namespace=~"llm-.*",'}},
+                {"prometheusRule": {"sidecarSelector": "job=vllm-headroom"}}):
         assert helm(bad)["schema_error"], bad
 
 

@@ -92,6 +92,7 @@ SITE = {
     "vllm_selector": ('namespace=~"llm-.*"', 'namespace=~"llm-.*"'),
     "sidecar_selector": ('job="sidecars",team!~"a|b"', 'job="sidecars",team!~"a|b"'),
     "preemption_ratio": (0.25, 0.25),
+    "storm_min_preemptions": (12, 12),
     "keep_firing_for": ("1h30m", "1h30m"),
     "scrape_gap": ("3m", "3m"),
     "startup_limit": ("45s", "45s"),

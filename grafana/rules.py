@@ -154,8 +154,11 @@ def _bucket_quantile(cfg: Config, histogram: str) -> str:
 # A sidecar target on the loopback interface (localhost, 127.0.0.0/8, [::1]; 0.0.0.0 connects there too) is vLLM in
 # the sidecar's own network namespace: the same pod or machine. RE2 has no lookahead, hence the joined helper label.
 LOOPBACK = r"(?:localhost|127(?:\.[0-9]+){3}|0\.0\.0\.0|\[::1\])"
-# A sidecar target URL on the loopback interface (a PromQL string literal: backslashes doubled).
-LOCAL_TARGET = ("[A-Za-z][A-Za-z0-9+.-]*://" + LOOPBACK + "(?::[0-9]+)?(?:/.*)?").replace("\\", "\\\\")
+_LOOPBACK_PROMQL = LOOPBACK.replace("\\", "\\\\")  # inside a PromQL string literal: backslashes doubled
+_SCHEME = "[A-Za-z][A-Za-z0-9+.-]*"  # of a target URL
+_PORT = "(?::[0-9]+)?"  # optional, of a host
+# A sidecar target URL on the loopback interface, as a PromQL regex literal.
+LOCAL_TARGET = f"{_SCHEME}://{_LOOPBACK_PROMQL}{_PORT}(?:/.*)?"
 ENDPOINT = "vllm_endpoint"
 _TMP = "vllm_headroom_endpoint_tmp"
 
@@ -170,15 +173,13 @@ def _endpoint(expr: str) -> str:
     vLLM's series carry (a Kubernetes pod IP and vLLM's port), never `localhost`; a sidecar instance without a port
     (relabeled to the pod's name) is taken whole, as vLLM's then is. A default port (:80, :443) is
     dropped on both sides: Prometheus 2 adds it to a port-less instance, Prometheus 3 and a URL do not."""
-    port = "(?::[0-9]+)?"
-    scheme = "[A-Za-z][A-Za-z0-9+.-]*"
     by_instance = f'label_replace(\n{expr}\n, "{ENDPOINT}", "$1", "instance", "(.+)")'
-    by_target = f'label_replace(\n{by_instance}\n, "{ENDPOINT}", "$1", "target", "{scheme}://([^/]+)(?:/.*)?")'
+    by_target = f'label_replace(\n{by_instance}\n, "{ENDPOINT}", "$1", "target", "{_SCHEME}://([^/]+)(?:/.*)?")'
     joined = f'label_join(\n{by_target}\n, "{_TMP}", "@", "{ENDPOINT}", "instance")'
-    loopback = LOOPBACK.replace("\\", "\\\\")  # a PromQL string literal
     # A port-less sidecar instance (relabeled to a pod or host name) means vLLM's is port-less too: taken as is.
-    bare = f'label_replace(\n{joined}\n, "{ENDPOINT}", "$1", "{_TMP}", "{loopback}{port}@(.+)")'
-    back = f'label_replace(\n{bare}\n, "{ENDPOINT}", "${{2}}${{1}}", "{_TMP}", "{loopback}(:[0-9]+)?@(.+?):[0-9]+")'
+    bare = f'label_replace(\n{joined}\n, "{ENDPOINT}", "$1", "{_TMP}", "{_LOOPBACK_PROMQL}{_PORT}@(.+)")'
+    back = (f'label_replace(\n{bare}\n, "{ENDPOINT}", "${{2}}${{1}}", "{_TMP}", '
+            f'"{_LOOPBACK_PROMQL}(:[0-9]+)?@(.+?):[0-9]+")')
     plain = f'label_replace(\n{back}\n, "{ENDPOINT}", "$1", "{ENDPOINT}", "(.*[^:]):(?:80|443)")'
     return f'label_replace(\n{plain}\n, "{_TMP}", "", "{_TMP}", ".*")'
 

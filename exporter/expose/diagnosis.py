@@ -316,6 +316,9 @@ def target_json(r: TargetReport) -> dict[str, Any]:
         "up": r.up,
         "error_reason": r.error_reason,
         "error": r.error,
+        "scraped_at": r.scraped_at,
+        "scrape_number": r.scrape_number,
+        "scrape_duration_seconds": r.scrape_duration_seconds,
         "vllm_version": r.version,
         "vllm_rules": None if r.rules is None else {
             "source": r.rules.source, "release": r.rules.release, "engine": r.rules.engine,

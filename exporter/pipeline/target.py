@@ -217,6 +217,10 @@ class TargetReport:
     gaps: list[EngineGap] = field(default_factory=list)
     scrape_duration_seconds: float | None = None
     observed_at: float = 0.0
+    # The sidecar's scrape that produced this report: unix time it began, and its number since the sidecar started
+    # (1, 2, ...). None for a one-shot diagnosis of a file. How fresh an answer is, and "within N scrapes" checks.
+    scraped_at: float | None = None
+    scrape_number: int | None = None
     known_engines: list[tuple[str, str]] = field(default_factory=list)  # when down: the engines last seen up
     notes: list[str] = field(default_factory=list)  # values ignored or contradicted (said once in the log)
     rules: vllm.Rules | None = None  # the release's rules the numbers were derived with, and how we know
@@ -238,6 +242,7 @@ class Target:
         self._given_args: dict[str, object] | None = None
         self._args_notes: list[str] = []  # values of the vLLM command line that vLLM would not take
         self.errors: dict[str, int] = {}
+        self.scrapes = 0  # scrapes begun by `scrape()` since start
         self.known_engines: set[tuple[str, str]] = set()
         self._prompt_tokens: dict[tuple[str, str], float] = {}  # vllm:prompt_tokens_total at the last scrape
         self._prefix: dict[tuple[str, str], tuple[float, float, float]] = {}  # queries, hits, last hit share
@@ -569,6 +574,8 @@ class Target:
         now = time.monotonic() if now is None else now
         wall = time.time() if wall is None else wall
         started = time.perf_counter()
+        self.scrapes += 1
+        number = self.scrapes
         try:
             report = self.observe(now, await self.fetch_metrics(client, now))
         except ScrapeError as exc:
@@ -583,6 +590,7 @@ class Target:
                                   error=f"{self.settings.url}: internal error: {describe(exc)}",
                                   version=self.version, observed_at=now)
         report.scrape_duration_seconds = time.perf_counter() - started
+        report.scraped_at, report.scrape_number = wall, number
         if report.up:
             self.known_engines = {(e.model_name, e.engine) for e in report.engines}
             self.down_since = None

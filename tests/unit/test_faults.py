@@ -11,6 +11,7 @@ import httpx
 import pytest
 import respx
 
+from exporter.expose import diagnosis
 from exporter.expose.collector import HeadroomCollector
 from exporter.expose.server import Sidecar
 from exporter.pipeline.target import Settings, Target
@@ -135,6 +136,22 @@ def test_down_since_marks_the_first_failed_scrape_of_each_outage() -> None:
         _scrape(target, wall=2000.0)
         _scrape(target, wall=2005.0)
     assert f'vllm_headroom_target_down_since_timestamp_seconds{{target="{URL}"}} 2000.0' in _metrics_text(target)
+
+
+def test_every_report_says_which_scrape_made_it_and_when() -> None:
+    """How fresh an answer is: failed scrapes count too, so a number that stops rising means a stalled loop."""
+    target = Target(Settings(URL, discover_cmdline=False))
+    with respx.mock(assert_all_called=False) as router:
+        _models_ok(router)
+        router.get(URL + "/metrics").mock(side_effect=httpx.ConnectError("refused"))
+        _scrape(target, wall=1000.0)
+        down = diagnosis.target_json(target.last)
+        router.get(URL + "/metrics").mock(return_value=httpx.Response(200, text=fixtures.snapshot("idle")))
+        _scrape(target, wall=1001.0)
+    up = diagnosis.target_json(target.last)
+    assert (down["scrape_number"], down["scraped_at"]) == (1, 1000.0)
+    assert (up["up"], up["scrape_number"], up["scraped_at"]) == (True, 2, 1001.0)
+    assert up["scrape_duration_seconds"] >= 0
 
 
 def test_api_key_goes_to_the_target_only_as_a_bearer_token() -> None:

@@ -86,3 +86,5 @@ def test_diagnose_reports_a_config_error_in_json(capsys: pytest.CaptureFixture[s
     doc = json.loads(capsys.readouterr().out)
     # vLLM's own override is not ours to trust over its exported count: the real count (40) is used.
     assert doc["targets"][0]["engines"][0]["kv_capacity_blocks"] == 39
+    # A file was not scraped by us: no scrape time to give, rather than the time we read it.
+    assert (doc["targets"][0]["scraped_at"], doc["targets"][0]["scrape_number"]) == (None, None)

@@ -65,6 +65,31 @@ async def complete(
     return out
 
 
+def admitted_before_first_finish(url: str, model: str, prompt_len: int, max_tokens: int, n: int,
+                                 token: int = 900_001) -> int:
+    """Send one streamed completion with `n` sequences; how many the engine started before any of them finished.
+
+    The count is read from the order of the engine's own output stream, not from the clock: the sequences reach
+    the engine together; those admitted at once produce their first token in the first steps, and a sequence
+    left waiting can only start when a slot or blocks free up, that is after some sequence ends (`max_tokens`
+    decode steps later, with `ignore_eos`). Requests of other clients that end meanwhile free slots too: the
+    caller keeps those running. Raises on an HTTP error or a stream in which no sequence finished.
+    """
+    body = {"model": model, "prompt": prompt_ids(prompt_len, token), "max_tokens": max_tokens, "ignore_eos": True,
+            "temperature": 1.0, "n": n, "stream": True}  # vLLM refuses n > 1 with greedy sampling
+    started: set[int] = set()
+    with httpx.Client(timeout=600.0) as client, client.stream("POST", f"{url}/v1/completions", json=body) as resp:
+        resp.raise_for_status()
+        for line in resp.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            for choice in json.loads(line.removeprefix("data: ")).get("choices") or []:
+                if choice.get("finish_reason") is not None:
+                    return len(started | {choice["index"]})
+                started.add(choice["index"])
+    raise AssertionError(f"the stream ended before any of its {n} sequences finished")
+
+
 @dataclass(frozen=True)
 class Wave:
     """`count` identical requests sent together, `delay` seconds after the Load starts.

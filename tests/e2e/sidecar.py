@@ -65,8 +65,12 @@ class SidecarProcess:
 
     def engine(self) -> dict[str, Any] | None:
         """The first engine of the first target, or None while the target is down or unscraped."""
+        return self.observed()[1]
+
+    def observed(self) -> tuple[int | None, dict[str, Any] | None]:
+        """(the number of the sidecar's scrape behind the answer, the first engine of the first target or None)."""
         target = self.diagnosis()["targets"][0]
-        return target["engines"][0] if target["up"] and target["engines"] else None
+        return target["scrape_number"], (target["engines"][0] if target["up"] and target["engines"] else None)
 
     def metrics(self) -> str:
         return httpx.get(self.url + "/metrics", timeout=5).text

@@ -19,14 +19,13 @@ from typing import Any
 import httpx
 import pytest
 
-from .load import Load, Wave, engine_state
+from .load import Load, Wave, admitted_before_first_finish, engine_state
 from .scenarios import SCENARIOS
 from .sidecar import SidecarProcess
 from .vllm_server import VllmServer
 
 pytestmark = pytest.mark.e2e
 
-INTERVAL = 1.0  # the sidecar's scrape interval in these tests
 REPORT = Path(os.environ.get("VLLM_HEADROOM_E2E_REPORT", Path(tempfile.gettempdir()) / "vllm-headroom-e2e.jsonl"))
 
 
@@ -44,6 +43,7 @@ class Sample:
     t: float
     engine: dict[str, float | None]
     ours: dict[str, Any] | None
+    scrape: int | None = None  # the number of the sidecar's scrape behind `ours`
 
 
 class Watch:
@@ -69,15 +69,37 @@ class Watch:
                 t = time.monotonic()
                 try:
                     engine = engine_state(client.get(self.server.url + "/metrics").text)
-                    ours = self.sidecar.engine()
+                    scrape, ours = self.sidecar.observed()
                 except httpx.HTTPError:
-                    engine, ours = {}, None
+                    engine, scrape, ours = {}, None, None
                 if engine:
-                    self.samples.append(Sample(t, engine, ours))
+                    self.samples.append(Sample(t, engine, ours, scrape))
                 self._stop.wait(max(0.0, self.period - (time.monotonic() - t)))
 
     def first(self, pred: Callable[[Sample], bool]) -> Sample | None:
         return next((s for s in list(self.samples) if pred(s)), None)
+
+    def reported(self, seen: Sample, said: Callable[[dict[str, Any]], bool]) -> Sample | None:
+        """The first sample from `seen` on whose diagnosis `said`."""
+        return self.first(lambda s: s.t >= seen.t and s.ours is not None and said(s.ours))
+
+
+SCRAPES_TO_REPORT = 2
+
+
+def assert_reported_within_two_scrapes(seen: Sample, reported: Sample | None) -> None:
+    """What the engine showed at `seen` is in our diagnosis by the second scrape after it, counted in scrapes.
+
+    When `seen` was sampled, the diagnosis came from scrape N, and scrape N + 1 may already have been under
+    way; scrape N + 2 began after it. Counting scrapes rather than seconds keeps the check true on a loaded
+    machine, where a scrape interval stretches for the engine and the sidecar alike; a verdict that waits
+    for more evidence than one scrape (a hold, a window) still fails it.
+    """
+    assert reported is not None, "never reported"
+    assert seen.scrape is not None and reported.scrape is not None
+    assert reported.scrape - seen.scrape <= SCRAPES_TO_REPORT, (
+        f"reported by scrape {reported.scrape}, {reported.scrape - seen.scrape} after the one current when the "
+        f"engine showed it ({reported.t - seen.t:.2f} s)")
 
 
 def _n(s: Sample, key: str) -> float:
@@ -156,24 +178,35 @@ def test_idle_capacity_and_provenance_are_discovered_exactly(vllm_main: VllmServ
 
 
 # 2 ------------------------------------------------------------------------------------------------
-def test_slots_bound_false_full_is_reported_within_two_intervals(vllm_main: VllmServer) -> None:
+def test_slots_bound_false_full_is_reported_within_two_scrapes(vllm_main: VllmServer) -> None:
+    def deep(s: Sample) -> bool:
+        return _n(s, "running") == 8 and _n(s, "waiting") > 20
+
+    def held(samples: list[Sample]) -> list[Sample]:
+        """Samples of the deep slots-bound state judged by a later scrape than the first that said slots_full."""
+        said = next((s for s in samples if s.ours is not None and s.ours["verdict"] == "slots_full"), None)
+        return [] if said is None or said.scrape is None else [
+            s for s in samples if s.scrape is not None and s.scrape > said.scrape and deep(s)]
+
     with SidecarProcess(vllm_main.url, FAST) as sidecar, Watch(vllm_main, sidecar) as watch:
         _wait_idle(sidecar)
-        # Enough of the slots-bound state with a deep queue for the checks below (Watch reads every 0.25 s).
-        drive(Load(vllm_main.url, vllm_main.served_model_name, until_cancelled(SCENARIOS["false-full"].waves, 120)),
-              watch, lambda samples: sum(1 for s in samples if _n(s, "running") == 8 and _n(s, "waiting") > 20) >= 24,
-              120)
+        # Hold the slots-bound state with a deep queue until 5 samples of it come after the verdict, however slow.
+        # The scenario's ~100 engine requests as 8 samples per HTTP request: with 100 one-request clients, vLLM's
+        # front end on a CPU-starved machine fed the engine too slowly to keep 20 queued (two CPU hogs, 2 cores).
+        waves = [dataclasses.replace(w, count=max(1, w.count // 8), n=8)
+                 for w in until_cancelled(SCENARIOS["false-full"].waves, 240)]
+        drive(Load(vllm_main.url, vllm_main.served_model_name, waves), watch, lambda samples: len(held(samples)) >= 5,
+              240)
     state = watch.first(lambda s: _n(s, "waiting") > 0 and _n(s, "running") == 8 and _n(s, "kv_cache_usage_perc") < 0.8)
     assert state is not None, "the engine never showed the slots-bound state"
-    ours = watch.first(lambda s: s.t >= state.t and s.ours is not None and s.ours["verdict"] == "slots_full"
-                       and s.ours["false_full"])
+    ours = watch.reported(state, lambda o: o["verdict"] == "slots_full" and o["false_full"])
+    assert_reported_within_two_scrapes(state, ours)
     assert ours is not None and ours.ours is not None
-    assert ours.t - state.t <= 2 * INTERVAL + 0.5, (ours.t - state.t)
     assert ours.ours["admission_headroom_requests"] == 0
     assert ours.ours["panel_usage_ratio"] < 0.8 and ours.ours["kv_free_blocks"] > ours.ours["kv_capacity_blocks"] / 4
     # While the engine holds the state, we keep saying so.
-    held = [s for s in watch.samples if s.t > ours.t + INTERVAL and _n(s, "running") == 8 and _n(s, "waiting") > 20]
-    assert held and all(s.ours and s.ours["verdict"] == "slots_full" for s in held[:5])
+    kept = held(list(watch.samples))
+    assert len(kept) >= 5 and all(s.ours and s.ours["verdict"] == "slots_full" for s in kept[:5]), kept[:5]
     report("2 slots-bound false-full", {**state.engine, "state_to_verdict_s": round(ours.t - state.t, 2)}, ours.ours)
 
 
@@ -211,8 +244,9 @@ def test_preemption_storm_is_predicted_then_reported(vllm_main: VllmServer) -> N
         _run_load(vllm_main, _short("preemption", 5.0))
     rise = watch.first(lambda s: (s.engine["num_preemptions_total"] or 0.0) > before)
     assert rise is not None, "the engine never preempted"
-    reported = watch.first(lambda s: s.t >= rise.t and s.ours is not None and s.ours["verdict"] == "preempting")
-    assert reported is not None and reported.t - rise.t <= 2 * INTERVAL + 0.5
+    reported = watch.reported(rise, lambda o: o["verdict"] == "preempting")
+    assert_reported_within_two_scrapes(rise, reported)
+    assert reported is not None
     busy = [s.ours for s in watch.samples if s.ours is not None and s.ours["requests_running"] >= 3]
     assert busy and all(o["safe_headroom_requests"] < 0 for o in busy)
     assert reported.ours is not None
@@ -237,6 +271,36 @@ def test_head_of_line_blocking_is_named(vllm_hol: VllmServer) -> None:
 
 
 # 6 ------------------------------------------------------------------------------------------------
+def admission_burst(server: VllmServer, sidecar: SidecarProcess, steady: Wave, burst_tokens: int,
+                    attempts: int = 3) -> tuple[int, dict[str, Any], int]:
+    """Keep `steady` running, read our admission headroom h, send h + 2 more requests at once; how many started.
+
+    Returns (h, our diagnosis when h was read, how many of the burst the engine started before any of it
+    finished: `load.admitted_before_first_finish`, read from the order of the engine's output stream, not the
+    clock). An attempt in which a steady request ended before the count was read (its slot would blur it), or
+    the engine preempted, did not produce the state under test and is repeated, at most `attempts` times.
+    """
+    seen: list[str] = []
+    for _ in range(attempts):
+        load = Load(server.url, server.served_model_name, [steady]).start()
+        try:
+            _t, e = sidecar.wait_for(lambda e: e["requests_running"] == steady.count and e["requests_waiting"] == 0,
+                                     60, 0.05)
+            h = e["admission_headroom_requests"]
+            before = engine_state(httpx.get(server.url + "/metrics", timeout=5).text)["num_preemptions_total"]
+            admitted = admitted_before_first_finish(server.url, server.served_model_name, steady.prompt_len,
+                                                    burst_tokens, h + 2)
+            steady_ended = load.done
+            after = engine_state(httpx.get(server.url + "/metrics", timeout=5).text)["num_preemptions_total"]
+        finally:
+            load.cancel()
+        if not steady_ended and before == after:
+            return h, e, admitted
+        seen.append("a steady request ended" if steady_ended else f"preemptions {before} -> {after}")
+        _wait_idle(sidecar)
+    raise AssertionError(f"no attempt held the state under test: {seen}")
+
+
 def test_admission_headroom_predicts_how_many_the_engine_admits(vllm_hol: VllmServer) -> None:
     with SidecarProcess(vllm_hol.url, [*FAST, "--scrape.interval", "0.5s"]) as sidecar:
         _wait_idle(sidecar)
@@ -244,24 +308,9 @@ def test_admission_headroom_predicts_how_many_the_engine_admits(vllm_hol: VllmSe
         _run_load(vllm_hol, [Wave(20, 16, 16)])
         sidecar.wait_for(lambda e: e["request_profile_tokens"]["prompt"]["basis"] == "window"
                          and e["prompt_blocks"] == 1, 10, 0.1)
-        # Steady state: 3 long-running requests (2,016 tokens = 63 blocks each at the end).
-        steady = Load(vllm_hol.url, vllm_hol.served_model_name, [Wave(3, 16, 2000, duration=12.0)]).start()
-        try:
-            _t, e = sidecar.wait_for(lambda e: e["requests_running"] == 3 and e["requests_waiting"] == 0, 10, 0.1)
-            h = e["admission_headroom_requests"]
-            assert h == 5  # min(8 - 3 slots, free / 1 block)
-            burst = Load(vllm_hol.url, vllm_hol.served_model_name, [Wave(h + 2, 16, 500)]).start()
-            frames = []
-            with httpx.Client(timeout=5) as client:
-                deadline = time.monotonic() + 1.5
-                while time.monotonic() < deadline:
-                    frames.append(engine_state(client.get(vllm_hol.url + "/metrics").text))
-                    time.sleep(0.05)
-            assert burst.wait(60) and not burst.errors
-        finally:
-            steady.cancel()
-    peak = max(frames, key=lambda f: (f["running"] or 0.0, f["waiting"] or 0.0))
-    admitted = (peak["running"] or 0.0) - 3
-    assert abs(admitted - h) <= 1, frames
-    assert (peak["waiting"] or 0.0) >= 1, frames  # the rest queued
-    report("6 prediction", {**peak, "admitted": admitted, "sent": h + 2}, e)
+        # 3 steady requests (2,016 tokens = 63 blocks each at the end) and bursts of 216 tokens (7 blocks):
+        # 3 x 63 + 5 x 7 = 224 of 320 blocks, no preemption.
+        h, e, admitted = admission_burst(vllm_hol, sidecar, Wave(3, 16, 2000), 200)
+    assert h == 5  # min(8 - 3 slots, free / 1 block)
+    assert abs(admitted - h) <= 1, (h, admitted)
+    report("6 prediction", {"admitted": admitted, "sent": h + 2}, e)

@@ -10,6 +10,7 @@ import pytest
 # Modules whose tests start real servers or installs other than vLLM.
 INTEGRATION = {
     Path("monitoring/test_alertmanager.py"),
+    Path("monitoring/test_double_scrape.py"),
     Path("monitoring/test_real_prometheus.py"),
     Path("browser/test_chromium.py"),
     Path("install/test_fresh_venv.py"),

@@ -6,6 +6,7 @@ Used by the version matrix (tests/fixtures/SUPPORT.md) and by the unit tests of 
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass, field
@@ -28,6 +29,12 @@ def _vkey(name: str) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", name.split("-")[1])[:3]) + ((0,) if name.endswith("-v0") else (1,))
 
 
+@functools.cache
+def _frames(directory: Path) -> list[tuple[float, str]]:
+    """A recording's frames, read once per process (many tests judge the same files); read-only."""
+    return replay.load(directory).frames
+
+
 def release_dirs(root: Path = FIXTURES) -> list[Path]:
     """tests/fixtures/vllm-X[-v0]/, oldest first."""
     return sorted((d for d in root.glob("vllm-*") if d.is_dir()), key=lambda d: _vkey(d.name))
@@ -40,7 +47,7 @@ class Scenario:
     directory: Path
 
     def frames(self) -> list[tuple[float, str]]:
-        return replay.load(self.directory).frames
+        return _frames(self.directory)
 
     @property
     def snapshot(self) -> str:
@@ -84,6 +91,11 @@ def samples(text: str) -> list[tuple[str, dict[str, str], float]]:
 
 def engine_truth(text: str) -> dict[str, float | None]:
     """running, waiting, usage (whichever usage name the release exports) and preemptions, summed over engines."""
+    return dict(_engine_truth(text))
+
+
+@functools.lru_cache(maxsize=4096)
+def _engine_truth(text: str) -> dict[str, float | None]:
     out: dict[str, float | None] = {"running": None, "waiting": None, "usage": None, "preemptions": None}
     names = {"vllm:num_requests_running": "running", "vllm:num_requests_waiting": "waiting",
              "vllm:num_preemptions_total": "preemptions"}

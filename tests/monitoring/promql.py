@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from collections.abc import Iterator
@@ -59,6 +60,16 @@ def metric_names(expr: str) -> set[str]:
 
     walk(promql_parser.parse(expr))
     return names
+
+
+def promtool_env() -> dict[str, str]:
+    """The environment for `promtool test rules`: one Go thread and a lazier garbage collector.
+
+    Rule evaluation, not parsing, is what a promtool case costs (about 1 CPU-second for 30 one-minute steps of our
+    58 rules, whatever the input). Measured on Debian's promtool 2.42 over 20 cases: 26.4 CPU-seconds by default,
+    15.6 with GOMAXPROCS=1 GOGC=400 (memory 62 -> 168 MB); the tests run one process per core instead.
+    """
+    return {**os.environ, "GOMAXPROCS": "1", "GOGC": "400"}
 
 
 def require(tool: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import subprocess
@@ -26,7 +27,7 @@ from grafana.dashboards import WHO_REGEX, dashboards
 from grafana.promtool_tests import Engine, cases, twins
 from grafana.rules import VERDICT_ALERTS, alerts, anchor, render, rule_groups
 from tests import fixtures
-from tests.monitoring.promql import dashboard_queries, metric_names, require, rules, substitute
+from tests.monitoring.promql import dashboard_queries, metric_names, promtool_env, require, rules, substitute
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "vllm-0.32.0"
@@ -51,8 +52,11 @@ def test_promtool_check_rules() -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+@functools.cache
 def _promtool_suite() -> dict[str, Any]:
-    suite: dict[str, Any] = yaml.safe_load((ROOT / generate.RULE_TESTS).read_text())
+    """The committed promtool suite (3 MB), parsed once per process by libyaml; read-only."""
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    suite: dict[str, Any] = yaml.load((ROOT / generate.RULE_TESTS).read_text(), Loader=loader)
     return suite
 
 
@@ -78,7 +82,7 @@ def test_promtool_test_rules(tmp_path: Path, interval: str) -> None:
     for i in range(parts):
         chunk = tmp_path / f"part{i}.yaml"
         chunk.write_text(yaml.safe_dump({**suite, "rule_files": rules, "tests": cases[i::parts]}, sort_keys=False))
-        procs.append(subprocess.Popen([require("promtool"), "test", "rules", str(chunk)],
+        procs.append(subprocess.Popen([require("promtool"), "test", "rules", str(chunk)], env=promtool_env(),
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     outputs = [(p.wait(), p.communicate()[0]) for p in procs]
     assert cases and sum(len(cases[i::parts]) for i in range(parts)) == len(cases)
@@ -127,7 +131,7 @@ def test_annotations_read_cleanly_on_v0_and_in_every_case() -> None:
             rendered = render(text, v0, 1.0)
             assert not UNREADABLE.search(rendered), (a.name, rendered)
             assert "{{" not in rendered, (a.name, rendered)
-    suite = yaml.safe_load((ROOT / generate.RULE_TESTS).read_text())
+    suite = _promtool_suite()
     for t in suite["tests"]:
         for check in t["alert_rule_test"]:
             for exp in check["exp_alerts"]:
@@ -160,7 +164,7 @@ def test_every_alert_fires_in_one_case_and_each_case_has_a_quiet_twin() -> None:
                  "--disable-log-stats under an operator job name", "oscillating 0.79/0.81", "idle 0.10-style",
                  "healthy over-commit", "preemption storm", "0.8-style", "nothing finished"):
         assert must in titles, must
-    suite = yaml.safe_load((ROOT / generate.RULE_TESTS).read_text())
+    suite = _promtool_suite()
     assert {t["interval"] for t in suite["tests"]} == {"15s", "30s", "60s"}
     assert len(suite["tests"]) == 3 * len(cases())
 

@@ -49,9 +49,27 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
               "--no-loop"]
     sidecar = ["--vllm-args", argv, "--verdict.false-full-hold", "2s", "--no-vllm-cmdline-discovery"]
     with run_stack(tmp, url, sidecar, replay, scrapes=SCRAPES) as s:
-        _wait("the recording rules", lambda: bool(
-            s.query('instance_engine:vllm_worst_case_blocks_per_request:ceil{cluster="single"}')), s)
+        _wait("every scrape and the recording rules of every cluster, two seconds back", lambda: _settled(s), s)
         yield s
+
+
+SETTLE_EVALUATIONS = 5  # rules over a rate need two samples, and a rule over a recorded series one cycle more
+
+
+def _settled(stack: Stack) -> bool:
+    """Every job's targets up since `SETTLE_EVALUATIONS` intervals (1 s each) before `time.time() - 2`, the instant
+    the tests query, and the recording rules answering for every cluster then. pytest-xdist may run each test of
+    this module in its own worker, each with its own stack that the test would otherwise query in its first seconds."""
+    at = time.time() - 2
+    up = {r["metric"]["cluster"]: r["value"][1]
+          for r in _at(stack, "count by (cluster) (up == 1)", at - SETTLE_EVALUATIONS)}
+    want: dict[str, str] = {}
+    for scrape in SCRAPES:
+        cluster = scrape.labels["cluster"]
+        want[cluster] = str(int(want.get(cluster, "0")) + len(scrape.targets))
+    rules = {r["metric"]["cluster"] for r in _at(
+        stack, "count by (cluster) (instance_engine:vllm_worst_case_blocks_per_request:ceil)", at)}
+    return up == want and rules == set(want)
 
 
 def _at(stack: Stack, expr: str, at: float) -> list[dict[str, Any]]:

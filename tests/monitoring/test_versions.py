@@ -32,7 +32,7 @@ from grafana.config import DEFAULT
 from grafana.generate import to_yaml
 from grafana.promtool_tests import V1_08_INFO
 from grafana.rules import rule_groups
-from tests.monitoring.promql import require
+from tests.monitoring.promql import promtool_env, require
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 # V0 (0.8.5 with VLLM_USE_V1=0) has no null block and no `engine` label; the rules recognise it by the missing label
@@ -97,7 +97,7 @@ def test_rules_agree_with_the_sidecar_on_a_recorded_exposition(snapshot: Path, t
         "rule_files": ["rules.yaml"], "evaluation_interval": "1m",
         "tests": [{"interval": "1m", "input_series": _series(text), "promql_expr_test": exprs}]}))
     done = subprocess.run([require("promtool"), "test", "rules", str(tmp_path / "test.yaml")], capture_output=True,
-                          text=True)
+                          text=True, env=promtool_env())
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
 
 
@@ -161,7 +161,7 @@ def _promtool(tmp_path: Path, series: list[dict[str, str]], exprs: list[dict[str
         "rule_files": ["rules.yaml"], "evaluation_interval": "1m",
         "tests": [{"interval": "1m", "input_series": series, "promql_expr_test": exprs}]}))
     done = subprocess.run([require("promtool"), "test", "rules", str(tmp_path / "test.yaml")], capture_output=True,
-                          text=True)
+                          text=True, env=promtool_env())
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
 
 

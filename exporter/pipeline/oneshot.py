@@ -42,7 +42,7 @@ def observe(source: str, settings: Settings, text: str | None = None) -> TargetR
     local = url and _LOCAL.match(source) is not None
     target = one_shot(replace(settings, url=name,
                               discover_cmdline=settings.discover_cmdline and local and settings.vllm_args is None))
-    wall = time.time()
+    wall, started = time.time(), time.perf_counter()
     try:
         if text is None:
             text = target.fetch_once() if url else Path(source).read_text(encoding="utf-8", errors="replace")
@@ -51,4 +51,5 @@ def observe(source: str, settings: Settings, text: str | None = None) -> TargetR
         report = TargetReport(target.settings.url, up=False, error_reason=exc.reason, error=str(exc))
     if url:  # a file or standard input was not scraped by us: no scrape time to give
         report.scraped_at, report.scrape_number = wall, 1
+        report.scrape_duration_seconds = time.perf_counter() - started
     return report

@@ -47,6 +47,7 @@ def test_diagnose_a_url(replayed_false_full: str, capsys: pytest.CaptureFixture[
     engine = target["engines"][0]
     assert target["vllm_version"] == "0.32.0"  # read from /version
     assert target["scrape_number"] == 1 and abs(target["scraped_at"] - time.time()) < 600
+    assert target["scrape_duration_seconds"] > 0
     assert engine["config"]["max_model_len"] == {"value": 512, "source": "v1_models"}
     assert (engine["verdict"], engine["false_full"]) == ("slots_full", True)
 

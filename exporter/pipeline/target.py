@@ -218,7 +218,8 @@ class TargetReport:
     scrape_duration_seconds: float | None = None
     observed_at: float = 0.0
     # The sidecar's scrape that produced this report: unix time it began, and its number since the sidecar started
-    # (1, 2, ...). None for a one-shot diagnosis of a file. How fresh an answer is, and "within N scrapes" checks.
+    # (1, 2, ..., failed scrapes included). None before the first scrape ends and for a one-shot diagnosis of a file
+    # or standard input. How fresh an answer is, and "within N scrapes" checks.
     scraped_at: float | None = None
     scrape_number: int | None = None
     known_engines: list[tuple[str, str]] = field(default_factory=list)  # when down: the engines last seen up

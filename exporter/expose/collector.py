@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Sequence
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from ..engines.vllm import VLLM
 from ..pipeline.target import EngineReport, Target
 from ..pipeline.verdict import Verdict
 from . import headline
@@ -18,6 +19,7 @@ P = "vllm_headroom_"
 SCRAPE_ERROR_REASONS = ("connect", "timeout", "http_status", "truncated", "malformed", "too_large",
                         "no_vllm_metrics", "invalid_value", "models", "internal_error")
 
+_NAMES = VLLM.names  # the engine whose series the help texts name
 # (name, help, value of an engine report or None when unknown)
 _ENGINE_GAUGES: list[tuple[str, str, Callable[[EngineReport], float | None]]] = [
     ("kv_capacity_blocks", "Usable KV-cache blocks of the engine (null block excluded).",
@@ -48,8 +50,8 @@ _ENGINE_GAUGES: list[tuple[str, str, Callable[[EngineReport], float | None]]] = 
      lambda e: e.preemptions_per_second),
     ("seconds_without_progress", "Seconds since vLLM's step/generation counters last moved while it had work.",
      lambda e: e.seconds_without_progress),
-    ("requests_running", "Requests running in the engine (vllm:num_requests_running).", lambda e: e.running),
-    ("requests_waiting", "Requests waiting in the engine (vllm:num_requests_waiting).", lambda e: e.waiting),
+    ("requests_running", f"Requests running in the engine ({_NAMES.running}).", lambda e: e.running),
+    ("requests_waiting", f"Requests waiting in the engine ({_NAMES.waiting}).", lambda e: e.waiting),
     ("max_num_seqs", "Configured max_num_seqs (absent when unknown).", lambda e: e.max_num_seqs),
     ("prompt_blocks", "Blocks the profile prompt needs at admission.", lambda e: e.headroom.prompt_blocks),
     ("kv_bytes_per_token", "KV-cache bytes one token takes per device, all layers (with --model-config).",

@@ -10,6 +10,7 @@ from typing import Any
 
 from .. import __version__
 from ..core import defaults
+from ..engines.vllm import VLLM
 from ..pipeline.target import EngineGap, EngineReport, TargetReport
 from ..pipeline.verdict import Verdict
 from ..planning import advice
@@ -128,7 +129,7 @@ def explain(e: EngineReport) -> str:
         return (f"{e.waiting} requests wait and the engine has made no step for {e.seconds_without_progress:.0f} s; "
                 f"{used}. The scheduler is not making progress.")
     if v is Verdict.SLEEPING:
-        return (f"The engine is asleep (vllm:engine_sleep_state awake=0: put to sleep with POST /sleep, "
+        return (f"The engine is asleep ({VLLM.names.sleep_state} awake=0: put to sleep with POST /sleep, "
                 f"--enable-sleep-mode); it runs nothing until woken. {e.running} running, {e.waiting} waiting; "
                 f"{used} (the pool's numbers are those it kept when it fell asleep).")
     if v is Verdict.LEAK and e.suspected:

@@ -10,6 +10,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..engines.base import FIRST_CHUNK as FIRST_CHUNK
+from ..engines.base import FULL_PROMPT as FULL_PROMPT
+
 
 def ceil_div(a: int, b: int) -> int:
     """ceil(a / b) for non-negative integers."""
@@ -68,8 +71,8 @@ def slot_headroom(max_num_seqs: int, running: int) -> int:
     return max(0, max_num_seqs - running)
 
 
-FULL_PROMPT = "full_prompt"  # vLLM >= 0.19 (V1) and V0: the whole uncached prompt must fit
-FIRST_CHUNK = "first_chunk"  # V1 < 0.19: only the step's first prefill chunk must fit
+# The admission rules by name (engines/base.py): FULL_PROMPT (vLLM >= 0.19 and V0: the whole uncached prompt
+# must fit), FIRST_CHUNK (V1 < 0.19: only the step's first prefill chunk must fit).
 
 
 def admission_blocks(prompt: int, block_size: int, rule: str = FULL_PROMPT, token_budget: int | None = None) -> int:
@@ -131,7 +134,7 @@ class Inputs:
     max_tokens: int | None  # profile M
     kv_cache_max_concurrency: float | None = None  # vLLM ≥0.24, group-aware (hybrid/sliding window)
     kv_cache_size_tokens: int | None = None
-    admission_rule: str = FULL_PROMPT  # the release's rule (vllm.rules); see admission_blocks
+    admission_rule: str = FULL_PROMPT  # the release's rule (the engine's release rules); see admission_blocks
     max_num_batched_tokens: int | None = None  # the token budget, for FIRST_CHUNK
     prefix_hit_share: float = 0.0  # share of prompt tokens found in the prefix cache lately (0..1)
 

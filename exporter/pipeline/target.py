@@ -17,9 +17,22 @@ from urllib.parse import urlsplit
 import httpx
 
 from ..core import defaults
+from ..engines.base import (
+    GENERATION_LENGTHS,
+    MAX_TOKENS_LENGTHS,
+    PROMPT_LENGTHS,
+    CapacityInfo,
+    Engine,
+    EngineSample,
+    Histogram,
+    InvalidValue,
+    ReleaseRules,
+    Snapshot,
+)
+from ..engines.vllm import VLLM
 from ..model.kv_layout import bytes_per_block, served_kv_bytes_per_token
 from ..model.shape import ModelShape
-from . import derive, exposition, vllm
+from . import derive, exposition
 from .config import (
     FoundCmdline,
     Known,
@@ -28,9 +41,7 @@ from .config import (
     Source,
     contradictions,
     find_vllm_cmdline,
-    parse_vllm_args_noting,
     resolve,
-    unreadable,
     value,
 )
 from .derive import Headroom
@@ -57,6 +68,7 @@ class Settings:
     max_bytes: int = defaults.SCRAPE_MAX_BYTES
     models_interval: float = defaults.MODELS_INTERVAL  # s
     model_shape: ModelShape | None = None  # from --model-config: adds absolute bytes
+    engine: Engine = VLLM  # the serving engine behind the URL: its metric names, readers and flags
 
 
 @dataclass(frozen=True)
@@ -81,7 +93,7 @@ class EngineReport:
     gauges_only: bool
     kv_bytes: derive.KvBytes | None = None  # absolute bytes per device, with --model-config
     seconds_without_progress: float = 0.0  # since the engine's step and generation counters last moved
-    histograms: dict[str, vllm.Histogram] = field(default_factory=dict)  # lifetime, as exported at this scrape
+    histograms: dict[str, Histogram] = field(default_factory=dict)  # by role (PROMPT_LENGTHS, ...), lifetime
     preemption_inferred: bool = False  # preempting judged from the gauges; vLLM's counter has not risen yet
     suspected: bool = False  # a one-shot verdict one observation cannot confirm (leak, never_fits, preemption)
     profile: ProfileQuality | None = None
@@ -224,7 +236,7 @@ class TargetReport:
     scrape_number: int | None = None
     known_engines: list[tuple[str, str]] = field(default_factory=list)  # when down: the engines last seen up
     notes: list[str] = field(default_factory=list)  # values ignored or contradicted (said once in the log)
-    rules: vllm.Rules | None = None  # the release's rules the numbers were derived with, and how we know
+    rules: ReleaseRules | None = None  # the release's rules the numbers were derived with, and how we know
 
 
 class Target:
@@ -245,7 +257,7 @@ class Target:
         self.errors: dict[str, int] = {}
         self.scrapes = 0  # scrapes begun by `scrape()` since start
         self.known_engines: set[tuple[str, str]] = set()
-        self._prompt_tokens: dict[tuple[str, str], float] = {}  # vllm:prompt_tokens_total at the last scrape
+        self._prompt_tokens: dict[tuple[str, str], float] = {}  # the prompt-token counter at the last scrape
         self._prefix: dict[tuple[str, str], tuple[float, float, float]] = {}  # queries, hits, last hit share
         # Per engine: the inputs of its resolved config, the notes on contradicting flags, and the config.
         self._configs: dict[str, tuple[tuple[object, ...], list[str], ServingConfig]] = {}
@@ -257,9 +269,10 @@ class Target:
 
     # -- configuration sources ------------------------------------------------------------------
     def _vllm_args(self, now: float) -> tuple[dict[str, object] | None, Source]:
+        engine = self.settings.engine
         if self.settings.vllm_args is not None:
             if self._given_args is None:
-                self._given_args, self._args_notes = parse_vllm_args_noting(self.settings.vllm_args)
+                self._given_args, self._args_notes = engine.parse_args(self.settings.vllm_args)
             return self._given_args, Source.VLLM_ARGS
         if not self.settings.discover_cmdline:
             return None, Source.CMDLINE
@@ -267,9 +280,9 @@ class Target:
             self._cmdline_at = now
             parts = urlsplit(self.settings.url)
             port = parts.port or (443 if parts.scheme == "https" else 80)
-            self._cmdline = find_vllm_cmdline(port)
+            self._cmdline = find_vllm_cmdline(port, engine=engine)
             self._cmdline_args, self._args_notes = (
-                parse_vllm_args_noting(self._cmdline.argv, f"vLLM's command line (/proc/{self._cmdline.pid})")
+                engine.parse_args(self._cmdline.argv, f"{engine.name}'s command line (/proc/{self._cmdline.pid})")
                 if self._cmdline else (None, []))
         return self._cmdline_args, Source.CMDLINE
 
@@ -279,20 +292,18 @@ class Target:
 
         `gauges_only` marks a one-shot diagnosis (see `one_shot`): a single observation, no rates.
         """
+        engine = self.settings.engine
         try:
-            expo = exposition.parse(text, vllm.WANTED)
+            expo = exposition.parse(text, engine.wanted, engine.names.prefix, engine.renames)
         except exposition.ExpositionError as exc:
             raise ScrapeError(exc.reason, f"{self.settings.url}: {exc}") from None
-        if expo.vllm_lines == 0 and (empty := exposition.blank(text)) is not None:
+        if expo.family_lines == 0 and (empty := exposition.blank(text)) is not None:
             raise ScrapeError("malformed", f"{self.settings.url}: {empty}")
-        if expo.vllm_lines == 0:
-            raise ScrapeError(
-                "no_vllm_metrics",
-                f"{self.settings.url} exports no vllm: series (is vLLM running with --disable-log-stats?)",
-            )
+        if expo.family_lines == 0:
+            raise ScrapeError("no_vllm_metrics", engine.no_metrics(self.settings.url))
         try:
-            snap = vllm.read(expo, self.version)
-        except vllm.InvalidValue as exc:
+            snap = engine.read(expo, self.version)
+        except InvalidValue as exc:
             raise ScrapeError("invalid_value", f"{self.settings.url}: {exc}") from None
         args, args_source = self._vllm_args(now)
         report = TargetReport(self.settings.url, up=True, version=self.version, observed_at=now,
@@ -315,7 +326,7 @@ class Target:
         self._configs = {k: v for k, v in self._configs.items() if k in live_engines}
         return report
 
-    def _config(self, engine: str, args: dict[str, object] | None, args_source: Source, cache: vllm.CacheInfo | None,
+    def _config(self, engine: str, args: dict[str, object] | None, args_source: Source, cache: CapacityInfo | None,
                 data_parallel_engines: int, models_len: int | None) -> tuple[list[str], ServingConfig]:
         """The engine's resolved config and the notes on flags that contradict vLLM, kept while their inputs
         stay equal: between two scrapes they seldom change, and resolving them anew for every engine of every
@@ -330,7 +341,7 @@ class Target:
         self._configs[engine] = (inputs, notes, cfg)
         return notes, cfg
 
-    def _window(self, now: float, e: vllm.EngineSample, name: str) -> Window | None:
+    def _window(self, now: float, e: EngineSample, name: str) -> Window | None:
         """The engine's window of histogram `name`, fed this scrape's snapshot; None when vLLM exports none."""
         hist = e.histograms.get(name)
         if hist is None:
@@ -344,14 +355,14 @@ class Target:
         return None if window is None else window.quantile(self.settings.quantile, max_model_len)
 
     @staticmethod
-    def _largest_prompt_blocks(e: vllm.EngineSample, max_model_len: int | None, block_size: int) -> int | None:
-        hist = e.histograms.get(vllm.PROMPT_HIST)
+    def _largest_prompt_blocks(e: EngineSample, max_model_len: int | None, block_size: int) -> int | None:
+        hist = e.histograms.get(PROMPT_LENGTHS)
         largest = None if hist is None else histogram_quantile(hist, 1.0, max_model_len, "lifetime")
         if largest is None:
             return None
         return derive.blocks_for_tokens(largest.upper or largest.tokens, block_size)
 
-    def _hit_share(self, key: tuple[str, str], e: vllm.EngineSample, gauges_only: bool) -> float:
+    def _hit_share(self, key: tuple[str, str], e: EngineSample, gauges_only: bool) -> float:
         """Share of prompt tokens found in the prefix cache: over the last interval that looked any up (the
         sidecar), or since start (one-shot). vLLM >= 0.28 records the lookups at admission
         (`record_prefix_cache_stats`, vllm/v1/core/kv_cache_manager.py @0.32.0)."""
@@ -370,7 +381,7 @@ class Target:
         return share
 
     @staticmethod
-    def _budget(cfg: ServingConfig, snap: vllm.VllmSnapshot, prompt: Quantile | None) -> BudgetUse | None:
+    def _budget(cfg: ServingConfig, snap: Snapshot, prompt: Quantile | None) -> BudgetUse | None:
         """The token budget and how much of a step one typical prefill takes.
 
         V1 schedules running requests first, a prefill taking min(remaining prompt, budget left) tokens per
@@ -390,31 +401,32 @@ class Target:
             return None
         return BudgetUse(budget, source, None if prompt is None else float(prompt.tokens))
 
-    def _engine(self, now: float, e: vllm.EngineSample, cfg: ServingConfig, snap: vllm.VllmSnapshot,
+    def _engine(self, now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot,
                 gauges_only: bool) -> EngineReport | EngineGap:
         n_blocks = value(cfg.num_gpu_blocks)
         block_size = value(cfg.block_size)
         missing = [k for k, v in (("num_gpu_blocks", n_blocks), ("block_size", block_size),
                                   ("usage", e.usage), ("running", e.running), ("waiting", e.waiting)) if v is None]
         if missing:
-            bad = unreadable(snap.cache_info.get(e.engine) or next(iter(snap.cache_info.values()), None))
+            info = snap.cache_info.get(e.engine) or next(iter(snap.cache_info.values()), None)
+            bad = None if info is None else info.unreadable()
             return EngineGap(e.model_name, e.engine, ", ".join(missing), config_error=bad)
         assert n_blocks is not None and block_size is not None and e.usage is not None
         problem = config_problem(cfg)
         if problem is not None:
             return EngineGap(e.model_name, e.engine, "", config_error=problem)
         max_model_len = value(cfg.max_model_len)
-        prompt = self._quantile(self._window(now, e, vllm.PROMPT_HIST), max_model_len)
+        prompt = self._quantile(self._window(now, e, PROMPT_LENGTHS), max_model_len)
         # Every window follows every scrape; the generated lengths are read only when max_tokens is not exported.
-        stated = self._quantile(self._window(now, e, vllm.MAX_TOKENS_HIST), max_model_len)
-        generated = self._window(now, e, vllm.GENERATION_HIST)
+        stated = self._quantile(self._window(now, e, MAX_TOKENS_LENGTHS), max_model_len)
+        generated = self._window(now, e, GENERATION_LENGTHS)
         max_tokens = profile_value(stated, self._quantile(generated, max_model_len) if stated is None else None,
                                    max_model_len)
         running = int(e.running or 0)
         waiting = int(e.waiting or 0)
         samples = 0 if prompt is None else prompt.samples
         thin = samples < defaults.PROFILE_MIN_REQUESTS
-        finished = e.histograms[vllm.PROMPT_HIST].count if vllm.PROMPT_HIST in e.histograms else None
+        finished = e.histograms[PROMPT_LENGTHS].count if PROMPT_LENGTHS in e.histograms else None
         if prompt is None:
             prompt = in_flight_prompt(e.prompt_tokens_total, finished, running, max_model_len)
         rules = snap.rules

@@ -27,7 +27,7 @@ class Verdict(StrEnum):
     BUDGET_FULL = "budget_full"  # running prefills use up the step's token budget (max_num_batched_tokens)
     NEVER_FITS = "never_fits"  # the queue head needs more blocks than the whole pool: it can never be admitted
     TRANSIENT = "transient"  # one-shot only: requests wait beside room, as happens for one step between steps
-    SLEEPING = "sleeping"  # vllm:engine_sleep_state{sleep_state="awake"} 0: put to sleep (--enable-sleep-mode)
+    SLEEPING = "sleeping"  # the engine's sleep-state gauge says asleep (vLLM: --enable-sleep-mode, POST /sleep)
 
 
 CEILING_WINDOW = defaults.CEILING_WINDOW  # seconds of running counts that stand in for an unknown max_num_seqs
@@ -54,7 +54,7 @@ class Observation:
 
     running: int
     waiting: int
-    deferred: int | None  # vllm:num_requests_waiting_by_reason{reason="deferred"} (≥0.20), else None
+    deferred: int | None  # waiting requests by reason "deferred" (vLLM ≥ 0.20), else None
     usage: float
     max_num_seqs: int | None  # stated, or inferred (max_num_seqs_inferred) from the running ceiling
     awake: bool | None

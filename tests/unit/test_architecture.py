@@ -1,14 +1,20 @@
-"""The layout shows the flow: wings import only downwards, no import circles, the CLI holds no KV arithmetic."""
+"""The layout shows the flow: wings import only downwards, no import circles, the CLI holds no KV arithmetic, and
+vLLM's vocabulary lives in its wing only."""
 
 from __future__ import annotations
 
 import ast
 import graphlib
+import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "exporter"
-# Lowest first: a module may import its own wing and any wing before it, never one after it.
-WINGS = ["core", "model", "pipeline", "planning", "expose", "replay", "cli"]
+# Lowest first: a module may import its own wing and any wing before it, never one after it. `engines` holds
+# what each serving engine is (names, readers, release rules, flags, start-up log, derived max_model_len).
+WINGS = ["core", "engines", "model", "pipeline", "planning", "expose", "replay", "cli"]
+VLLM_WING = PACKAGE / "engines" / "vllm"
+# A vLLM metric name (`vllm:` and a letter); `http://vllm:8000` is a host name, not a metric.
+VLLM_NAME = re.compile(r"vllm:[a-z_]")
 
 
 def module_name(path: Path) -> str:
@@ -116,3 +122,28 @@ def test_cli_does_no_arithmetic() -> None:
             if isinstance(node, ast.BinOp) and isinstance(node.op, ops):
                 found.append(f"{path.name}:{node.lineno}")
     assert found == []
+
+
+def literal_vllm_names(paths: list[Path]) -> list[str]:
+    """Every line naming a vLLM metric literally (code, strings, comments), as path:line."""
+    return [f"{p.relative_to(PACKAGE.parent)}:{i}" for p in paths
+            for i, line in enumerate(p.read_text().splitlines(), 1) if VLLM_NAME.search(line)]
+
+
+def test_vllm_metric_names_live_in_the_vllm_wing_only() -> None:
+    """A renamed vLLM metric is one change in exporter/engines/vllm/metrics.py: no other module of exporter/ and
+    no dashboard generator writes a vLLM name (grafana/rules.py and promtool_tests.py follow in issue 20 item 4)."""
+    outside = [p for p in PACKAGE.rglob("*.py") if VLLM_WING not in p.parents]
+    assert literal_vllm_names([*outside, PACKAGE.parent / "grafana" / "dashboards.py"]) == []
+    assert literal_vllm_names([VLLM_WING / "metrics.py"])  # the check can fail: the table itself names them
+
+
+def test_nothing_in_the_package_uses_the_old_vllm_module() -> None:
+    """exporter/pipeline/vllm.py only keeps old imports of tools and tests working."""
+    users = [m for m, deps in graph().items() if "exporter.pipeline.vllm" in deps]
+    assert users == []
+
+
+def test_the_engine_neutral_wing_names_no_engine() -> None:
+    """engines/base.py is the interface: it imports no engine's sub-package."""
+    assert {d for d in imports(PACKAGE / "engines" / "base.py") if d.startswith("exporter.engines.")} == set()

@@ -46,6 +46,7 @@ from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 from grafana_foundation_sdk.models.text import TextMode
 
 from exporter.engines.vllm import VLLM
+from exporter.pipeline.catalogue import COLOUR_BY_VERDICT
 
 from .config import DEFAULT, Config
 
@@ -88,13 +89,8 @@ def quantile(cfg: Config, phi: float, histogram: str, sel: str) -> str:
     return f"histogram_quantile({phi:g}, sum by (le) ({per_engine(cfg, rate, 'le')}))"
 
 
-# Verdicts by severity (exporter.pipeline.verdict.Verdict; tests/monitoring checks every member has one): colour
-# of the verdict stat and timeline. Dark red: pages critical; red/orange: capacity; yellow: false-full (room, but
-# something else holds requests back); blue: deliberate or one-shot notes, no fault.
-VERDICT_COLORS = {"ok": "green", "kv_full": "orange", "slots_full": "yellow", "preempting": "red",
-                  "head_of_line": "yellow", "deferred": "yellow", "stuck": "dark-red", "leak": "orange",
-                  "target_down": "dark-red", "budget_full": "yellow", "never_fits": "dark-red",
-                  "transient": "light-blue", "sleeping": "blue"}
+# The colour of each verdict by severity, from the verdict catalogue (exporter/pipeline/catalogue.py), in its order.
+VERDICT_COLORS = COLOUR_BY_VERDICT
 # vllm_headroom_binding_limit{limit}: what binds a new worst-case request now.
 LIMIT_COLORS = {"slots": "yellow", "blocks": "orange"}
 

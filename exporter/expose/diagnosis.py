@@ -14,7 +14,7 @@ from ..core import defaults
 from ..engines.vllm import VLLM
 from ..pipeline import catalogue
 from ..pipeline.catalogue import Verdict
-from ..pipeline.target import EngineGap, EngineReport, TargetReport
+from ..pipeline.report import EngineGap, EngineReport, TargetReport
 from ..planning import advice
 from . import headline
 

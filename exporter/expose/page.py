@@ -16,7 +16,7 @@ from html import escape
 
 from .. import __version__
 from ..pipeline import catalogue
-from ..pipeline.target import EngineGap, EngineReport, TargetReport
+from ..pipeline.report import EngineGap, EngineReport, TargetReport
 from . import diagnosis, headline
 from .history import SERIES, EngineHistory, History
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from ..core import defaults
 from . import catalogue
 from .catalogue import Verdict as Verdict
-from .derive import Headroom
+from .derive import Pool
 
 CEILING_WINDOW = defaults.CEILING_WINDOW  # seconds of running counts that stand in for an unknown max_num_seqs
 
@@ -44,7 +44,7 @@ class Observation:
     usage: float
     max_num_seqs: int | None  # stated, or inferred (max_num_seqs_inferred) from the running ceiling
     awake: bool | None
-    headroom: Headroom
+    headroom: Pool  # the pool's figures (those that do not depend on max_num_seqs)
     largest_prompt_blocks: int | None = None  # blocks of the longest prompt vLLM has finished (bucket bound)
     finished_total: float | None = None  # requests finished since start (count of the prompt histogram)
     budget_used: float | None = None  # share of a step one typical prefill takes: prompt / max_num_batched_tokens

@@ -16,7 +16,7 @@ from ..engines.vllm import VLLM
 from ..pipeline import derive
 from ..pipeline.config import value
 from ..pipeline.profile import bucket_quantile
-from ..pipeline.target import EngineReport
+from ..pipeline.report import EngineReport
 from . import advice
 
 

@@ -55,9 +55,6 @@ def test_no_reader_keeps_a_text_no_verdict_uses() -> None:
 
 def test_the_families_of_the_judgement_are_the_catalogue_s() -> None:
     assert {v for v, e in CATALOGUE.items() if e.false_full} == verdict.FALSE_FULL_VERDICTS
-    # The family the rules' false-full alert and the README have always named.
-    assert {Verdict.SLOTS_FULL, Verdict.HEAD_OF_LINE, Verdict.DEFERRED, Verdict.STUCK,
-            Verdict.BUDGET_FULL} == verdict.FALSE_FULL_VERDICTS
     assert not (verdict.FALSE_FULL_VERDICTS & {Verdict.KV_FULL, Verdict.PREEMPTING, Verdict.TRANSIENT})
 
 

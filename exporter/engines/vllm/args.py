@@ -6,6 +6,7 @@ ignored with a note rather than used.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from ...core.units import human_readable_int, parse_tokens
@@ -14,10 +15,15 @@ DEFAULT_PORT = 8000  # `vllm serve` without --port
 
 # vLLM flags we read, by their canonical name; vLLM accepts `_` and `-` alike.
 _INT_FLAGS = ("max_model_len", "max_num_seqs", "max_num_batched_tokens", "block_size", "port")
-_INT_FLAGS_ALSO = ("tensor_parallel_size", "data_parallel_size", "num_gpu_blocks_override")
-_STR_FLAGS = ("model", "served_model_name", "kv_cache_dtype", "host", "gpu_memory_utilization")
+_INT_FLAGS_ALSO = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "num_gpu_blocks_override")
+_STR_FLAGS = ("model", "served_model_name", "kv_cache_dtype", "host", "gpu_memory_utilization", "performance_mode")
+_JSON_FLAGS = ("kv_transfer_config",)  # read for its `kv_role` (and `kv_connector`) only
 _BOOL_FLAGS = ("enable_chunked_prefill", "enable_prefix_caching")
-_SHORT = {"-tp": "tensor_parallel_size", "-dp": "data_parallel_size", "-O": "compilation_config"}
+_SHORT = {"-tp": "tensor_parallel_size", "-pp": "pipeline_parallel_size", "-dp": "data_parallel_size",
+          "-O": "compilation_config"}
+# `KVTransferConfig.kv_role` (vllm/config/kv_transfer.py @0.32.0): a P/D prefill instance is a producer, a decode
+# instance a consumer; kv_both does either.
+KV_ROLES = ("kv_producer", "kv_consumer", "kv_both")
 
 
 def parse_token_count(text: str) -> int | None:
@@ -53,6 +59,7 @@ _INT_TYPES = {
     "block_size": (_vllm_int, "a whole number (vLLM reads it with int())"),
     "port": (_vllm_int, "a whole number (vLLM reads it with int())"),
     "tensor_parallel_size": (_vllm_int, "a whole number (vLLM reads it with int())"),
+    "pipeline_parallel_size": (_vllm_int, "a whole number (vLLM reads it with int())"),
     "data_parallel_size": (_vllm_int, "a whole number (vLLM reads it with int())"),
     "num_gpu_blocks_override": (_vllm_int, "a whole number (vLLM reads it with int())"),
 }
@@ -92,7 +99,7 @@ def parse_vllm_args_noting(argv: list[str], where: str = "--vllm-args") -> tuple
             else:
                 out[base] = not negated
             continue
-        if name not in _INT_FLAGS + _INT_FLAGS_ALSO + _STR_FLAGS and name != "api_key":
+        if name not in _INT_FLAGS + _INT_FLAGS_ALSO + _STR_FLAGS + _JSON_FLAGS and name != "api_key":
             continue
         if inline is None:
             if i >= len(argv):
@@ -101,6 +108,15 @@ def parse_vllm_args_noting(argv: list[str], where: str = "--vllm-args") -> tuple
             i += 1
         if name == "api_key":
             continue  # never keep a secret we were not asked for
+        if name == "kv_transfer_config":
+            role, connector, note = _kv_transfer(inline, where)
+            if note:
+                notes.append(note)
+            if role:
+                out["kv_role"] = role
+            if connector:
+                out["kv_connector"] = connector
+            continue
         if name in _INT_TYPES:
             conv, grammar = _INT_TYPES[name]
             shown = "--" + name.replace("_", "-")
@@ -120,6 +136,23 @@ def parse_vllm_args_noting(argv: list[str], where: str = "--vllm-args") -> tuple
         else:
             out[name] = inline
     return out, notes
+
+
+def _kv_transfer(text: str, where: str) -> tuple[str | None, str | None, str | None]:
+    """(kv_role, kv_connector, a note when unreadable) of `--kv-transfer-config '{"kv_connector": ..., "kv_role":
+    ...}'` (vLLM parses the flag as JSON into `KVTransferConfig`, vllm/engine/arg_utils.py @0.32.0)."""
+    try:
+        cfg = json.loads(text)
+    except ValueError:
+        return None, None, f"{where} --kv-transfer-config is ignored: it is not JSON"
+    if not isinstance(cfg, dict):
+        return None, None, f"{where} --kv-transfer-config is ignored: it is not a JSON object"
+    role, connector = cfg.get("kv_role"), cfg.get("kv_connector")
+    note = None
+    if role is not None and role not in KV_ROLES:
+        note = f"{where} --kv-transfer-config kv_role {role!r} is ignored: vLLM expects one of {', '.join(KV_ROLES)}"
+        role = None
+    return role, connector if isinstance(connector, str) else None, note
 
 
 def is_vllm_server(argv: list[str]) -> bool:

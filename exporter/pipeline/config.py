@@ -194,6 +194,7 @@ class ServingConfig:
     block_size: Known[int] | None = None
     num_gpu_blocks: Known[int] | None = None  # per engine
     tensor_parallel_size: Known[int] | None = None
+    pipeline_parallel_size: Known[int] | None = None
     data_parallel_size: Known[int] | None = None
     kv_cache_size_tokens: Known[int] | None = None
     kv_cache_max_concurrency: Known[float] | None = None
@@ -204,6 +205,9 @@ class ServingConfig:
     kv_cache_dtype: Known[str] | None = None  # vLLM's --kv-cache-dtype
     cache_dtype: Known[str] | None = None  # the cache_dtype label of vLLM's cache_config_info
     gpu_memory_utilization: Known[float] | None = None
+    performance_mode: Known[str] | None = None  # vLLM's --performance-mode (throughput doubles the batch defaults)
+    kv_role: Known[str] | None = None  # --kv-transfer-config's kv_role: kv_producer, kv_consumer or kv_both (P/D)
+    kv_connector: Known[str] | None = None  # --kv-transfer-config's kv_connector (NixlConnector, ...)
 
     def as_json(self) -> dict[str, dict[str, Any]]:
         """{key: {"value", "source"}} for the known fields, sorted by key."""

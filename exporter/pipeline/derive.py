@@ -8,7 +8,7 @@ Each formula is written once, here.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..engines.base import FIRST_CHUNK as FIRST_CHUNK
 from ..engines.base import FULL_PROMPT as FULL_PROMPT
@@ -233,6 +233,16 @@ def pool(x: Inputs) -> Pool:
         held_blocks_per_running=held,
         worst_case_blocks_profile_only=w_profile,
     )
+
+
+def with_head_floor(p: Pool, blocks: int) -> Pool:
+    """`p` with the queue head's admission blocks floored at `blocks` (what requests in flight hold each, when they
+    already hold more than any finished request did: the head is as likely one of the new workload's), and the
+    admission headroom under it. The worst case per request is unchanged (it is floored by the same evidence)."""
+    if blocks <= p.prompt_blocks:
+        return p
+    return replace(p, prompt_blocks=blocks, kv_admission_headroom_requests=kv_admission_headroom(p.kv_free_blocks,
+                                                                                               blocks))
 
 
 def with_slots(p: Pool, max_num_seqs: int | None, running: int) -> Headroom:

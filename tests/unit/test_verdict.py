@@ -52,8 +52,9 @@ def test_preempting_needs_activity() -> None:
 def test_deferred_when_every_waiting_request_is_deferred() -> None:
     free_slots = obs(SLOTS, running=4, deferred=92)
     assert classify(free_slots, History(), T).verdict is Verdict.DEFERRED
-    # Some wait for capacity too: the capacity cause is named instead.
-    assert classify(obs(SLOTS, running=4, deferred=10), History(), T).verdict is Verdict.HEAD_OF_LINE
+    # Some wait for capacity too: the capacity cause is named instead. 92 wait for 4 free slots while the free
+    # blocks hold 23 more: the next step fills the slots and the rest wait for one (issue 19, kind 9).
+    assert classify(obs(SLOTS, running=4, deferred=10), History(), T).verdict is Verdict.SLOTS_FULL
 
 
 def test_stuck_after_no_progress_asleep_is_sleeping() -> None:
@@ -71,12 +72,17 @@ def test_leak_when_blocks_stay_used_with_nothing_to_do() -> None:
 
 
 def test_head_of_line_needs_a_second_look_in_a_running_sidecar() -> None:
-    hol = obs(SLOTS, running=5)  # slots and blocks free by the profile, yet 92 wait
-    assert classify(hol, History(), T).verdict is Verdict.HEAD_OF_LINE  # one-shot: judged on gauges
+    # 5 of 8 running and 2 waiting beside 23 free blocks for 1-block heads: the next step could admit both. Before
+    # issue 19 this used 92 waiting, which the next step cannot admit (3 free slots): slots bind there (kind 9).
+    hol = obs(SLOTS, running=5, waiting=2)
+    once = classify(hol, History(one_shot=True), T)
+    assert once.verdict is Verdict.TRANSIENT and once.suspected  # one observation cannot tell
     first = classify(hol, History(previous=Verdict.SLOTS_FULL), T)
-    assert first.verdict is Verdict.SLOTS_FULL and first.head_of_line_candidate
-    second = classify(hol, History(previous=Verdict.SLOTS_FULL, head_of_line_before=True), T)
+    assert first.verdict is Verdict.TRANSIENT and first.head_of_line_candidate and first.first_look
+    # The previous scrape showed the same room, nothing was admitted and nothing finished since.
+    second = classify(hol, History(previous=Verdict.TRANSIENT, head_of_line_before=True), T)
     assert second.verdict is Verdict.HEAD_OF_LINE
+    assert classify(obs(SLOTS, running=5), History(), T).verdict is Verdict.SLOTS_FULL  # 92 wait for 3 slots
 
 
 def test_slots_inferred_from_a_running_plateau_when_max_num_seqs_is_unknown() -> None:

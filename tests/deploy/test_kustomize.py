@@ -107,8 +107,9 @@ def test_one_monitor_per_overlay(overlay: str, kind: str, kustomize: Render) -> 
     monitor = find(docs, kind)
     endpoints = monitor["spec"]["podMetricsEndpoints" if kind == "PodMonitor" else "endpoints"]
     # The rules and dashboards select the sidecar by job=~".*headroom.*" and vLLM by job=~"vllm|vllm-.*".
-    jobs = {e["port"]: e["relabelings"][0]["replacement"] for e in endpoints}
-    assert jobs == {"headroom": "vllm-headroom", "http": "vllm"}
+    jobs = {e.get("port", e.get("portNumber")): e["relabelings"][0]["replacement"] for e in endpoints}
+    # existing-vllm scrapes vLLM by the number in its vllm-headroom.yaml, whatever the user's port is named.
+    assert jobs == {"headroom": "vllm-headroom", 8000 if overlay.endswith("existing-vllm") else "http": "vllm"}
     assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     selector = monitor["spec"]["selector"]["matchLabels"]
     target = find(docs, "Deployment" if kind == "PodMonitor" else "Service")

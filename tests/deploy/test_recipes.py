@@ -105,30 +105,72 @@ def test_llm_d_values_file_adds_the_same_container(validate: Callable[..., list[
     no_errors(validate(pods))
 
 
-def test_kserve_inference_service_gets_a_second_container(tools: Tools,
+def kserve_check(tools: Tools, docs: list[Doc], tmp: Path, version: str = "1.33") -> list[dict[str, Any]]:
+    """InferenceServices against KServe's own CRD models (the pinned kserve SDK), embedded Kubernetes types against
+    kubernetes-validate's strict schemas."""
+    path = tmp / "isvc.yaml"
+    path.write_text(yaml.safe_dump_all([d for d in docs if d["kind"] == "InferenceService"]))
+    proc = subprocess.run([tools.bin("python"), str(Path(__file__).with_name("tools_venv_checks.py")), "kserve",
+                           str(path), version], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    results: list[dict[str, Any]] = json.loads(proc.stdout)
+    return results
+
+
+@pytest.mark.parametrize(("name", "form"), [("qwen", "model"), ("llama3", "containers")])
+def test_kserve_inference_service_gets_the_native_sidecar(name: str, form: str, tools: Tools, tmp_path: Path,
                                                           validate: Callable[..., list[dict[str, Any]]]) -> None:
+    """Both forms people write: the standard `spec.predictor.model` (huggingface runtime) and a custom
+    kserve-container. KServe keeps the predictor's init containers in both, but drops extra `containers` in the
+    `model` form, so the sidecar is a native sidecar there."""
     docs = render(tools, RECIPES / "examples" / "kserve")
-    isvc = find(docs, "InferenceService", "llama3")
+    isvc = find(docs, "InferenceService", name)
     predictor = isvc["spec"]["predictor"]
-    assert [c["name"] for c in predictor["containers"]] == ["kserve-container", "vllm-headroom"]
-    assert predictor["containers"][1] == canonical("http://127.0.0.1:8080", native=False)
+    assert form in predictor
+    assert predictor["initContainers"] == [canonical("http://127.0.0.1:8080")]  # vLLM on KServe's port
+    if form == "containers":
+        assert [c["name"] for c in predictor["containers"]] == ["kserve-container"]  # KServe's [0], untouched
     assert predictor["shareProcessNamespace"] is True
+    assert predictor["labels"] == {"vllm-headroom/sidecar": "injected"}  # reaches the pods; the PodMonitor's
     assert isvc["metadata"]["annotations"]["serving.kserve.io/deploymentMode"] == "RawDeployment"
-    sidecar_only(find(docs, "PodMonitor"))
-    # The predictor is a pod spec inline: validate it as one, and the PodMonitor with the operator's models.
-    pod = pod_of({k: v for k, v in predictor.items() if k != "minReplicas"}, "kserve-predictor")
-    no_errors(validate([pod, find(docs, "PodMonitor")]))
+    monitor = find(docs, "PodMonitor")
+    sidecar_only(monitor)
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= predictor["labels"].items()
+    assert "Pod" not in {d["kind"] for d in docs}, "the recipe's local sidecar object must not be emitted"
+    no_errors(kserve_check(tools, [isvc], tmp_path))
+    # The pod KServe builds from it: the predictor's pod fields, vLLM as kserve-container beside the sidecar.
+    spec = {k: v for k, v in predictor.items() if k not in ("minReplicas", "model", "labels")}
+    runtime = [{"name": "kserve-container", "image": "kserve/huggingfaceserver"}]
+    spec["containers"] = predictor.get("containers") or runtime
+    no_errors(validate([pod_of(spec, f"kserve-{name}"), monitor]))
+
+
+def test_kserve_schema_check_is_not_vacuous(tools: Tools, tmp_path: Path) -> None:
+    isvc = find(render(tools, RECIPES / "examples" / "kserve"), "InferenceService", "qwen")
+    bad = copy.deepcopy(isvc)
+    bad["spec"]["predictor"]["initContainer"] = bad["spec"]["predictor"].pop("initContainers")  # a typo
+    del bad["spec"]["predictor"]["model"]["modelFormat"]
+    bad["spec"]["predictor"]["minReplicas"] = "1"
+    (result,) = kserve_check(tools, [bad], tmp_path)
+    assert "spec.predictor.initContainer: unknown field of V1beta1PredictorSpec" in result["error"]
+    assert "spec.predictor.model.modelFormat: required by V1beta1ModelSpec" in result["error"]
+    assert "spec.predictor.minReplicas: '1' is not int" in result["error"]
+    worse = copy.deepcopy(isvc)
+    del worse["spec"]["predictor"]["initContainers"][0]["name"]
+    (result,) = kserve_check(tools, [worse], tmp_path)
+    assert "spec.predictor.initContainers[0]: 'name' is a required property" in result["error"]
 
 
 def test_kserve_recipe_skips_services_not_labelled(tools: Tools, tmp_path: Path) -> None:
-    isvc = yaml.safe_load((RECIPES / "examples" / "kserve" / "inferenceservice.yaml").read_text())
-    del isvc["metadata"]["labels"]
-    (tmp_path / "isvc.yaml").write_text(yaml.safe_dump(isvc))
-    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump({
-        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "resources": ["isvc.yaml"],
-        "components": [os.path.relpath(RECIPES / "kserve", tmp_path)]}))
-    predictor = find(render(tools, tmp_path), "InferenceService")["spec"]["predictor"]
-    assert [c["name"] for c in predictor["containers"]] == ["kserve-container"]
+    for source in ("inferenceservice.yaml", "inferenceservice-huggingface.yaml"):
+        isvc = yaml.safe_load((RECIPES / "examples" / "kserve" / source).read_text())
+        del isvc["metadata"]["labels"]
+        (tmp_path / "isvc.yaml").write_text(yaml.safe_dump(isvc))
+        (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump({
+            "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "resources": ["isvc.yaml"],
+            "components": [os.path.relpath(RECIPES / "kserve", tmp_path)]}))
+        predictor = find(render(tools, tmp_path), "InferenceService")["spec"]["predictor"]
+        assert predictor == isvc["spec"]["predictor"], source
 
 
 def test_post_renderer_gives_what_the_recipe_renders(tools: Tools) -> None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
+import shutil
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -173,16 +175,89 @@ def test_kserve_recipe_skips_services_not_labelled(tools: Tools, tmp_path: Path)
         assert predictor == isvc["spec"]["predictor"], source
 
 
+def post_render(tools: Tools, *args: str, stdin: str) -> subprocess.CompletedProcess[str]:
+    """The script as Helm 3 runs it (--post-renderer <path> --post-renderer-args ...): manifests on stdin."""
+    env = {**os.environ, "PATH": f"{Path(tools.bin('kubectl')).parent}:{os.environ['PATH']}"}
+    return subprocess.run([str(RECIPES / "post-render"), *args], input=stdin, capture_output=True, text=True,
+                          timeout=60, env=env)
+
+
 def test_post_renderer_gives_what_the_recipe_renders(tools: Tools) -> None:
     chart_output = (RECIPES / "examples" / "production-stack" / "chart-output.yaml").read_text()
-    env = {**os.environ, "PATH": f"{Path(tools.bin('kubectl')).parent}:{os.environ['PATH']}"}
-    proc = subprocess.run([str(RECIPES / "post-render"), "production-stack"], input=chart_output, capture_output=True,
-                          text=True, timeout=60, env=env)
+    proc = post_render(tools, "production-stack", stdin=chart_output)
     assert proc.returncode == 0, proc.stderr
     assert load_all(proc.stdout) == render(tools, RECIPES / "examples" / "production-stack")
-    bad = subprocess.run([str(RECIPES / "post-render"), "no-such-stack"], input="", capture_output=True, text=True,
-                         timeout=60, env=env)
+    bad = post_render(tools, "no-such-stack", stdin="")
     assert bad.returncode == 2 and "no recipe no-such-stack" in bad.stderr
+    for setting, said in (("vllm-port=http", "is not a port number"), ("vllm-port=70000", "is not in 1-65535"),
+                          ("port=8080", "unknown setting port=8080")):
+        bad = post_render(tools, "production-stack", setting, stdin=chart_output)
+        assert bad.returncode == 2 and said in bad.stderr and bad.stdout == "", setting
+
+
+def test_post_renderer_follows_the_charts_container_port(tools: Tools) -> None:
+    """servingEngineSpec.containerPort other than 8000: `--post-renderer-args vllm-port=N` points the sidecar at it."""
+    chart_output = (RECIPES / "examples" / "production-stack" / "chart-output.yaml").read_text().replace(
+        '"8000"', '"8080"').replace("containerPort: 8000", "containerPort: 8080")
+    proc = post_render(tools, "production-stack", "vllm-port=8080", stdin=chart_output)
+    assert proc.returncode == 0, proc.stderr
+    spec = find(load_all(proc.stdout), "Deployment", "vllm-llama3-deployment-vllm")["spec"]["template"]["spec"]
+    assert named(spec["initContainers"], "vllm-headroom") == canonical("http://127.0.0.1:8080")
+    assert "Settings" not in {d["kind"] for d in load_all(proc.stdout)}
+
+
+def documented_post_renderer(section: str) -> tuple[str, list[str]]:
+    """The --post-renderer and its --post-renderer-args that the README's sh block for `section` tells Helm 4 users."""
+    text = (DEPLOY.parent / "README.md").read_text().split(section, 1)[1]
+    block = re.search(r"```sh\n(.*?)```", text, re.S)
+    assert block, f"no sh block after {section}"
+    line = " ".join(ln.split("#", 1)[0].rstrip(" \\") for ln in block.group(1).splitlines())
+    m = re.search(r"--post-renderer (\S+)((?: --post-renderer-args \S+)+)", line)
+    assert m, line
+    return m.group(1), re.findall(r"--post-renderer-args (\S+)", m.group(2))
+
+
+def stand_in_chart(tmp: Path) -> Path:
+    """A chart whose templates are the production-stack stand-in output (the real chart cannot be fetched here)."""
+    chart = tmp / "vllm-stack"
+    (chart / "templates").mkdir(parents=True)
+    (chart / "Chart.yaml").write_text("apiVersion: v2\nname: vllm-stack\nversion: 0.1.12\n")
+    shutil.copy(RECIPES / "examples" / "production-stack" / "chart-output.yaml", chart / "templates" / "engine.yaml")
+    return chart
+
+
+def helm4_install(tools: Tools, tmp: Path, post_renderer: str, args: list[str]) -> dict[str, Any]:
+    """`helm plugin install deploy/recipes` (a local folder: Helm links it into $HELM_PLUGINS), then
+    `helm install --dry-run=client --post-renderer ... --post-renderer-args ...` with Helm 4's SDK."""
+    plugins = tmp / "plugins"
+    plugins.mkdir()
+    (plugins / "vllm-headroom").symlink_to(RECIPES)
+    env = {**os.environ, "HELM_PLUGINS": str(plugins),
+           "PATH": f"{Path(tools.bin('kubectl')).parent}:{os.environ['PATH']}"}
+    proc = subprocess.run([tools.bin("python"), str(Path(__file__).with_name("tools_venv_checks.py")),
+                           "helm-post-render", str(stand_in_chart(tmp)), "vllm", "inference", post_renderer, *args],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    out: dict[str, Any] = json.loads(proc.stdout)
+    assert out["helm"].startswith("v4."), out["helm"]
+    return out
+
+
+def test_helm4_runs_the_documented_post_renderer(tools: Tools, tmp_path: Path) -> None:
+    """Helm 4 takes a plugin name for --post-renderer (a script path is refused: "plugin ... not found"); the
+    README's command, run by Helm 4.2's own post-renderer code, gives what the recipe renders."""
+    post_renderer, args = documented_post_renderer("## Where people already run vLLM")
+    out = helm4_install(tools, tmp_path, post_renderer, args)
+    assert out["error"] is None, out["error"]
+    docs = load_all(out["manifest"])
+    assert docs == render(tools, RECIPES / "examples" / "production-stack")
+    plugin = yaml.safe_load((RECIPES / "plugin.yaml").read_text())
+    assert plugin["name"] == post_renderer and plugin["type"] == "postrenderer/v1"
+
+
+def test_helm4_refuses_a_script_path(tools: Tools, tmp_path: Path) -> None:
+    out = helm4_install(tools, tmp_path, str(RECIPES / "post-render"), ["production-stack"])
+    assert out["manifest"] is None and "not found" in out["error"], out
 
 
 def test_keda_scaledobject_matches_kedas_crd_schema(tools: Tools) -> None:

@@ -7,6 +7,9 @@ so their pins never meet the package's; the tests call this script there and rea
     python tools_venv_checks.py helm CHART VALUES_JSON [RELEASE NAMESPACE]
                                         # lint messages, rendered manifests, schema or template (`fail`) errors
     python tools_venv_checks.py kserve FILE VERSION    # per InferenceService: KServe schema error or null
+    python tools_venv_checks.py helm-post-render CHART RELEASE NAMESPACE POST_RENDERER [ARG...]
+                                        # `helm install --dry-run=client --post-renderer ... --post-renderer-args ...`
+                                        # with Helm 4's own post-renderer lookup (plugins in $HELM_PLUGINS)
 """
 
 from __future__ import annotations
@@ -192,11 +195,33 @@ def helm(chart: str, values: dict[str, Any], release: str, namespace: str) -> di
     return out
 
 
+def helm_post_render(chart: str, release: str, namespace: str, post_renderer: str, args: list[str]
+                     ) -> dict[str, Any]:
+    """The manifest `helm install` would send, post-rendered by Helm 4 itself: --post-renderer names a plugin of
+    type postrenderer/v1 that Helm finds in $HELM_PLUGINS (helm-python-sdk's install has no such keyword, so this
+    calls the same C entry point with Helm's options)."""
+    import helm_python
+    from helm_python import _native
+
+    with helm_python.Config(namespace=namespace) as cfg:
+        handle, ref = cfg._chart_args(chart)
+        opts = {"namespace": namespace, "dry_run": "client", "post_renderer": post_renderer,
+                "post_renderer_args": args}
+        try:
+            out = _native.call_string("helm_install", cfg._raw(), cfg._context_arg(None), handle, ref, release, None,
+                                      json.dumps(opts))
+        except helm_python.HelmError as exc:
+            return {"manifest": None, "error": str(exc), "helm": _native.helm_sdk_version()}
+    return {"manifest": json.loads(out)["manifest"], "error": None, "helm": _native.helm_sdk_version()}
+
+
 def main() -> None:
     if sys.argv[1] == "validate":
         print(json.dumps(validate(sys.argv[2], sys.argv[3:])))
     elif sys.argv[1] == "kserve":
         print(json.dumps(kserve(sys.argv[2], sys.argv[3])))
+    elif sys.argv[1] == "helm-post-render":
+        print(json.dumps(helm_post_render(*sys.argv[2:6], sys.argv[6:])))
     elif sys.argv[1] == "helm":
         release, namespace = sys.argv[4:6] if len(sys.argv) > 4 else ("vllm-headroom", "inference")
         print(json.dumps(helm(sys.argv[2], json.loads(sys.argv[3]), release, namespace)))

@@ -4,7 +4,7 @@ kubernetes-validate, the prometheus-operator models (pydantic) and helm-python-s
 so their pins never meet the package's; the tests call this script there and read JSON from its stdout.
 
     python tools_venv_checks.py validate FILE VERSION...   # per object and Kubernetes version: error or null
-    python tools_venv_checks.py helm CHART VALUES_JSON [RELEASE NAMESPACE]
+    python tools_venv_checks.py helm CHART VALUES_JSON [RELEASE NAMESPACE [KUBE_VERSION]]
                                         # lint messages, rendered manifests, schema or template (`fail`) errors
     python tools_venv_checks.py kserve FILE VERSION    # per InferenceService: KServe schema error or null
     python tools_venv_checks.py helm-post-render CHART RELEASE NAMESPACE POST_RENDERER [ARG...]
@@ -177,7 +177,8 @@ def kserve(path: str, version: str) -> list[dict[str, Any]]:
     return results
 
 
-def helm(chart: str, values: dict[str, Any], release: str, namespace: str) -> dict[str, Any]:
+def helm(chart: str, values: dict[str, Any], release: str, namespace: str, kube_version: str | None = None
+         ) -> dict[str, Any]:
     import helm_python
 
     out: dict[str, Any] = {"lint": helm_python.lint(chart, values, strict=True), "schema_error": None,
@@ -189,7 +190,14 @@ def helm(chart: str, values: dict[str, Any], release: str, namespace: str) -> di
             out["schema_error"] = str(exc)
             return out
         try:
-            out["manifests"] = ch.render(values, name=release, namespace=namespace, is_install=True)
+            if kube_version:  # `helm install` against a cluster of that version (Capabilities.KubeVersion)
+                from helm_python import _native
+
+                opts = {"name": release, "namespace": namespace, "is_install": True, "kube_version": kube_version}
+                out["manifests"] = json.loads(_native.call_string("helm_render", ch._raw(), json.dumps(values),
+                                                                  json.dumps(opts)))
+            else:
+                out["manifests"] = ch.render(values, name=release, namespace=namespace, is_install=True)
         except helm_python.HelmRenderError as exc:  # a template's `fail`: what `helm install` prints after "Error: "
             out["render_error"] = str(exc)
     return out
@@ -224,7 +232,8 @@ def main() -> None:
         print(json.dumps(helm_post_render(*sys.argv[2:6], sys.argv[6:])))
     elif sys.argv[1] == "helm":
         release, namespace = sys.argv[4:6] if len(sys.argv) > 4 else ("vllm-headroom", "inference")
-        print(json.dumps(helm(sys.argv[2], json.loads(sys.argv[3]), release, namespace)))
+        kube_version = sys.argv[6] if len(sys.argv) > 6 else None
+        print(json.dumps(helm(sys.argv[2], json.loads(sys.argv[3]), release, namespace, kube_version)))
     else:
         sys.exit(f"unknown check {sys.argv[1]!r}")
 

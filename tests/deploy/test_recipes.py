@@ -279,3 +279,20 @@ def test_keda_query_scales_on_admission_headroom_not_on_false_full() -> None:
     assert "vllm:num_requests_waiting" not in query  # not the raw waiting count
     assert float(trigger["metadata"]["threshold"]) > float(trigger["metadata"]["activationThreshold"]) > 0
     assert obj["spec"]["minReplicaCount"] >= 1  # never to zero: a cold vLLM takes minutes
+
+
+def test_llm_d_scheduler_config_reads_metrics_the_sidecar_exports() -> None:
+    """The EPP example maps llm-d's queue/running/KV-usage inputs to sidecar series that exist in our /metrics
+    (the golden copies of every recorded scenario), with the meaning the comment gives."""
+    config = yaml.safe_load((RECIPES / "llm-d" / "epp-config-vllm-headroom.yaml").read_text())
+    assert config["kind"] == "EndpointPickerConfig" and config["apiVersion"] == "llm-d.ai/v1alpha1"
+    extractor = next(p for p in config["plugins"] if p["type"] == "core-metrics-extractor")
+    (engine,) = extractor["parameters"]["engineConfigs"]
+    assert engine["name"] == "vllm-headroom"
+    golden = "".join(p.read_text() for p in (DEPLOY.parent / "tests" / "fixtures").glob("vllm-*/*/golden-metrics.prom"))
+    exported = set(re.findall(r"^# TYPE (\S+) gauge$", golden, re.M))
+    specs = [engine[k] for k in ("queuedRequestsSpec", "runningRequestsSpec", "kvUsageSpec")]
+    assert set(specs) <= exported, set(specs) - exported
+    assert "DEPRECATED" not in re.search(rf"^# HELP {engine['kvUsageSpec']} (.*)$", golden, re.M)[1]
+    refs = {r["pluginRef"] for prof in config["schedulingProfiles"] for r in prof["plugins"]}
+    assert refs <= {p["type"] for p in config["plugins"]}

@@ -2,7 +2,7 @@
 
 vLLM's Python API server answers in format 0.0.4; its Rust frontend (vllm-rs, VLLM_USE_RUST_FRONTEND=1, 0.32.0)
 answers in OpenMetrics whatever the Accept header asks for (tests/fixtures/vllm-0.32.0-rust/): counters typed by
-their base name (`# TYPE vllm:num_preemptions counter`, sample `vllm:num_preemptions_total`) and a final `# EOF`.
+their base name (`# TYPE <family> counter` above the sample `<family>_total`) and a final `# EOF`.
 OpenMetrics also allows `# UNIT` lines, a missing line feed after `# EOF`, and an exemplar after any sample's value
 (`... 5 # {trace_id="..."} 0.5 1700000000.1`). Sample names are the same in both formats and comments are never
 read, so only the sample lines' syntax differs: an exemplar is skipped.

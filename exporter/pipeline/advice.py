@@ -139,7 +139,7 @@ def _state_budget(e: EngineReport) -> Advice:
     b = e.budget
     p = None if b is None or b.prefill_tokens is None else f"{b.prefill_tokens:,.0f}"
     lead = f"a typical prompt is {p} tokens; " if p else ""
-    return Advice("max_num_batched_tokens", "state", None, "default", None, "",
+    return Advice("max_num_batched_tokens", "state", None, None, None, "",
                   "pass --max-num-batched-tokens or vLLM's command line (--vllm-args): vLLM's default depends on the "
                   f"device, which it does not export; {lead}{cases_text(cases, e.admits, named=False)}")
 

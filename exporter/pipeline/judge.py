@@ -64,7 +64,7 @@ class EngineHistory:
         self.prompt_tokens: float | None = None  # the prompt-token counter at the last scrape
         self.prefix: tuple[float, float, float] | None = None  # prefix-cache queries, hits, last hit share
         self.consistent: EngineReport | None = None  # the report of the last scrape whose gauges were consistent
-        self.latency: tuple[float, Histogram] | None = None  # the e2e latency histogram at the last scrape
+        self.latency: tuple[float, Histogram | None] | None = None  # the e2e latency histogram at the last scrape
         self.generated: tuple[float, float] | None = None  # generation tokens: the counter and the histogram's sum
 
     def window(self, now: float, e: EngineSample, role: str, seconds: float) -> Window | None:
@@ -76,19 +76,22 @@ class EngineHistory:
         window.observe(now, hist)
         return window
 
-    def lived_through(self, now: float, e: EngineSample) -> int | None:
-        """Requests finished since the last scrape whose end-to-end latency exceeds the time since it: they were in
-        flight at that scrape. From the first bucket bound at or above the interval (a lower count, never a
-        higher one); None without vLLM's e2e latency histogram or a previous scrape."""
+    def latency_since(self, now: float, e: EngineSample) -> tuple[int, float, float] | None:
+        """Of the requests finished since the last scrape (vLLM's e2e latency histogram, observed when a request
+        finishes): (how many lived longer than the interval, so were in flight at that scrape, counted from the
+        first bucket bound at or above it: a lower count, never a higher one; their summed latency in seconds;
+        the interval). A histogram not exported yet (no request finished: vLLM's Rust frontend exports none
+        until then) counts as empty. None without a previous scrape or after a reset."""
         hist = e.histograms.get(E2E_LATENCY)
-        before, self.latency = self.latency, (None if hist is None else (now, hist))
+        before, self.latency = self.latency, (now, hist)
         if hist is None or before is None or now <= before[0]:
             return None
-        d = delta(hist, before[1])
+        d = hist if before[1] is None else delta(hist, before[1])
         if d is None:
             return None
         interval = now - before[0]
-        return next((int(d.count - n) for bound, n in d.buckets if bound >= interval), 0)
+        lived = next((int(d.count - n) for bound, n in d.buckets if bound >= interval), 0)
+        return lived, d.sum, interval
 
     def unfinished_tokens(self, e: EngineSample) -> float | None:
         """Tokens generated since the last scrape beyond what the requests finished since then generated in all
@@ -402,7 +405,7 @@ def judge(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, histo
         prompt_tokens=None if budget is None or budget.prefill_tokens is None else int(budget.prefill_tokens),
         prefilling=prefilling, preemptions_total=e.preemptions_total,
         profile_backed=prompt is not None and prompt.basis in advice.SIZED_BASES, stale_profile=stale,
-        kv_role=value(cfg.kv_role), lived_through=None if gauges_only else history.lived_through(now, e),
+        kv_role=value(cfg.kv_role), latency_since=None if gauges_only else history.latency_since(now, e),
         unfinished_tokens=None if gauges_only else history.unfinished_tokens(e),
         finished_any=(e.histograms[GENERATION_LENGTHS].count if GENERATION_LENGTHS in e.histograms else finished))
     progress = (e.steps_total, e.generation_tokens_total)

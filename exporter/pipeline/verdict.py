@@ -43,6 +43,13 @@ PRODUCER_ROLES = frozenset({"kv_producer", "kv_both"})
 # Generated tokens per engine step at or above which the steps since the last scrape decoded several requests at
 # once: with the gauges reading idle at the scrape, a load the gauges did not show.
 CONCURRENT = 2.0
+# Little's law (in flight = arrival rate x time in the system): L, the requests in flight on average over an interval
+# between two scrapes whose gauges both read idle, is the summed e2e latency of the requests that finished in it
+# over its length (with honest gauges such a request started after the scrape before it, else that scrape saw it, so
+# its whole latency lies inside the interval). An honest reading is idle with odds of about e^-L (Poisson), so a run
+# of idle readings whose L add up to `IDLE_EVIDENCE` has odds of e^-12 (about 6 in a million): the gauges are stale.
+# The first interval after a busy reading may hold a drain and is not counted.
+IDLE_EVIDENCE = 12.0
 
 
 @dataclass(frozen=True)
@@ -86,7 +93,9 @@ class Observation:
     profile_backed: bool = True  # the head's size comes from finished requests (not the in-flight floor)
     stale_profile: bool = False  # requests in flight already hold more blocks than the profile's worst case
     kv_role: str | None = None  # --kv-transfer-config's kv_role (P/D)
-    lived_through: int | None = None  # requests finished since the last scrape that lived longer than the interval
+    # Of the requests finished since the last scrape: (how many lived longer than the interval, their summed
+    # latency in seconds, the interval in seconds); None without vLLM's e2e latency histogram (sidecar only).
+    latency_since: tuple[int, float, float] | None = None
     unfinished_tokens: float | None = None  # tokens generated since the last scrape by requests not finished yet
     finished_any: float | None = None  # requests finished since start, aborted ones included where vLLM counts them
 
@@ -327,12 +336,16 @@ def _budget(o: Observation, h: History, kv_room: int) -> Judgement | None:
         return None
     if rest:
         cases = [Case("max_num_batched_tokens", c.value, default_rule(c), Limit.TOKEN_BUDGET) for c in fills]
-        free_slots = None if o.max_num_seqs is None else o.max_num_seqs - o.running
+        # With a larger budget: the stated cap's free slots, or no slot limit when the cap is inferred or unknown
+        # (the plateau may be the budget's); the cap's own case says what it would decide.
+        stated = o.max_num_seqs is not None and not o.max_num_seqs_inferred
+        free_slots = o.max_num_seqs - o.running if stated and o.max_num_seqs is not None else None
         cases += [Case("max_num_batched_tokens", c.value, default_rule(c), next_step(free_slots, kv_room, o.waiting))
                   for c in rest]
-        if o.max_num_seqs is None:
-            cases.insert(0, Case("max_num_seqs", o.running, "the running count: vLLM never runs more than its cap",
-                                 Limit.SLOTS))
+        if not stated:
+            rule = ("inferred: the highest running count while requests waited beside room" if o.max_num_seqs_inferred
+                    else "the running count: vLLM never runs more than its cap")
+            cases.insert(0, Case("max_num_seqs", o.max_num_seqs or o.running, rule, Limit.SLOTS))
         return Judgement(Verdict.UNDECIDED, Limit.UNDECIDED, decided_by=tuple(cases), admits=kv_room)
     if h.budget_before:
         return Judgement(Verdict.BUDGET_FULL, Limit.TOKEN_BUDGET)
@@ -418,6 +431,7 @@ class Tracker:
         self.busy_frames = 0  # scrapes with requests waiting inside that window
         self.unreliable_scrapes = 0  # scrapes whose gauges contradicted the counters, since start (or a restart)
         self._last_gauges: tuple[int, int] | None = None  # running, waiting of the last scrape, consistent or not
+        self._idle_evidence = 0.0  # the run of idle readings' summed L (requests in flight on average, Little)
 
     def restart_if_reset(self, o: Observation, preemptions_total: float | None,
                          progress: tuple[float | None, float | None]) -> bool:
@@ -457,22 +471,36 @@ class Tracker:
           output when it finishes): they are in flight now;
         - requests that finished since the last scrape lived longer than the interval (the e2e latency
           histogram), more of them than that scrape's gauges showed: they were in flight then, unseen;
+        - a run of idle readings over which the finished requests' latency puts so many in flight on average that
+          honest gauges would have shown some (Little's law, `IDLE_EVIDENCE`), whether or not this interval's
+          counters moved;
         - the requests the last consistent scrape showed have not all finished (aborted ones count where vLLM
           records them), and the steps since decoded `CONCURRENT` or more requests each on average.
-        vLLM 0.32.0's Rust frontend reads 0 on most scrapes under load (reference section 12). A real drain
-        finishes its requests; a burst that came and went between two scrapes lived shorter than the interval."""
+        vLLM 0.32.0's Rust frontend reads 0 on most scrapes under load (reference section 12), on every scrape in
+        the recording tests/fixtures/vllm-0.32.0-rust/false-full-unpinned, and counts tokens only when a request
+        finishes. A real drain finishes its requests; a burst that came and went between two scrapes lived shorter
+        than the interval; a light load puts less than one request in flight."""
         last = self._last_progress_value
         c = self._consistent
-        if self.one_shot or last is None or c is None or o.running or o.waiting or o.headroom.kv_used_blocks:
+        idle = not (o.running or o.waiting or o.headroom.kv_used_blocks)
+        steps, gen = ((None, None) if last is None else tuple(
+            None if new is None or old is None else new - old for new, old in zip(progress, last, strict=True)))
+        rose = (steps or 0) > 0 or (gen or 0) > 0
+        lat = o.latency_since
+        seen = self._last_gauges
+        if idle and seen == (0, 0) and lat is not None and lat[2] > 0:
+            self._idle_evidence += lat[1] / lat[2]  # an interval between two idle readings
+        elif not idle:
+            self._idle_evidence = 0.0
+        if self.one_shot or last is None or c is None or not idle:
             return False
-        steps, gen = (None if new is None or old is None else new - old for new, old in zip(progress, last,
-                                                                                           strict=True))
-        if not ((steps or 0) > 0 or (gen or 0) > 0):
+        if self._idle_evidence >= IDLE_EVIDENCE:
+            return True  # whether or not this interval's counters moved (vLLM-rs adds them as requests finish)
+        if not rose:
             return False
         if o.unfinished_tokens is not None and o.unfinished_tokens > 0:
             return True
-        seen = self._last_gauges
-        if o.lived_through is not None and seen is not None and o.lived_through > seen[0] + seen[1]:
+        if lat is not None and seen is not None and lat[0] > seen[0] + seen[1]:
             return True
         in_flight = c.running + c.waiting
         finished = None if o.finished_any is None or c.finished is None else o.finished_any - c.finished

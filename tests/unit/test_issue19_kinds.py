@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ import pytest
 
 from exporter import cli
 from exporter.expose import diagnosis
+from exporter.pipeline.config import Overrides
 from exporter.pipeline.scrape import parse_models
 from exporter.pipeline.target import EngineReport, Settings, Target, one_shot
 from exporter.pipeline.verdict import Thresholds
@@ -387,6 +389,32 @@ def test_6_gauges_at_zero_while_counters_rise_are_never_ok(name: str, flags: boo
     assert not ok, f"ok on {len(ok)} of {len(hidden)} scrapes whose gauges read 0 while tokens are generated"
     assert all(not e.gauges_reliable for _t, e in hidden)
     assert all(e.gauges_reliable for _t, e in sidecar(r, r.frames, argv(r) if flags else None))
+
+
+def _rust(name: str) -> tuple[recording.Recording, list[tuple[float, EngineReport]]]:
+    """A real vLLM 0.32.0 Rust-frontend (vllm-rs) recording replayed in the sidecar with its flags and the pool
+    stated (`--num-gpu-blocks 40`, its --num-gpu-blocks-override: vllm-rs exports no cache_config_info)."""
+    r = recording.load(FIXTURES / "vllm-0.32.0-rust" / name)
+    target = as_recorded(Target(replace(settings(argv(r)), overrides=Overrides(num_gpu_blocks=40))), r.meta)
+    return r, [(t, e) for t, text in r.frames for e in target.observe(t, text).engines]
+
+
+def test_6_a_rust_frontend_whose_gauges_read_zero_under_load_is_never_ok() -> None:
+    """The real recording (no rewrite): vllm-rs with 100 closed-loop clients and its engine unpinned
+    (tests/fixtures/vllm-0.32.0-rust/false-full-unpinned): running, waiting and usage read 0 on all 47 frames that
+    made progress while 368 requests finished, about one in flight on average by their latency (Little's law).
+    Before: `ok`, "Nothing is held back", on every frame. After: from the frame the first requests finish (t=3.4 s,
+    100 of them, 49 in flight on average by their latency) not one `ok`, the gauges said unreliable; the pinned
+    recordings, whose gauges move, are never flagged."""
+    _r, seen = _rust("false-full-unpinned")
+    loaded = [(t, e) for t, e in seen if t >= 3.0]
+    assert len(loaded) >= 40 and all(e.running == e.waiting == 0 for _t, e in loaded)
+    ok = [round(t, 1) for t, e in loaded if e.verdict == "ok" or "Nothing is held back" in diagnosis.explain(e)]
+    assert not ok, f"ok on {len(ok)} of {len(loaded)} frames of a loaded server whose gauges read 0: {ok[:5]}"
+    assert all(not e.gauges_reliable and "unreliable" in diagnosis.explain(e) for _t, e in loaded)
+    for name in ("false-full", "kv-full", "preemption"):
+        _r, pinned = _rust(name)
+        assert all(e.gauges_reliable for _t, e in pinned), name
 
 
 # -- 7. advice that contradicts the verdict --------------------------------------------------------------------

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from exporter.engines.base import Candidate
 from exporter.pipeline.target import EngineReport, Settings, Target
 from exporter.pipeline.verdict import (
     FALSE_FULL_VERDICTS,
     History,
+    Limit,
     Observation,
     Thresholds,
     Tracker,
@@ -130,3 +132,91 @@ def test_false_full_needs_low_usage_and_a_non_kv_verdict() -> None:
     assert not false_full_condition(obs(KV), Verdict.KV_FULL, T)
     assert not false_full_condition(obs(SLOTS, usage=0.3), Verdict.KV_FULL, T)  # true capacity, not false-full
     assert not false_full_condition(obs(SLOTS, waiting=0), Verdict.SLOTS_FULL, T)
+
+
+# -- issue 19: what binds now, over the values an unknown input may have --------------------------------------------
+CPU_GPU = (Candidate(128, "CPU"), Candidate(256, "a GPU under 70 GiB"), Candidate(1024, "a GPU from 70 GiB"))
+
+
+def test_a_queue_the_next_step_cannot_admit_is_bound_by_what_runs_out_first() -> None:
+    # 7 of 8 running (a request finished since the last step), 92 waiting, 23 free blocks for 1-block heads: the
+    # next step fills the one free slot; the slots bind (a cap met within one step's turnover).
+    j = classify(obs(SLOTS, running=7), History(), T)
+    assert (j.verdict, j.binds, j.admits) == (Verdict.SLOTS_FULL, Limit.SLOTS, 1)
+    # 1 of 8 running: the 7 free slots run out before the free blocks' 23 heads of 1 block: still the slots.
+    assert classify(obs(SLOTS, running=1), History(), T).binds is Limit.SLOTS
+    # The queue fits the next step: nothing binds yet.
+    j = classify(obs(SLOTS, running=7, waiting=1), History(one_shot=True), T)
+    assert (j.verdict, j.binds) == (Verdict.TRANSIENT, Limit.NONE)
+
+
+def test_blocks_that_hold_fewer_heads_than_wait_bind_before_free_slots() -> None:
+    # kv-full's 3 running, 27 waiting, 3 free blocks (92 % used): the pool binds; at 50 % the 11-block head does not
+    # fit the 3 free blocks.
+    assert classify(obs(KV), History(), T).binds is Limit.BLOCKS
+    assert classify(obs(KV, usage=0.5), History(), T).binds is Limit.HEAD_PROMPT
+    # With 25 blocks free (2 heads) and 5 free slots: the next step admits 2 and the pool binds the rest.
+    roomy = obs(KV, headroom=replace(KV.headroom, kv_free_blocks=25, kv_used_blocks=13), usage=0.33)
+    j = classify(roomy, History(one_shot=True), T)
+    assert (j.verdict, j.binds, j.admits) == (Verdict.KV_FULL, Limit.BLOCKS, 2)
+
+
+def test_an_unknown_cap_is_undecided_unless_every_value_it_may_have_agrees() -> None:
+    unknown = obs(SLOTS, max_num_seqs=None, max_num_seqs_candidates=CPU_GPU)
+    j = classify(unknown, History(one_shot=True), T)
+    # 92 waiting, room for 23: at 8 (the running count) the slots bind, at vLLM's defaults the pool does.
+    assert (j.verdict, j.binds) == (Verdict.UNDECIDED, Limit.UNDECIDED)
+    assert [(c.value, c.limit) for c in j.decided_by] == [(8, Limit.SLOTS), (128, Limit.BLOCKS), (256, Limit.BLOCKS),
+                                                          (1024, Limit.BLOCKS)]
+    assert not false_full_condition(unknown, j.verdict, T)
+    # A queue the free blocks hold: at 8 the slots bind, at the defaults vLLM admits it at its next step.
+    small = classify(replace(unknown, waiting=5), History(one_shot=True), T)
+    assert small.verdict is Verdict.TRANSIENT and {c.limit for c in small.decided_by} == {Limit.SLOTS, Limit.NONE}
+
+
+def test_an_assumed_budget_decides_only_if_the_prompt_fills_every_default() -> None:
+    budgets = (Candidate(2048, "CPU"), Candidate(8192, "a GPU from 70 GiB"), Candidate(16384, "a GPU from 160 GiB"))
+    wait = obs(SLOTS, running=2, waiting=6, budget_candidates=budgets, prompt_tokens=3072, prefilling=True)
+    j = classify(wait, History(budget_before=True), T)
+    assert j.verdict is Verdict.UNDECIDED and ("max_num_batched_tokens", 2048, Limit.TOKEN_BUDGET) in {
+        (c.input, c.value, c.limit) for c in j.decided_by}
+    filled = classify(replace(wait, prompt_tokens=20_000), History(budget_before=True), T)
+    assert (filled.verdict, filled.binds) == (Verdict.BUDGET_FULL, Limit.TOKEN_BUDGET)
+
+
+def test_risk_never_vetoes_the_flag_nor_makes_memory_bind() -> None:
+    pressed = obs(SLOTS, memory_pressure=True, thin_profile=False)
+    j = classify(pressed, History(), T)
+    assert j.verdict is Verdict.SLOTS_FULL and false_full_condition(pressed, j.verdict, T)
+
+
+def test_a_producer_holding_blocks_is_ok_never_a_leak() -> None:
+    held = obs(SLOTS, running=0, waiting=0, kv_role="kv_producer")
+    j = classify(held, History(idle_with_blocks_for=600.0), T)
+    assert (j.verdict, j.producer_holding) == (Verdict.OK, True)
+    leak = classify(replace(held, kv_role="kv_consumer"), History(idle_with_blocks_for=600.0), T)
+    assert leak.verdict is Verdict.LEAK
+
+
+def test_stuck_is_the_last_reading() -> None:
+    stalled = History(no_progress_for=600.0)
+    assert classify(obs(SLOTS, running=0, deferred=92), stalled, T).verdict is Verdict.DEFERRED
+    assert classify(obs(SLOTS), stalled, T).verdict is Verdict.STUCK  # running requests that make no step
+
+
+def test_gauges_that_read_idle_while_unfinished_requests_generate_are_unreliable() -> None:
+    tracker = Tracker(T)
+    busy = obs(SLOTS, finished_total=100.0, finished_any=100.0)
+    j, _ = tracker.update(0.0, busy, 0.0, (10.0, 1000.0))
+    assert j.verdict is Verdict.SLOTS_FULL and j.gauges_reliable
+    zero = replace(obs(IDLE), finished_total=100.0, finished_any=100.0)
+    # 512 tokens over 500 steps (one request decoding: no load the step counter shows), none of them by a request
+    # that finished: it is in flight now, whatever the gauges say.
+    j, _ = tracker.update(0.5, replace(zero, unfinished_tokens=512.0), 0.0, (510.0, 1512.0))
+    assert (j.verdict, j.gauges_reliable) == (Verdict.SLOTS_FULL, False)
+    # A real drain: every request in flight finished, their tokens accounted for: consistent, ok.
+    drained = Tracker(T)
+    drained.update(0.0, busy, 0.0, (10.0, 1000.0))
+    j, _ = drained.update(0.5, replace(zero, finished_total=200.0, finished_any=200.0, unfinished_tokens=-40.0),
+                          0.0, (510.0, 1512.0))
+    assert (j.verdict, j.gauges_reliable) == (Verdict.OK, True)

@@ -56,12 +56,11 @@ class EngineHistory:
     """What one engine's judgement remembers across scrapes: its verdict tracker, its profile windows (one per
     length histogram) and the counters' values at the last scrape."""
 
-    __slots__ = ("consistent", "generated", "latency", "prefix", "prompt_tokens", "tracker", "windows")
+    __slots__ = ("consistent", "generated", "latency", "prefix", "tracker", "windows")
 
     def __init__(self, thresholds: Thresholds, one_shot: bool) -> None:
         self.tracker = Tracker(thresholds, one_shot=one_shot)
         self.windows: dict[str, Window] = {}
-        self.prompt_tokens: float | None = None  # the prompt-token counter at the last scrape
         self.prefix: tuple[float, float, float] | None = None  # prefix-cache queries, hits, last hit share
         self.consistent: EngineReport | None = None  # the report of the last scrape whose gauges were consistent
         self.latency: tuple[float, Histogram | None] | None = None  # the e2e latency histogram at the last scrape
@@ -331,7 +330,10 @@ def judge(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, histo
     def quantile(window: Window | None) -> Quantile | None:
         return None if window is None else window.quantile(how.quantile, max_model_len)
 
-    prompt = quantile(history.window(now, e, PROMPT_LENGTHS, how.window))
+    prompt_window = history.window(now, e, PROMPT_LENGTHS, how.window)
+    prompt = quantile(prompt_window)
+    # The median prompt: what one typical prefill takes of the step's token budget (the quantile sizes the worst case).
+    median = None if prompt_window is None else prompt_window.quantile(0.5, max_model_len)
     # Every window follows every scrape; the generated lengths are read only when max_tokens is not exported.
     stated = quantile(history.window(now, e, MAX_TOKENS_LENGTHS, how.window))
     generated = history.window(now, e, GENERATION_LENGTHS, how.window)
@@ -381,13 +383,7 @@ def judge(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, histo
         pool = derive.with_head_floor(pool, held)
     tracker = history.tracker
     batch = _batch_defaults(how, cfg, snap)
-    budget = budget_use(cfg, snap, prompt, hit_share, batch)
-    # Prefills completed since the last scrape: the engine is busy prefilling (a one-shot cannot tell).
-    before = history.prompt_tokens
-    if e.prompt_tokens_total is not None:
-        history.prompt_tokens = e.prompt_tokens_total
-    prefilling = (not gauges_only and before is not None and e.prompt_tokens_total is not None
-                  and e.prompt_tokens_total > before)
+    budget = budget_use(cfg, snap, median, hit_share, batch)
     w_max = pool.worst_case_blocks_max_model_len
     budget_cands: tuple[Candidate, ...] = ()
     if budget is not None:
@@ -396,14 +392,14 @@ def judge(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, histo
     obs = Observation(
         running, waiting, None if (d := e.waiting_by_reason.get("deferred")) is None else int(d), e.usage,
         max_num_seqs, e.awake, pool, largest_prompt_blocks(e, max_model_len, block_size),
-        finished_total=finished, budget_used=budget.used if budget is not None and prefilling else None,
+        finished_total=finished,
         max_model_len_exceeds_pool=w_max is not None and w_max > pool.kv_capacity_blocks,
         memory_pressure=under_pressure(pool),
         requests_grow=requests_grow(pool, prompt, max_tokens, hit_share), thin_profile=thin,
         max_num_seqs_candidates=batch.max_num_seqs, budget_candidates=budget_cands,
         budget_stated=budget is not None and budget.max_num_batched_tokens is not None,
         prompt_tokens=None if budget is None or budget.prefill_tokens is None else int(budget.prefill_tokens),
-        prefilling=prefilling, preemptions_total=e.preemptions_total,
+        preemptions_total=e.preemptions_total,
         profile_backed=prompt is not None and prompt.basis in advice.SIZED_BASES, stale_profile=stale,
         kv_role=value(cfg.kv_role), latency_since=None if gauges_only else history.latency_since(now, e),
         unfinished_tokens=None if gauges_only else history.unfinished_tokens(e),
@@ -412,8 +408,6 @@ def judge(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, histo
     if tracker.restart_if_reset(obs, e.preemptions_total, progress):
         # vLLM restarted: its counters began again at 0; the prefix-hit and prefill baselines go too.
         history.prefix = None
-        history.prompt_tokens = None
-        obs = replace(obs, budget_used=None, prefilling=False)
     inferred_cap = None
     if max_num_seqs is None and not gauges_only:
         inferred_cap = tracker.infer_max_num_seqs(now, obs, e.preemptions_total)

@@ -20,12 +20,13 @@ may have; otherwise the judgement is `undecided` and `decided_by` lists what eac
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, replace
 
 from ..core import defaults
 from ..engines.base import Candidate
-from . import catalogue
+from . import catalogue, derive
 from .catalogue import Limit as Limit
 from .catalogue import Verdict as Verdict
 from .derive import Pool
@@ -76,7 +77,6 @@ class Observation:
     headroom: Pool  # the pool's figures (those that do not depend on max_num_seqs)
     largest_prompt_blocks: int | None = None  # blocks of the longest prompt vLLM has finished (bucket bound)
     finished_total: float | None = None  # requests finished since start (count of the prompt histogram)
-    budget_used: float | None = None  # share of a step one typical prefill takes: prompt / max_num_batched_tokens
     max_model_len_exceeds_pool: bool = False  # one request of max_model_len needs more blocks than the pool
     max_num_seqs_inferred: bool = False
     memory_pressure: bool = False  # a risk: oversubscribed (safe headroom < 0) or requests beyond the profile
@@ -87,8 +87,7 @@ class Observation:
     # max_num_batched_tokens: the stated value (one candidate), or vLLM's defaults when assumed; () for V0.
     budget_candidates: tuple[Candidate, ...] = ()
     budget_stated: bool = False
-    prompt_tokens: int | None = None  # one typical prefill's uncached tokens (the token budget's use)
-    prefilling: bool = False  # prefills completed since the last scrape (sidecar only)
+    prompt_tokens: int | None = None  # one typical (median) prefill's uncached tokens: the token budget's use
     preemptions_total: float | None = None  # since start (one-shot: the only preemption evidence)
     profile_backed: bool = True  # the head's size comes from finished requests (not the in-flight floor)
     stale_profile: bool = False  # requests in flight already hold more blocks than the profile's worst case
@@ -115,7 +114,6 @@ class History:
     preempted_now: bool = False  # the counter rose at this scrape
     one_shot: bool = False  # a single observation (diagnose): nothing can be confirmed by a second look
     pool_empty_before: bool = False  # the previous scrape also showed nothing running, requests waiting
-    budget_before: bool = False  # the previous scrape also showed prefills filling the token budget
 
 
 @dataclass(frozen=True)
@@ -163,39 +161,25 @@ def suspected_preemption(o: Observation) -> bool:
     return no_room or o.stale_profile
 
 
-def next_step(free_slots: int | None, kv_room: int, waiting: int) -> Limit:
-    """What binds the queue at the next engine step: it admits min(free slots, requests whose prompt fits in the
-    free blocks); a queue no larger is admitted (NONE), else the limit that runs out first binds (slots on a tie:
-    a free block without a slot admits nobody). `free_slots` None: no slot cap (an unknown one taken as large)."""
-    slots = free_slots if free_slots is not None else waiting + kv_room + 1
-    if waiting <= min(slots, kv_room):
+def next_step(free_slots: int | None, kv_room: int, waiting: int, budget_room: float | None = None) -> Limit:
+    """What binds the queue at the next engine step: it admits min(free slots, requests whose prompt fits the
+    free blocks, prefills the step's token budget has room for); a queue no larger is admitted (NONE), else the
+    limit that runs out first binds (slots, then blocks, on a tie: a free block or budget without a slot admits
+    nobody). `free_slots` None: no slot cap (an unknown one taken as large); `budget_room` None: not modelled."""
+    big = waiting + kv_room + 1
+    slots = free_slots if free_slots is not None else big
+    budget = budget_room if budget_room is not None else float(big)
+    # A budget that lets less than one prefill start per step still admits the head, with its first chunk.
+    if waiting <= min(slots, kv_room, max(math.ceil(budget), 1 if budget > 0 else 0)):
         return Limit.NONE
-    return Limit.SLOTS if slots <= kv_room else Limit.BLOCKS
-
-
-def budget_fills(o: Observation) -> tuple[tuple[Candidate, ...], tuple[Candidate, ...]]:
-    """(budgets a typical prefill fills, budgets it does not) among the values max_num_batched_tokens may have:
-    V1 schedules running requests first and admits waiting ones only while budget is left (`while token_budget >
-    0`, vllm/v1/core/sched/scheduler.py @0.32.0); a prefill of the whole budget leaves none."""
-    if o.prompt_tokens is None:
-        return (), ()
-    fills = tuple(c for c in o.budget_candidates if o.prompt_tokens >= c.value)
-    return fills, tuple(c for c in o.budget_candidates if o.prompt_tokens < c.value)
+    if slots <= kv_room and slots <= budget:
+        return Limit.SLOTS
+    return Limit.BLOCKS if kv_room <= budget else Limit.TOKEN_BUDGET
 
 
 def default_rule(c: Candidate) -> str:
     """A default's candidate as a case's rule: `vLLM's default on CPU (x world, 1 assumed)`."""
     return f"vLLM's default on {c.rule}"
-
-
-def _kept(h: History) -> Judgement:
-    """A first look that a second one must confirm: the previous scrape's slots_full or budget_full is kept (the
-    state most likely still holds), anything else is the moment between two steps."""
-    if h.previous is Verdict.SLOTS_FULL:
-        return Judgement(Verdict.SLOTS_FULL, Limit.SLOTS, first_look=True, head_of_line_candidate=True)
-    if h.previous is Verdict.BUDGET_FULL:
-        return Judgement(Verdict.BUDGET_FULL, Limit.TOKEN_BUDGET, first_look=True, head_of_line_candidate=True)
-    return Judgement(Verdict.TRANSIENT, Limit.UNDECIDED, first_look=True, head_of_line_candidate=True)
 
 
 def classify(o: Observation, h: History, t: Thresholds) -> Judgement:
@@ -262,7 +246,7 @@ def classify(o: Observation, h: History, t: Thresholds) -> Judgement:
             # Slots taken and, by a profile of finished requests, the head would not fit either: a free slot
             # would not admit it; "a slot, not memory" would be false.
             return Judgement(Verdict.KV_FULL, Limit.HEAD_PROMPT)
-        return _slots(o, h, 0, kv_room)
+        return _slots(o, h, 0, kv_room, o.budget_candidates or (None,))
     if not head_fits and o.profile_backed:
         return Judgement(Verdict.KV_FULL, Limit.HEAD_PROMPT, admits=0)
     if not head_fits:
@@ -275,81 +259,91 @@ def classify(o: Observation, h: History, t: Thresholds) -> Judgement:
     if stalled:
         # Nothing runs, the head fits, nothing is deferred, the engine is awake, yet it makes no step.
         return Judgement(Verdict.STUCK, Limit.ENGINE)
-    budget = _budget(o, h, kv_room)
-    if budget is not None:
-        return budget
+    budgets: tuple[Candidate | None, ...] = o.budget_candidates or (None,)
     if cap is not None:
         free_slots = cap - o.running
-        limit = next_step(free_slots, kv_room, o.waiting)
+        outs = {c: step_limit(o, free_slots, kv_room, c) for c in budgets}
+        limit = resolve_budget(outs)
         if limit is Limit.SLOTS:
-            return _slots(o, h, free_slots, kv_room)
+            return _slots(o, h, free_slots, kv_room, budgets)
+        if limit is Limit.TOKEN_BUDGET:
+            return Judgement(Verdict.BUDGET_FULL, Limit.TOKEN_BUDGET, admits=_admits(o, free_slots, kv_room, budgets))
+        if limit is None:
+            return _undecided(h, [Case("max_num_batched_tokens", c.value, default_rule(c), lim)
+                                  for c, lim in outs.items() if c is not None], kv_room)
         return _room(o, h, limit, min(free_slots, kv_room))
     # max_num_seqs unknown: with it at the running count the slots bind; with vLLM's defaults the next step admits
-    # what the free blocks hold.
+    # what the free blocks (and the token budget) let in.
     cases = [Case("max_num_seqs", o.running, "the running count: vLLM never runs more than its cap", Limit.SLOTS)]
     larger = [c for c in o.max_num_seqs_candidates if c.value > o.running] or [
         Candidate(o.running + o.waiting, "any cap above the running count and the queue")]
+    by_budget: list[Case] = []
     for c in larger:
-        cases.append(Case("max_num_seqs", c.value, default_rule(c),
-                          next_step(c.value - o.running, kv_room, o.waiting)))
+        outs = {b: step_limit(o, c.value - o.running, kv_room, b) for b in budgets}
+        limit = resolve_budget(outs)
+        if limit is None:
+            limit = Limit.UNDECIDED
+            by_budget = [Case("max_num_batched_tokens", b.value, default_rule(b), lim) for b, lim in outs.items()
+                         if b is not None]
+        cases.append(Case("max_num_seqs", c.value, default_rule(c), limit))
     others = {c.limit for c in cases[1:]}
     if others == {Limit.NONE}:
         # Most often the moment between two engine steps: vLLM admits the queue at its next step unless every slot
         # is taken; one observation cannot tell which.
         return Judgement(Verdict.TRANSIENT, Limit.UNDECIDED, head_of_line_candidate=True, suspected=h.one_shot,
                          first_look=True, decided_by=tuple(cases), admits=kv_room)
+    return _undecided(h, cases + by_budget, kv_room)
+
+
+def step_limit(o: Observation, free_slots: int | None, kv_room: int, budget: Candidate | None) -> Limit:
+    """`next_step` with the token budget's admissions (`derive.budget_admissions`, one typical prefill each) when
+    the budget (`budget`) and a typical prompt are known."""
+    room = None if budget is None or o.prompt_tokens is None else derive.budget_admissions(
+        budget.value, o.running, o.prompt_tokens)
+    return next_step(free_slots, kv_room, o.waiting, room)
+
+
+def resolve_budget(outs: dict[Candidate | None, Limit]) -> Limit | None:
+    """One limit over the values the token budget may have, or None when what binds depends on it: the same limit
+    at every value; or the token budget at the small defaults and slots or blocks at the large ones, where those run
+    out before the queue does whatever the budget (they bind regardless; the budget may bind first)."""
+    limits = set(outs.values())
+    if len(limits) == 1:
+        return next(iter(limits))
+    if len(limits) == 2 and Limit.TOKEN_BUDGET in limits:
+        other = next(iter(limits - {Limit.TOKEN_BUDGET}))
+        if other in (Limit.SLOTS, Limit.BLOCKS):
+            return other
+    return None
+
+
+def _admits(o: Observation, free_slots: int, kv_room: int, budgets: tuple[Candidate | None, ...]) -> int:
+    rooms = [math.ceil(derive.budget_admissions(b.value, o.running, o.prompt_tokens)) for b in budgets
+             if b is not None and o.prompt_tokens is not None]
+    return min([free_slots, kv_room, *rooms])
+
+
+def _undecided(h: History, cases: list[Case], kv_room: int) -> Judgement:
     return Judgement(Verdict.UNDECIDED, Limit.UNDECIDED, decided_by=tuple(cases), admits=kv_room,
                      first_look=not h.one_shot)
 
 
-def _slots(o: Observation, h: History, free_slots: int, kv_room: int) -> Judgement:
+def _slots(o: Observation, h: History, free_slots: int, kv_room: int,
+           budgets: tuple[Candidate | None, ...]) -> Judgement:
     """Slots bind: every slot taken, or the next step fills the few free ones (requests finished since the last
     step) and the rest of the queue waits. With max_num_seqs inferred this holds only if the token budget cannot
-    explain the wait over its range (the plateau may be the budget's: prefills that take whole steps)."""
-    if o.max_num_seqs_inferred and o.prefilling:
-        fills, _rest = budget_fills(o)
-        if fills:
+    explain the plateau over its range (prefills that take whole steps keep running low without any cap)."""
+    if o.max_num_seqs_inferred:
+        explains = [(b, lim) for b in budgets if b is not None
+                    and (lim := step_limit(o, None, kv_room, b)) is Limit.TOKEN_BUDGET]
+        if explains:
             cases = [Case("max_num_seqs", o.max_num_seqs or o.running,
                           "inferred: the highest running count while requests waited beside room", Limit.SLOTS)]
-            cases += [Case("max_num_batched_tokens", c.value, default_rule(c), Limit.TOKEN_BUDGET) for c in fills]
-            return Judgement(Verdict.UNDECIDED, Limit.UNDECIDED, decided_by=tuple(cases),
-                             admits=min(free_slots, kv_room))
+            cases += [Case("max_num_batched_tokens", b.value, "stated" if o.budget_stated else default_rule(b), lim)
+                      for b, lim in explains]
+            return _undecided(h, cases, kv_room)
     return Judgement(Verdict.SLOTS_FULL, Limit.SLOTS, slots_inferred=o.max_num_seqs_inferred,
                      admits=min(free_slots, kv_room))
-
-
-def _budget(o: Observation, h: History, kv_room: int) -> Judgement | None:
-    """The token budget binds: prefills completed since the last scrape (the sidecar sees the engine prefilling)
-    and one typical prompt takes at least the step's whole budget, on two scrapes in a row (not one long prompt
-    that has just been prefilled). With the budget assumed, only if the prompt fills every default it may have;
-    if it fills some, what decides is the budget. None: the budget is not what binds (or cannot be judged)."""
-    fills, rest = budget_fills(o)
-    if not fills:
-        return None
-    if h.one_shot:
-        # One observation sees no prefill running, but a typical prompt at least as long as the stated budget takes
-        # whole steps whenever one is admitted: the queue drains at most one request per step.
-        if o.budget_stated and not rest and o.waiting > 1:
-            return Judgement(Verdict.BUDGET_FULL, Limit.TOKEN_BUDGET, admits=1)
-        return None
-    if not o.prefilling:
-        return None
-    if rest:
-        cases = [Case("max_num_batched_tokens", c.value, default_rule(c), Limit.TOKEN_BUDGET) for c in fills]
-        # With a larger budget: the stated cap's free slots, or no slot limit when the cap is inferred or unknown
-        # (the plateau may be the budget's); the cap's own case says what it would decide.
-        stated = o.max_num_seqs is not None and not o.max_num_seqs_inferred
-        free_slots = o.max_num_seqs - o.running if stated and o.max_num_seqs is not None else None
-        cases += [Case("max_num_batched_tokens", c.value, default_rule(c), next_step(free_slots, kv_room, o.waiting))
-                  for c in rest]
-        if not stated:
-            rule = ("inferred: the highest running count while requests waited beside room" if o.max_num_seqs_inferred
-                    else "the running count: vLLM never runs more than its cap")
-            cases.insert(0, Case("max_num_seqs", o.max_num_seqs or o.running, rule, Limit.SLOTS))
-        return Judgement(Verdict.UNDECIDED, Limit.UNDECIDED, decided_by=tuple(cases), admits=kv_room)
-    if h.budget_before:
-        return Judgement(Verdict.BUDGET_FULL, Limit.TOKEN_BUDGET)
-    return _kept(h)
 
 
 def _room(o: Observation, h: History, limit: Limit, admits: int) -> Judgement:
@@ -422,7 +416,6 @@ class Tracker:
         self._previous: Verdict | None = None
         self._room_before = False
         self._pool_empty_before = False
-        self._budget_before = False
         self._consistent: _Consistent | None = None
         self.preemptions_per_second: float | None = None
         self.seconds_without_progress = 0.0
@@ -601,7 +594,6 @@ class Tracker:
             preempted_now=rose,
             one_shot=self.one_shot,
             pool_empty_before=self._pool_empty_before,
-            budget_before=self._budget_before,
         )
         judgement = classify(o, history, self.t)
         if judgement.verdict is Verdict.PREEMPTING and not judgement.preemption_inferred and not judgement.suspected:
@@ -612,7 +604,6 @@ class Tracker:
         self._previous = judgement.verdict
         self._room_before = judgement.head_of_line_candidate
         self._pool_empty_before = o.running == 0 and o.waiting > 0 and o.headroom.kv_used_blocks == 0
-        self._budget_before = o.waiting > 0 and o.prefilling and bool(budget_fills(o)[0])
         self._waiting_prev = o.waiting > 0
         self._prev = (o.running, o.waiting, o.finished_total)
         self._last_time = now

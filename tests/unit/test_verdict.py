@@ -174,14 +174,21 @@ def test_an_unknown_cap_is_undecided_unless_every_value_it_may_have_agrees() -> 
     assert small.verdict is Verdict.TRANSIENT and {c.limit for c in small.decided_by} == {Limit.SLOTS, Limit.NONE}
 
 
-def test_an_assumed_budget_decides_only_if_the_prompt_fills_every_default() -> None:
+def test_an_assumed_budget_decides_only_if_it_binds_at_every_default() -> None:
     budgets = (Candidate(2048, "CPU"), Candidate(8192, "a GPU from 70 GiB"), Candidate(16384, "a GPU from 160 GiB"))
-    wait = obs(SLOTS, running=2, waiting=6, budget_candidates=budgets, prompt_tokens=3072, prefilling=True)
-    j = classify(wait, History(budget_before=True), T)
-    assert j.verdict is Verdict.UNDECIDED and ("max_num_batched_tokens", 2048, Limit.TOKEN_BUDGET) in {
-        (c.input, c.value, c.limit) for c in j.decided_by}
-    filled = classify(replace(wait, prompt_tokens=20_000), History(budget_before=True), T)
+    # 2 running, 6 free slots, 23 free blocks, typical prompts of 3,072 tokens: the budget lets 0.7, 2.7 or 5.3
+    # prefills start per step. 4 waiting: at 16,384 the next step admits them all, at 2,048 the budget binds.
+    wait = obs(SLOTS, running=2, waiting=4, budget_candidates=budgets, prompt_tokens=3072)
+    j = classify(wait, History(), T)
+    assert j.verdict is Verdict.UNDECIDED
+    assert {(c.value, c.limit) for c in j.decided_by} == {(2048, Limit.TOKEN_BUDGET), (8192, Limit.TOKEN_BUDGET),
+                                                          (16384, Limit.NONE)}
+    # 7 waiting: more than even 16,384 tokens let start (5.3, the sixth with a partial chunk): the budget binds at
+    # every default.
+    filled = classify(replace(wait, waiting=7), History(), T)
     assert (filled.verdict, filled.binds) == (Verdict.BUDGET_FULL, Limit.TOKEN_BUDGET)
+    # 16-token prompts: the slots run out first whatever the budget.
+    assert classify(replace(wait, waiting=60, prompt_tokens=16), History(), T).binds is Limit.SLOTS
 
 
 def test_risk_never_vetoes_the_flag_nor_makes_memory_bind() -> None:

@@ -376,11 +376,14 @@ def judge(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, histo
     held = pool.held_blocks_per_running
     stale = held is not None and held > pool.worst_case_blocks_profile_only and prompt is not None \
         and prompt.basis in advice.SIZED_BASES
-    if held is not None and (stale or (thin and prompt is not None and prompt.basis in advice.SIZED_BASES)):
+    floored = held is not None and (stale or (thin and prompt is not None and prompt.basis in advice.SIZED_BASES))
+    if floored and held is not None:
         # Requests in flight already hold more than any finished request did (the workload changed), or too few
-        # requests finished to size one: the queue's head is as likely one of those in flight. Its admission blocks
-        # are floored by what they hold now.
+        # requests finished to size one: the queue's head is as likely one of those in flight. Its admission blocks,
+        # and the prefill it will ask of the step's budget, are floored by what they hold now.
         pool = derive.with_head_floor(pool, held)
+        if median is not None and held * block_size > median.tokens:
+            median = replace(median, tokens=held * block_size)
     tracker = history.tracker
     batch = _batch_defaults(how, cfg, snap)
     budget = budget_use(cfg, snap, median, hit_share, batch)

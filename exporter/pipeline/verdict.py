@@ -227,9 +227,9 @@ def classify(o: Observation, h: History, t: Thresholds) -> Judgement:
         return Judgement(Verdict.TRANSIENT, Limit.UNDECIDED, first_look=True)
     if h.one_shot and suspected_preemption(o):
         return Judgement(Verdict.PREEMPTING, Limit.BLOCKS, suspected=True)
+    # What vLLM's scheduler checks, not the panel: a pool 90 % used whose free blocks still hold the head binds no
+    # more than one 20 % used (the usage threshold only decides whether the panel hides the wait: false-full).
     head_fits = hr.kv_free_blocks >= hr.prompt_blocks
-    if o.usage >= t.full_usage:
-        return Judgement(Verdict.KV_FULL, Limit.BLOCKS)
     kv_room = hr.kv_free_blocks // max(hr.prompt_blocks, 1)
     cap = o.max_num_seqs
     if cap is None and o.running > 0 and not h.one_shot:

@@ -151,10 +151,8 @@ def test_a_queue_the_next_step_cannot_admit_is_bound_by_what_runs_out_first() ->
 
 
 def test_blocks_that_hold_fewer_heads_than_wait_bind_before_free_slots() -> None:
-    # kv-full's 3 running, 27 waiting, 3 free blocks (92 % used): the pool binds; at 50 % the 11-block head does not
-    # fit the 3 free blocks.
-    assert classify(obs(KV), History(), T).binds is Limit.BLOCKS
-    assert classify(obs(KV, usage=0.5), History(), T).binds is Limit.HEAD_PROMPT
+    # kv-full's 3 running, 27 waiting, 3 free blocks (92 % used): the 11-block head does not fit (whatever the usage).
+    assert classify(obs(KV), History(), T).binds is Limit.HEAD_PROMPT
     # With 25 blocks free (2 heads) and 5 free slots: the next step admits 2 and the pool binds the rest.
     roomy = obs(KV, headroom=replace(KV.headroom, kv_free_blocks=25, kv_used_blocks=13), usage=0.33)
     j = classify(roomy, History(one_shot=True), T)

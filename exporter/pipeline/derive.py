@@ -91,13 +91,12 @@ def admission_blocks(prompt: int, block_size: int, rule: str = FULL_PROMPT, toke
     return max(1, blocks_for_tokens(tokens, block_size))
 
 
-def budget_admissions(token_budget: int, running: int, prompt_tokens: int) -> float:
-    """Requests per step the token budget lets start prefilling: (budget − running) / P, the running requests'
-    decode tokens (one each) taken first. V1 schedules running requests before waiting ones and admits while budget
-    is left (`while token_budget > 0`, vllm/v1/core/sched/scheduler.py @0.32.0): below 1, a prefill of P takes
-    whole steps (one admitted, with its first chunk, then none while it prefills). Running requests still
-    prefilling take more (one observation does not see them): an upper bound on the rate."""
-    return max(token_budget - running, 0) / max(prompt_tokens, 1)
+def budget_admissions(token_budget: int, taken: float, prompt_tokens: int) -> float:
+    """Prefills per step the token budget lets through: (budget − tokens the running requests take) / P, the running
+    requests scheduled first (a decode takes 1 token, a running prefill its chunk). V1 schedules running requests
+    before waiting ones and admits while budget is left (`while token_budget > 0`, vllm/v1/core/sched/scheduler.py
+    @0.32.0): below 1, a prefill of P takes whole steps, and the queue drains at that rate."""
+    return max(token_budget - taken, 0.0) / max(prompt_tokens, 1)
 
 
 def kv_admission_headroom(free: int, prompt_blocks: int) -> int:

@@ -14,6 +14,7 @@ slot figures under it (`derive.with_slots`): derived once.
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass, field, replace
 
 from ..core import defaults
@@ -40,6 +41,8 @@ from .profile import Quantile, Window, delta, histogram_quantile, profile_value
 from .report import BudgetUse, EngineGap, EngineReport, ProfileQuality, Risk
 from .verdict import Judgement, Observation, Thresholds, Tracker
 
+WORK_SCRAPES = 5  # intervals the engine's tokens per step are averaged over (vLLM adds a prompt when it completes)
+
 
 @dataclass(frozen=True)
 class Judging:
@@ -56,7 +59,7 @@ class EngineHistory:
     """What one engine's judgement remembers across scrapes: its verdict tracker, its profile windows (one per
     length histogram) and the counters' values at the last scrape."""
 
-    __slots__ = ("consistent", "generated", "latency", "prefix", "tracker", "windows")
+    __slots__ = ("consistent", "generated", "latency", "prefix", "steps", "tracker", "used", "windows", "work")
 
     def __init__(self, thresholds: Thresholds, one_shot: bool) -> None:
         self.tracker = Tracker(thresholds, one_shot=one_shot)
@@ -65,6 +68,9 @@ class EngineHistory:
         self.consistent: EngineReport | None = None  # the report of the last scrape whose gauges were consistent
         self.latency: tuple[float, Histogram | None] | None = None  # the e2e latency histogram at the last scrape
         self.generated: tuple[float, float] | None = None  # generation tokens: the counter and the histogram's sum
+        self.steps: tuple[float, float, float, float] | None = None  # steps, prompt, generated, cached tokens: last
+        self.work: deque[tuple[float, float]] = deque(maxlen=WORK_SCRAPES)  # (steps, tokens) per recent interval
+        self.used: int | None = None  # blocks in use at the last scrape
 
     def window(self, now: float, e: EngineSample, role: str, seconds: float) -> Window | None:
         """The window of the length histogram `role`, fed this scrape's sample; None when the engine exports none."""
@@ -91,6 +97,37 @@ class EngineHistory:
         interval = now - before[0]
         lived = next((int(d.count - n) for bound, n in d.buckets if bound >= interval), 0)
         return lived, d.sum, interval
+
+    def used_before(self, used: int) -> int:
+        """Blocks in use at the last scrape (this scrape's when there is none); remembers this scrape's."""
+        before, self.used = self.used, used
+        return used if before is None else before
+
+    def tokens_per_step(self, e: EngineSample, used_grew: bool) -> float | None:
+        """Tokens the engine scheduled per step over the last `WORK_SCRAPES` intervals: prompt tokens computed (less
+        those found in the prefix cache) and tokens generated, per engine step (`iteration_tokens_total_count`).
+        vLLM adds a prompt's tokens when its prefill completes, so one interval is noisy and several average it.
+        Steps that only prefill are not counted by every release (0.10.2 counts none while one long prompt
+        prefills): an interval in which the blocks in use grew while no step or token was counted is all prefill
+        (infinite). None without the counters or a previous scrape."""
+        now = (e.steps_total, e.prompt_tokens_total, e.generation_tokens_total, e.prefix_hits_total or 0.0)
+        if None in now[:3]:
+            self.steps = None
+            return None
+        current = (float(now[0] or 0.0), float(now[1] or 0.0), float(now[2] or 0.0), float(now[3]))
+        before, self.steps = self.steps, current
+        if before is None or any(c < b for c, b in zip(current, before, strict=True)):
+            self.work.clear()
+            return None
+        steps = current[0] - before[0]
+        tokens = max(0.0, (current[1] - before[1]) - (current[3] - before[3])) + (current[2] - before[2])
+        if steps == 0 and tokens == 0:
+            if not used_grew:
+                return None  # nothing happened: no evidence either way
+            return math.inf
+        self.work.append((steps, tokens))
+        total = sum(s for s, _t in self.work)
+        return math.inf if total == 0 else sum(t for _s, t in self.work) / total
 
     def unfinished_tokens(self, e: EngineSample) -> float | None:
         """Tokens generated since the last scrape beyond what the requests finished since then generated in all
@@ -406,6 +443,8 @@ def judge(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, histo
         profile_backed=prompt is not None and prompt.basis in advice.SIZED_BASES, stale_profile=stale,
         kv_role=value(cfg.kv_role), latency_since=None if gauges_only else history.latency_since(now, e),
         unfinished_tokens=None if gauges_only else history.unfinished_tokens(e),
+        tokens_per_step=None if gauges_only else history.tokens_per_step(
+            e, used_grew=running > 0 and pool.kv_used_blocks > history.used_before(pool.kv_used_blocks)),
         finished_any=(e.histograms[GENERATION_LENGTHS].count if GENERATION_LENGTHS in e.histograms else finished))
     progress = (e.steps_total, e.generation_tokens_total)
     if tracker.restart_if_reset(obs, e.preemptions_total, progress):

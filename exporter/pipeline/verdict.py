@@ -96,6 +96,7 @@ class Observation:
     # latency in seconds, the interval in seconds); None without vLLM's e2e latency histogram (sidecar only).
     latency_since: tuple[int, float, float] | None = None
     unfinished_tokens: float | None = None  # tokens generated since the last scrape by requests not finished yet
+    tokens_per_step: float | None = None  # tokens the engine scheduled per step lately (sidecar only; inf: all prefill)
     finished_any: float | None = None  # requests finished since start, aborted ones included where vLLM counts them
 
 
@@ -169,8 +170,7 @@ def next_step(free_slots: int | None, kv_room: int, waiting: int, budget_room: f
     big = waiting + kv_room + 1
     slots = free_slots if free_slots is not None else big
     budget = budget_room if budget_room is not None else float(big)
-    # A budget that lets less than one prefill start per step still admits the head, with its first chunk.
-    if waiting <= min(slots, kv_room, max(math.ceil(budget), 1 if budget > 0 else 0)):
+    if waiting <= min(slots, kv_room, budget):
         return Limit.NONE
     if slots <= kv_room and slots <= budget:
         return Limit.SLOTS
@@ -296,10 +296,13 @@ def classify(o: Observation, h: History, t: Thresholds) -> Judgement:
 
 
 def step_limit(o: Observation, free_slots: int | None, kv_room: int, budget: Candidate | None) -> Limit:
-    """`next_step` with the token budget's admissions (`derive.budget_admissions`, one typical prefill each) when
-    the budget (`budget`) and a typical prompt are known."""
-    room = None if budget is None or o.prompt_tokens is None else derive.budget_admissions(
-        budget.value, o.running, o.prompt_tokens)
+    """`next_step` with the token budget's admissions when the budget (`budget`) and a typical prompt are known:
+    one typical prefill each of what the running requests leave of it, by what the engine scheduled per step
+    lately (the sidecar: decodes and the running prefills' chunks) or, in one observation, their decode tokens."""
+    if budget is None or o.prompt_tokens is None:
+        return next_step(free_slots, kv_room, o.waiting)
+    taken = float(o.running) if o.tokens_per_step is None else max(float(o.running), o.tokens_per_step)
+    room = 0.0 if math.isinf(taken) else derive.budget_admissions(budget.value, taken, o.prompt_tokens)
     return next_step(free_slots, kv_room, o.waiting, room)
 
 
@@ -318,7 +321,7 @@ def resolve_budget(outs: dict[Candidate | None, Limit]) -> Limit | None:
 
 
 def _admits(o: Observation, free_slots: int, kv_room: int, budgets: tuple[Candidate | None, ...]) -> int:
-    rooms = [math.ceil(derive.budget_admissions(b.value, o.running, o.prompt_tokens)) for b in budgets
+    rooms = [math.floor(derive.budget_admissions(b.value, o.running, o.prompt_tokens)) for b in budgets
              if b is not None and o.prompt_tokens is not None]
     return min([free_slots, kv_room, *rooms])
 

@@ -59,7 +59,8 @@ class EngineHistory:
     """What one engine's judgement remembers across scrapes: its verdict tracker, its profile windows (one per
     length histogram) and the counters' values at the last scrape."""
 
-    __slots__ = ("consistent", "generated", "latency", "prefix", "steps", "tracker", "used", "windows", "work")
+    __slots__ = ("consistent", "generated", "latency", "prefix", "rate", "steps", "tracker", "used", "windows",
+                 "work")
 
     def __init__(self, thresholds: Thresholds, one_shot: bool) -> None:
         self.tracker = Tracker(thresholds, one_shot=one_shot)
@@ -71,6 +72,7 @@ class EngineHistory:
         self.steps: tuple[float, float, float, float] | None = None  # steps, prompt, generated, cached tokens: last
         self.work: deque[tuple[float, float]] = deque(maxlen=WORK_SCRAPES)  # (steps, tokens) per recent interval
         self.used: int | None = None  # blocks in use at the last scrape
+        self.rate: float | None = None  # the last tokens-per-step estimate
 
     def window(self, now: float, e: EngineSample, role: str, seconds: float) -> Window | None:
         """The window of the length histogram `role`, fed this scrape's sample; None when the engine exports none."""
@@ -112,22 +114,25 @@ class EngineHistory:
         (infinite). None without the counters or a previous scrape."""
         now = (e.steps_total, e.prompt_tokens_total, e.generation_tokens_total, e.prefix_hits_total or 0.0)
         if None in now[:3]:
-            self.steps = None
+            self.steps = self.rate = None
             return None
         current = (float(now[0] or 0.0), float(now[1] or 0.0), float(now[2] or 0.0), float(now[3]))
         before, self.steps = self.steps, current
         if before is None or any(c < b for c, b in zip(current, before, strict=True)):
             self.work.clear()
+            self.rate = None
             return None
         steps = current[0] - before[0]
         tokens = max(0.0, (current[1] - before[1]) - (current[3] - before[3])) + (current[2] - before[2])
         if steps == 0 and tokens == 0:
             if not used_grew:
-                return None  # nothing happened: no evidence either way
-            return math.inf
+                return self.rate  # nothing counted or grown: a step still under way, the last estimate stands
+            self.rate = math.inf
+            return self.rate
         self.work.append((steps, tokens))
         total = sum(s for s, _t in self.work)
-        return math.inf if total == 0 else sum(t for _s, t in self.work) / total
+        self.rate = math.inf if total == 0 else sum(t for _s, t in self.work) / total
+        return self.rate
 
     def unfinished_tokens(self, e: EngineSample) -> float | None:
         """Tokens generated since the last scrape beyond what the requests finished since then generated in all

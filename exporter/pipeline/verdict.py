@@ -299,10 +299,13 @@ def step_limit(o: Observation, free_slots: int | None, kv_room: int, budget: Can
     """`next_step` with the token budget's admissions when the budget (`budget`) and a typical prompt are known:
     one typical prefill each of what the running requests leave of it, by what the engine scheduled per step
     lately (the sidecar: decodes and the running prefills' chunks) or, in one observation, their decode tokens."""
-    if budget is None or o.prompt_tokens is None:
+    saturated = o.tokens_per_step is not None and math.isinf(o.tokens_per_step)
+    if budget is None or (o.prompt_tokens is None and not saturated):
         return next_step(free_slots, kv_room, o.waiting)
     taken = float(o.running) if o.tokens_per_step is None else max(float(o.running), o.tokens_per_step)
-    room = 0.0 if math.isinf(taken) else derive.budget_admissions(budget.value, taken, o.prompt_tokens)
+    # All prefill lately (blocks grew, no step or token counted): the running prefills take the whole budget.
+    room = 0.0 if math.isinf(taken) or o.prompt_tokens is None else derive.budget_admissions(
+        budget.value, taken, o.prompt_tokens)
     return next_step(free_slots, kv_room, o.waiting, room)
 
 
@@ -428,6 +431,7 @@ class Tracker:
         self.unreliable_scrapes = 0  # scrapes whose gauges contradicted the counters, since start (or a restart)
         self._last_gauges: tuple[int, int] | None = None  # running, waiting of the last scrape, consistent or not
         self._idle_evidence = 0.0  # the run of idle readings' summed L (requests in flight on average, Little)
+        self._last_used: int | None = None  # blocks in use at the last scrape
 
     def restart_if_reset(self, o: Observation, preemptions_total: float | None,
                          progress: tuple[float | None, float | None]) -> bool:
@@ -550,7 +554,11 @@ class Tracker:
 
         # An engine with nothing to do makes no steps: that is idle, not stuck.
         nothing_to_do = o.running == 0 and o.waiting == 0
-        if progress != self._last_progress_value or self._last_progress_at is None or nothing_to_do:
+        # Blocks in use that change while requests run are steps too: a long prompt prefilling chunk by chunk moves
+        # no counter on releases that count a step only when it produces a token (0.10.2).
+        moved = self._last_used is not None and o.headroom.kv_used_blocks != self._last_used and o.running > 0
+        self._last_used = o.headroom.kv_used_blocks
+        if progress != self._last_progress_value or self._last_progress_at is None or nothing_to_do or moved:
             self._last_progress_value = progress
             self._last_progress_at = now
         no_progress = now - self._last_progress_at

@@ -146,12 +146,12 @@ CATALOGUE: dict[Verdict, Entry] = {
         "warning", "dark-red", false_full=False, waiting=False, alert="VLLMHeadroomTargetDown",
         explanation="target_down", actions="target_down"),
     Verdict.BUDGET_FULL: Entry(
-        "requests wait beside free slots and blocks and one typical prompt (the profile's, less the prefix cache's "
-        "share) takes at least the step's whole token budget (`max_num_batched_tokens` stated; when assumed, "
-        "every default vLLM may have for the device, else `undecided`): in the sidecar with prefills completed "
-        f"since the last scrape (`{_N.prompt_tokens}` rose) on two scrapes in a row, in one-shot with the budget "
-        "stated and more than one request waiting. V1 schedules running prefills first and admits waiting "
-        "requests only while budget is left",
+        "requests wait, more than the step's token budget lets start: (`max_num_batched_tokens` less what the "
+        "running requests take of it) / the median uncached prompt, fewer than the free slots and the free blocks' "
+        "heads. What running requests take is their decode tokens in one-shot, and in the sidecar what the engine "
+        f"scheduled per step lately (`{_N.steps}` against the prompt and generation counters; all of it while one "
+        "long prompt prefills). Stated, or over every default vLLM may have for the device (else `undecided`). V1 "
+        "schedules running requests first and admits waiting ones only while budget is left",
         "warning", "yellow", false_full=True, waiting=True, alert="VLLMHeadroomBudgetFull",
         explanation="budget_full", actions="budget_full", binds=(Limit.TOKEN_BUDGET,)),
     Verdict.NEVER_FITS: Entry(

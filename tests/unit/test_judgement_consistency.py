@@ -87,7 +87,7 @@ def _rules(answer: dict[str, Any], held: float | None = None) -> set[str]:
 def kv_full() -> dict[str, Any]:
     # 0.32.0 kv-full, the sidecar: 3 requests hold 36 of 39 blocks, the 11-block head does not fit.
     a = _first("vllm-0.32.0/kv-full", "sidecar", "kv_full")
-    assert a["kv_free_blocks"] < a["prompt_blocks"] and not a["false_full"] and a["binding_limit"] == "blocks"
+    assert a["kv_free_blocks"] < a["prompt_blocks"] and not a["false_full"] and a["binding_limit"] == "head_prompt"
     return a
 
 

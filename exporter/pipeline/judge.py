@@ -405,7 +405,9 @@ def judge(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, histo
         waiting=waiting,
         max_model_len=max_model_len,
         max_num_seqs=max_num_seqs,
-        prompt_tokens=prompt.tokens if prompt else None,
+        # No evidence of any request's size: the head is taken as long as max_model_len for the admission headroom
+        # (never one block: issue 11); the judgement claims no KV limit from that guess (profile_backed False).
+        prompt_tokens=prompt.tokens if prompt else max_model_len,
         # A thin profile says little about the longest request: worst case at max_model_len.
         max_tokens=max_tokens.tokens if max_tokens and not (thin and max_model_len) else None,
         kv_cache_max_concurrency=value(cfg.kv_cache_max_concurrency),

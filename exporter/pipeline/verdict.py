@@ -359,7 +359,7 @@ def _room(o: Observation, h: History, limit: Limit, admits: int) -> Judgement:
     the profile's prompt (head-of-line)."""
     if not h.one_shot and h.head_of_line_before:
         return Judgement(Verdict.HEAD_OF_LINE, Limit.HEAD_PROMPT, head_of_line_candidate=True, admits=admits)
-    if limit is Limit.BLOCKS:
+    if limit is Limit.BLOCKS and o.profile_backed:
         # The free blocks hold fewer of the profile's prompts than wait: the next step fills the pool.
         return Judgement(Verdict.KV_FULL, Limit.BLOCKS, head_of_line_candidate=True, admits=admits)
     return Judgement(Verdict.TRANSIENT, Limit.NONE, head_of_line_candidate=True, suspected=h.one_shot,

@@ -225,3 +225,12 @@ def test_gauges_that_read_idle_while_unfinished_requests_generate_are_unreliable
     j, _ = drained.update(0.5, replace(zero, finished_total=200.0, finished_any=200.0, unfinished_tokens=-40.0),
                           0.0, (510.0, 1512.0))
     assert (j.verdict, j.gauges_reliable) == (Verdict.OK, True)
+
+
+def test_with_no_request_seen_the_head_is_taken_at_max_model_len_for_headroom_never_for_a_kv_claim() -> None:
+    # The idle recording: nothing has run or finished. The admission headroom takes a prompt as long as
+    # max_model_len (16 blocks: 39 // 16 = 2 more now, never 39 one-block prompts, issue 11); a queue beside that
+    # guess is not kv_full (issue 19): no request backs the size.
+    assert (IDLE.headroom.prompt_blocks, IDLE.headroom.admission_headroom_requests) == (16, 39 // 16)
+    queued = classify(obs(IDLE, waiting=3, profile_backed=False), History(one_shot=True), T)
+    assert queued.verdict is Verdict.TRANSIENT

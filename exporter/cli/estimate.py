@@ -6,12 +6,13 @@ import argparse
 import json
 import os
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..core import defaults, units
+from ..core import defaults
 from ..planning import estimate as est
-from ..planning import startup_log
+from ..planning import memory, startup_log
 from .flags import UsageError, add, fraction, params, positive_int, tokens
 
 DESCRIPTION = (
@@ -50,18 +51,30 @@ examples:
 """
 
 
-def _gib_size(text: str) -> int:
-    """A size in the units grammar; a bare number is GiB."""
-    try:
-        return units.parse_size(text, default_unit="GiB")
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+def _gib_size(flag: str) -> Callable[[str], int]:
+    """`flag`'s size in the units grammar; a bare number is GiB, one that cannot be is refused as bytes."""
+    def conv(text: str) -> int:
+        try:
+            return memory.parse_gib_size(flag, text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    conv.__name__ = "size"
+    return conv
 
 
 def _gib_sizes(text: str) -> int | tuple[int, ...]:
     """One size, or one per pipeline stage separated by commas (a tuple)."""
-    sizes = tuple(_gib_size(part) for part in text.split(","))
+    sizes = tuple(_gib_size("--kv-cache-memory")(part) for part in text.split(","))
     return sizes if len(sizes) > 1 else sizes[0]
+
+
+def _vllm_bytes(text: str) -> int:
+    """vLLM's `--kv-cache-memory-bytes`, read as vLLM reads it."""
+    try:
+        return memory.parse_vllm_bytes("--kv-cache-memory-bytes", text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def register(sub: Any) -> None:
@@ -100,15 +113,18 @@ def register(sub: Any) -> None:
     add(g, "--allow-long-max-model-len", action="store_true",
         help="like VLLM_ALLOW_LONG_MAX_MODEL_LEN=1: a max_model_len above max_position_embeddings warns, not fails")
     g = p.add_argument_group("memory per device (a bare number is GiB)")
-    add(g, "--gpu-memory", _gib_size, help="memory of one device, e.g. 80GiB or 23.58GiB")
+    add(g, "--gpu-memory", _gib_size("--gpu-memory"), help="memory of one device, e.g. 80GiB or 23.58GiB")
     add(g, "--gpu-memory-utilization", fraction, defaults.ESTIMATE_GPU_MEMORY_UTILIZATION,
         help="vLLM's gpu_memory_utilization")
     add(g, "--params", params, help="parameter count when there is no safetensors index, e.g. 70B")
-    add(g, "--weights-bytes", _gib_size, help="weights' size of the whole model, e.g. 140GB (overrides the index)")
-    add(g, "--activation-memory", _gib_size,
+    add(g, "--weights-bytes", _gib_size("--weights-bytes"),
+        help="weights' size of the whole model, e.g. 140GB (overrides the index)")
+    add(g, "--activation-memory", _gib_size("--activation-memory"),
         help="activations, non-torch memory and CUDA graphs per device (default 2GiB)")
     add(g, "--kv-cache-memory", _gib_sizes, help="KV pool per device, e.g. 6.51GiB, or one per pipeline stage "
         "(12.13GiB,11.33GiB): skip the budget math")
+    add(g, "--kv-cache-memory-bytes", _vllm_bytes, help="vLLM's own flag, read as vLLM reads it: bytes, or with "
+        "k/m/g/t (x1000) or K/M/G/T (x1024), e.g. 6990059274 or 7G; the same pool as --kv-cache-memory")
     p.set_defaults(run=run)
 
 
@@ -125,6 +141,10 @@ def _inputs(args: argparse.Namespace) -> tuple[est.Inputs, startup_log.LogFacts 
     shape, indexed = est.load_model(model)
     pools = args.kv_cache_memory
     pools = (pools,) if isinstance(pools, int) else pools
+    if args.kv_cache_memory_bytes is not None:
+        if pools:
+            raise ValueError("give the KV pool once: --kv-cache-memory or vLLM's --kv-cache-memory-bytes, not both")
+        pools = (args.kv_cache_memory_bytes,)
     x = est.Inputs(
         shape=shape, dtype=args.dtype, kv_cache_dtype=args.kv_cache_dtype,
         tensor_parallel_size=args.tensor_parallel_size, pipeline_parallel_size=args.pipeline_parallel_size,

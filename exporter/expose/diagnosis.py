@@ -349,9 +349,28 @@ def engine_json(e: EngineReport, engines: list[EngineReport] | None = None) -> d
             "max_tokens": None if e.max_tokens is None else e.max_tokens.__dict__,
         },
         "config": e.config.as_json(),
+        "capacity": capacity_json(e),
         "vllm_cmdline": None if e.cmdline_pid is None else {"pid": e.cmdline_pid, "found_by": e.cmdline_found_by},
         **({} if e.kv_bytes is None else dict(e.kv_bytes.__dict__)),
     }
+
+
+def capacity_json(e: EngineReport) -> dict[str, Any] | None:
+    """Where the engine's block count came from, its range when inferred, and what the range decides."""
+    known = e.config.num_gpu_blocks
+    if known is None:
+        return None
+    return {"num_gpu_blocks": known.value, "source": str(known.source),
+            "low": known.low if known.uncertain else None, "high": known.high if known.uncertain else None,
+            "basis": known.basis, "decides": e.capacity_decides}
+
+
+def _capacity_text(e: EngineReport) -> str | None:
+    known = e.config.num_gpu_blocks
+    if known is None or known.source in ("cache_config_info", "flag"):
+        return None
+    span = f", {known.low:,}-{known.high:,}" if known.uncertain else ""
+    return f"capacity: {known.value:,} blocks ({known.source}{span}: {known.basis or 'as stated'})"
 
 
 def _down_json(r: TargetReport, model: str, engine: str) -> dict[str, Any]:
@@ -425,6 +444,10 @@ def render_text(reports: list[TargetReport]) -> str:
                 f"{'?' if h.max_concurrency_max_model_len is None else h.max_concurrency_max_model_len}")
             cfg = ", ".join(f"{k}={v['value']} ({v['source']})" for k, v in e.config.as_json().items())
             lines.append(f"  config: {cfg}")
+            if (cap := _capacity_text(e)) is not None:
+                lines.append(f"  {cap}")
+            if e.capacity_decides:
+                lines.append(f"  note: {e.capacity_decides}")
             if r.rules is not None:
                 lines.append(f"  rules: {r.rules.describe()}")
             if e.cmdline_pid is not None:

@@ -169,6 +169,56 @@ def kv_bytes(shape: ModelShape | None, cfg: ServingConfig, headroom: Headroom,
     return derive.kv_bytes(headroom, served_kv_bytes_per_token(shape, cache_dtype, tp), per_block)
 
 
+def admission_cap(cfg: ServingConfig, snap: Snapshot) -> int | None:
+    """The cap on admissions into RUNNING: max_num_seqs, or `--max-num-active-seqs` below it where the release
+    has it (vLLM >= 0.32, `max_num_active_reqs`, vllm/v1/core/sched/scheduler.py:134-138 @0.33.0; a paused
+    streaming session holds one of its slots, :1071-1074, and no metric counts those)."""
+    seqs, active = value(cfg.max_num_seqs), value(cfg.max_num_active_seqs)
+    rule = snap.rules.admission_rule if snap.rules is not None else None
+    if active is None or rule is None or not rule.active_cap:
+        return seqs
+    return active if seqs is None else min(seqs, active)
+
+
+def admission_inputs(cfg: ServingConfig, snap: Snapshot) -> tuple[str, int, float]:
+    """(gate, lookahead tokens, watermark share) the head's admission is judged with: the release's gate
+    (`--no-scheduler-reserve-full-isl` turns the full-prompt gate off: vllm/config/scheduler.py:190 @0.33.0),
+    the drafter's lookahead where the per-step gate adds it, the watermark where the release applies one."""
+    rule = snap.rules.admission_rule if snap.rules is not None else None
+    gate = rule.gate if rule is not None else derive.FULL_PROMPT
+    if gate == derive.FULL_PROMPT and value(cfg.scheduler_reserve_full_isl) is False and (
+            rule is None or rule.era != "V0"):
+        gate = derive.FIRST_CHUNK
+    lookahead = (value(cfg.num_lookahead_tokens) or 0) if rule is None or rule.lookahead else 0
+    watermark = (value(cfg.watermark) or 0.0) if rule is None or rule.watermark else 0.0
+    return gate, lookahead, watermark
+
+
+def capacity_decides(cfg: ServingConfig, x: derive.Inputs, nominal: Pool) -> str | None:
+    """One sentence when num_gpu_blocks is known only within a range (the start-up log's rounding, an estimate)
+    and what the answer rests on differs between its ends: whether the queue head fits, whether the pool holds
+    one max_model_len request, whether running requests will outgrow it, whether a block is free. None when the
+    value is exact or the range agrees."""
+    known = cfg.num_gpu_blocks
+    if known is None or not known.uncertain or known.low is None or known.high is None:
+        return None
+    ends = [derive.pool(replace(x, num_gpu_blocks=n)) for n in (known.low, known.high)]
+
+    def facts(p: Pool) -> tuple[bool, bool, bool, bool]:
+        w_max = p.worst_case_blocks_max_model_len
+        return (p.kv_free_blocks >= p.prompt_blocks, w_max is not None and w_max > p.kv_capacity_blocks,
+                p.safe_headroom_requests < 0, p.kv_free_blocks == 0)
+
+    if facts(ends[0]) == facts(ends[1]) == facts(nominal):
+        return None
+    names = ("whether the queue head fits", "whether one max_model_len request fits the pool",
+             "whether running requests outgrow the pool", "whether a block is free")
+    split = [n for n, a, b in zip(names, facts(ends[0]), facts(ends[1]), strict=True) if a != b]
+    return (f"capacity is known only as {known.low:,}-{known.high:,} blocks ({known.basis or known.source}); "
+            f"{' and '.join(split) or 'the answer'} differs across that range: state --num-gpu-blocks (or vLLM's "
+            "--num-gpu-blocks-override) to decide")
+
+
 def judge(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, history: EngineHistory, how: Judging,
           gauges_only: bool, found: FoundCmdline | None = None) -> EngineReport | EngineGap:
     """The report of engine `e` at `now` (seconds, monotonic), or why its capacity cannot be derived.
@@ -205,11 +255,11 @@ def judge(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, histo
     finished = e.histograms[PROMPT_LENGTHS].count if PROMPT_LENGTHS in e.histograms else None
     if prompt is None:
         prompt = in_flight_prompt(e.prompt_tokens_total, finished, running, max_model_len)
-    rules = snap.rules
     hit_share = history.hit_share(e, gauges_only)
 
-    max_num_seqs = value(cfg.max_num_seqs)
-    pool: Pool = derive.pool(derive.Inputs(
+    max_num_seqs = admission_cap(cfg, snap)
+    gate = admission_inputs(cfg, snap)
+    inputs = derive.Inputs(
         num_gpu_blocks=n_blocks,
         block_size=block_size,
         has_null_block=snap.has_engine_label,  # V1 (>= 0.8, engine label) keeps a null block; V0 has none
@@ -224,10 +274,14 @@ def judge(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, histo
         max_tokens=max_tokens.tokens if max_tokens and not (thin and max_model_len) else None,
         kv_cache_max_concurrency=value(cfg.kv_cache_max_concurrency),
         kv_cache_size_tokens=value(cfg.kv_cache_size_tokens),
-        admission_rule=rules.admission if rules is not None else derive.FULL_PROMPT,
+        admission_rule=gate[0],
         max_num_batched_tokens=value(cfg.max_num_batched_tokens),
         prefix_hit_share=hit_share,
-    ))
+        lookahead_tokens=gate[1],
+        watermark=gate[2],
+    )
+    pool: Pool = derive.pool(inputs)
+    decides = capacity_decides(cfg, inputs, pool)
     tracker = history.tracker
     budget = budget_use(cfg, snap, prompt)
     # Prefills completed since the last scrape: the engine is busy prefilling (a one-shot cannot tell).
@@ -258,6 +312,9 @@ def judge(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, histo
             cfg = replace(cfg, max_num_seqs=Known(inferred_cap, Source.INFERRED))
             obs = replace(obs, max_num_seqs=inferred_cap, max_num_seqs_inferred=True)
     judgement, false_full = tracker.update(now, obs, e.preemptions_total, progress)
+    if decides is not None:
+        # The answer rests on a capacity known only within a range that decides it: no flag raised on it.
+        false_full = False
     if judgement.slots_inferred and max_num_seqs is None and running > 0:
         # slots_full judged with the cap unknown: the running count is the cap this answer uses throughout.
         max_num_seqs = running
@@ -291,11 +348,12 @@ def judge(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, histo
         seconds_without_progress=tracker.seconds_without_progress,
         histograms=dict(e.histograms),
         preemption_inferred=judgement.preemption_inferred,
-        suspected=judgement.suspected,
+        suspected=judgement.suspected or decides is not None,
         profile=quality,
         budget=budget,
         cmdline_pid=found.pid if found else None,
         cmdline_found_by=found.found_by if found else None,
         busy_ceiling=None if gauges_only else tracker.busy_ceiling,
         busy_frames=0 if gauges_only else tracker.busy_frames,
+        capacity_decides=decides,
     )

@@ -51,6 +51,7 @@ class EngineReport:
     cmdline_found_by: str | None = None
     busy_ceiling: int | None = None  # highest running seen while requests waited, lately (sidecar only)
     busy_frames: int = 0  # scrapes with requests waiting behind that ceiling
+    capacity_decides: str | None = None  # the capacity is a range and the answer differs across it (one sentence)
 
 
 @dataclass(frozen=True)
@@ -109,12 +110,14 @@ class EngineGap:
     engine: str
     missing: str
     config_error: str | None = None
+    hint: str | None = None  # where the missing values can come from
 
     @property
     def explanation(self) -> str:
         if self.config_error:
             return f"cannot derive capacity: {self.config_error}"
-        return f"cannot derive capacity: {self.missing} unknown"
+        text = f"cannot derive capacity: {self.missing} unknown"
+        return f"{text}: {self.hint}" if self.hint else text
 
 
 @dataclass

@@ -7,10 +7,12 @@ import json
 import os
 import textwrap
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ..core import defaults
+from ..engines.vllm import VLLM
 from ..planning import estimate as est
 from ..planning import memory, startup_log
 from .flags import UsageError, add, fraction, params, positive_int, tokens
@@ -110,6 +112,10 @@ def register(sub: Any) -> None:
     add(g, "--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True,
         help="vLLM's default; hybrids then hold 2 (Mamba-2: 3) state blocks per request instead of 1")
     add(g, "--num-gpu-blocks-override", positive_int, help="like vLLM's: the number of blocks, no memory needed")
+    add(g, "--speculative-config", help="vLLM's --speculative-config JSON, e.g. '{\"method\": \"eagle3\", "
+        "\"model\": \"org/drafter\", \"num_speculative_tokens\": 3}': the drafter's layers join the KV cache")
+    add(g, "--draft-model-config", help="the drafter's config.json or folder (EAGLE, EAGLE3, DFlash, a draft model); "
+        "else its --speculative-config model is looked up like the model")
     add(g, "--allow-long-max-model-len", action="store_true",
         help="like VLLM_ALLOW_LONG_MAX_MODEL_LEN=1: a max_model_len above max_position_embeddings warns, not fails")
     g = p.add_argument_group("memory per device (a bare number is GiB)")
@@ -161,9 +167,32 @@ def _inputs(args: argparse.Namespace) -> tuple[est.Inputs, startup_log.LogFacts 
         allow_long_max_model_len=args.allow_long_max_model_len or os.environ.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN")
         in ("1", "true", "True"),
     )
+    if args.speculative_config:
+        x = _with_drafter(x, args.speculative_config, args.draft_model_config)
     if facts is not None:
         x = startup_log.apply(facts, x)
     return x, facts
+
+
+def _with_drafter(x: est.Inputs, text: str, draft_config: str | None) -> est.Inputs:
+    """`x` with vLLM's --speculative-config, read as vLLM reads it, and the drafter's shape when it has layers."""
+    spec, notes = VLLM.parse_args(["--speculative-config", text], "--speculative-config")
+    if notes:
+        raise ValueError(notes[0])
+    method = spec.get("speculative_method")
+    if method is None:
+        raise ValueError("--speculative-config names neither a method nor a model")
+    draft = None
+    if draft_config:
+        draft = est.load_model(draft_config)[0]
+    elif method not in ("mtp", "ngram", "suffix") and spec.get("speculative_model"):
+        try:
+            draft = est.load_model(spec["speculative_model"])[0]
+        except ValueError as exc:
+            raise ValueError(f"the {method} drafter's layers join the KV cache and its config.json is needed: "
+                             f"{exc}; or give --draft-model-config") from None
+    return replace(x, speculative_method=method, num_speculative_tokens=spec.get("num_speculative_tokens"),
+                   draft_shape=draft)
 
 
 def _log_rows(facts: startup_log.LogFacts, e: est.Estimate) -> list[tuple[str, str, Any, Any]]:

@@ -110,6 +110,34 @@ class EngineSample:
     prefix_hits_total: float | None = None  # tokens found there
     awake: bool | None = None
     histograms: dict[str, Histogram] = field(default_factory=dict)  # by role: PROMPT_LENGTHS, ...
+    # Why requests are deferred: LoRA adapters (None: no LoRA info exported) and remote-KV loads by stage.
+    lora: LoraState | None = None
+    kv_fetch_by_stage: dict[str, float] = field(default_factory=dict)
+    # KV connectors: counters by (connector, role), e.g. ("nixl", "kv_expired_requests"); transfers completed.
+    connector_counters: dict[tuple[str, str], float] = field(default_factory=dict)
+    connector_transfers: dict[str, float] = field(default_factory=dict)
+    offload_tiers: tuple[OffloadTier, ...] = ()  # KV offloading tiers of this engine (never free GPU blocks)
+    offload_usage: float | None = None  # the CPU tier's usage fraction
+
+
+@dataclass(frozen=True)
+class LoraState:
+    """LoRA adapters as the engine exports them: the cap and the adapter names waiting and running."""
+
+    max_lora: int | None
+    waiting: tuple[str, ...]
+    running: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class OffloadTier:
+    """One KV offloading tier of one engine (host memory, disk): its size as exported; None where not."""
+
+    kind: str  # "cpu"
+    size_bytes: int | None
+    size_tokens: int | None
+    chunks: int | None
+    blocks_per_chunk: int | None
 
 
 class CapacityInfo(Protocol):

@@ -29,6 +29,7 @@ from ..engines.base import CapacityInfo, Engine, LogFacts
 from ..engines.vllm import VLLM
 
 # vLLM's argv grammar lives in its wing; these names stay importable from here for tools and tests.
+from ..engines.vllm.args import NIXL_DEFAULT_LEASE
 from ..engines.vllm.args import parse_token_count as parse_token_count
 from ..engines.vllm.args import parse_vllm_args as parse_vllm_args
 from ..engines.vllm.args import parse_vllm_args_noting as parse_vllm_args_noting
@@ -325,6 +326,10 @@ def resolve(
         values["num_gpu_blocks"] = Known(int(override), vllm_args_source,
                                          basis=f"vLLM's --num-gpu-blocks-override {int(override)}")
     offer("max_model_len", models_max_model_len, Source.V1_MODELS)
+    connector = values.get("kv_connector")
+    if connector is not None and "nixl" in str(connector.value).lower() and "kv_lease_duration" not in values:
+        values["kv_lease_duration"] = Known(NIXL_DEFAULT_LEASE, Source.DEFAULT,
+                                            basis="NIXL's default kv_lease_duration (vLLM 0.32-0.33)")
     if log is not None:
         # The log's "non-default args" are vLLM's command line as it parsed it; its attention block size line is
         # the block size a hybrid model really got.

@@ -87,10 +87,19 @@ class AdmissionNeed:
     watermark_blocks: int = 0
     lookahead_tokens: int = 0
     gate: str = FULL_PROMPT
+    reserved_blocks: int = 0  # kept for in-flight async KV loads (the per-step gate of an async-load head only)
+
+    def admits(self, free: int, running: int) -> bool:
+        """The head passes both gates with `free` blocks: full-prompt blocks + watermark <= free, and step
+        blocks + watermark <= free − reserved (the watermark only beside a running request)."""
+        wm = self.watermark_blocks if running > 0 else 0
+        full_ok = self.full_prompt_blocks is None or self.full_prompt_blocks + wm <= free
+        return full_ok and self.step_blocks + wm <= free - self.reserved_blocks
 
 
 def admission_need(prompt: int, block_size: int, rule: str = FULL_PROMPT, token_budget: int | None = None,
-                   lookahead: int = 0, watermark_blocks: int = 0, max_model_len: int | None = None) -> AdmissionNeed:
+                   lookahead: int = 0, watermark_blocks: int = 0, max_model_len: int | None = None,
+                   reserved_blocks: int = 0) -> AdmissionNeed:
     """Free blocks the queue head (uncached prompt P tokens) must find, by the release's rule.
 
     - The full-prompt gate (FULL_PROMPT, vLLM >= 0.19, `scheduler_reserve_full_isl` default True):
@@ -102,8 +111,9 @@ def admission_need(prompt: int, block_size: int, rule: str = FULL_PROMPT, token_
       blocks less `reserved_blocks` (kv_cache_manager.py:550-588 @0.33.0, :541-579 @0.32.0), the chunk
       min(P, token budget) (scheduler.py:1295-1346 @0.33.0, :670 @0.18.0, :437 @0.11.0), the lookahead
       `num_lookahead_tokens` (k for EAGLE, MTP and draft models, k + 1 for DFlash: vllm/config/vllm.py:626-652
-      @0.33.0). Reserved blocks apply to an async KV load only (its in-flight prefills' remaining blocks,
-      scheduler.py:1420-1430 @0.33.0), which no metric exports; for any other head they are 0.
+      @0.33.0). Reserved blocks apply to an async KV load only (the remaining blocks of the loads already in flight
+      plus the spec-decode step's, scheduler.py:1420-1430 @0.33.0), which no metric exports; for any other head
+      they are 0. `blocks` is then max(full-prompt blocks, step blocks + reserved): what the head needs free.
     - FIRST_CHUNK (V1 < 0.19, or `--no-scheduler-reserve-full-isl`): the per-step gate alone. With the budget
       unknown, the whole prompt (the conservative reading: never more admissions than the engine makes).
 
@@ -118,10 +128,11 @@ def admission_need(prompt: int, block_size: int, rule: str = FULL_PROMPT, token_
     step = max(1, blocks_for_tokens(step_tokens, block_size))
     if rule == FULL_PROMPT:
         full = max(1, blocks_for_tokens(tokens, block_size))
-        return AdmissionNeed(max(full, step), step, full, watermark_blocks, lookahead, rule)
+        return AdmissionNeed(max(full, step + reserved_blocks), step, full, watermark_blocks, lookahead, rule,
+                             reserved_blocks)
     if token_budget is None:
         step = max(step, blocks_for_tokens(tokens, block_size))
-    return AdmissionNeed(step, step, None, watermark_blocks, lookahead, rule)
+    return AdmissionNeed(step + reserved_blocks, step, None, watermark_blocks, lookahead, rule, reserved_blocks)
 
 
 def admission_blocks(prompt: int, block_size: int, rule: str = FULL_PROMPT, token_budget: int | None = None,

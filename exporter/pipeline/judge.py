@@ -24,7 +24,7 @@ from . import derive
 from .config import FoundCmdline, Known, ServingConfig, Source, value
 from .derive import Headroom, Pool
 from .profile import Quantile, Window, histogram_quantile, profile_value
-from .report import BudgetUse, EngineGap, EngineReport, ProfileQuality
+from .report import BudgetUse, EngineGap, EngineReport, KvTransfer, ProfileQuality
 from .verdict import Observation, Thresholds, Tracker
 
 
@@ -194,6 +194,86 @@ def admission_inputs(cfg: ServingConfig, snap: Snapshot) -> tuple[str, int, floa
     return gate, lookahead, watermark
 
 
+def admission_notes(cfg: ServingConfig, snap: Snapshot) -> tuple[str, ...]:
+    """What the admission headroom cannot show, one sentence each, from the flags and the release's rules
+    (engines/vllm/releases.py `admission_rule_of` names the upstream lines)."""
+    rule = snap.rules.admission_rule if snap.rules is not None else None
+    out: list[str] = []
+    interval = value(cfg.prefill_schedule_interval)
+    dp = value(cfg.data_parallel_size) or snap.data_parallel_engines
+    if interval is not None and interval > 1:
+        if rule is None or rule.local_cadence or dp > 1:
+            out.append(f"prefill_schedule_interval {interval}: while requests decode, prefills (new ones and "
+                       f"running chunks) run once every {interval} steps; no metric or log shows the hold, and it "
+                       "lifts while a release step cannot drain the queue, so it delays short queues, never holds "
+                       "a standing one")
+        else:
+            out.append(f"prefill_schedule_interval {interval} holds prefills on this release only under "
+                       "data-parallel coordination (0.33 applies it on every engine); no effect here")
+    active = value(cfg.max_num_active_seqs)
+    if active is not None:
+        if rule is not None and not rule.active_cap:
+            out.append(f"max_num_active_seqs {active} is no flag of this release (>= 0.32): not applied")
+        else:
+            out.append(f"admission into RUNNING stops at max_num_active_seqs {active}; paused streaming sessions "
+                       "hold one of those slots and no metric counts them, so slot headroom is at most this")
+    w = value(cfg.watermark)
+    if w and rule is not None and not rule.watermark:
+        out.append(f"watermark {w:g} is no flag of this release (>= 0.24): not applied")
+    elif w:
+        out.append(f"watermark {w:g}: that share of the blocks stays free when a request is admitted beside "
+                   "running ones (not for the first into an idle engine)")
+    if cfg.speculative_method is not None and cfg.num_lookahead_tokens is None:
+        out.append(f"{cfg.speculative_method.value} drafter without num_speculative_tokens: the per-step "
+                   "lookahead is unknown and not counted")
+    if value(cfg.scheduler_reserve_full_isl) is False:
+        out.append("--no-scheduler-reserve-full-isl: only the step's chunk must fit; later chunks can preempt")
+    if value(cfg.kv_role) in ("kv_consumer", "kv_both"):
+        out.append("a request loading remote KV holds its blocks while counted as waiting, and is admitted "
+                   "against free blocks less those in-flight loads still need (not exported)")
+    return tuple(out)
+
+
+def kv_transfer(cfg: ServingConfig, e: EngineSample) -> KvTransfer | None:
+    """The engine's KV-transfer facts, None when it has no connector, no connector series and no offload tier."""
+    if (cfg.kv_connector is None and cfg.kv_role is None and not e.connector_counters and not e.kv_fetch_by_stage
+            and not e.offload_tiers):
+        return None
+    lease = cfg.kv_lease_duration
+    return KvTransfer(value(cfg.kv_connector), value(cfg.kv_role), value(lease),
+                      None if lease is None else (lease.basis or str(lease.source)), dict(e.connector_counters),
+                      dict(e.connector_transfers), dict(e.kv_fetch_by_stage), e.offload_tiers, e.offload_usage)
+
+
+def deferred_causes(e: EngineSample, cfg: ServingConfig) -> tuple[str, ...]:
+    """What the exposition shows behind the waiting requests counted by reason "deferred", one sentence each.
+
+    vLLM counts a request as deferred from its first skip until it is admitted or finishes (`skip_request` adds
+    it to `deferred_waiting`, discarded only at admission: vllm/v1/core/sched/scheduler.py:1052-1058 and :1548
+    @0.33.0, exported by `len(self.deferred_waiting)`, :3288), so a request skipped once for a LoRA slot or a
+    remote-KV load that now waits for blocks or a slot is still "deferred". The LoRA adapters waiting (vLLM's
+    LoRA info series) and the remote-KV loads by stage (its KV-fetch series, kv_consumer only; the names are in
+    engines/vllm/metrics.py) say whether a cause of skipping is still there."""
+    deferred = e.waiting_by_reason.get("deferred")
+    if not deferred:
+        return ()
+    out: list[str] = []
+    if e.lora is not None and e.lora.waiting:
+        out.append(f"LoRA: adapters {', '.join(e.lora.waiting)} wait for a slot (max_lora "
+                   f"{e.lora.max_lora if e.lora.max_lora is not None else '?'}, running "
+                   f"{', '.join(e.lora.running) or 'none'})")
+    loads = {k: v for k, v in e.kv_fetch_by_stage.items() if v}
+    if loads:
+        out.append("remote KV: " + ", ".join(f"{int(v)} {k.replace('_', ' ')}" for k, v in sorted(loads.items())))
+    elif value(cfg.kv_role) in ("kv_consumer", "kv_both"):
+        out.append("remote KV: a kv_consumer (its loads by stage are not exported by this release)")
+    if not out:
+        out.append(f"{int(deferred)} counted as deferred with no LoRA adapter waiting and no remote-KV load in "
+                   "flight: requests skipped once (grammar, streaming input, stale output) stay counted until "
+                   "admitted, so they may now wait for a slot or blocks")
+    return tuple(out)
+
+
 def capacity_decides(cfg: ServingConfig, x: derive.Inputs, nominal: Pool) -> str | None:
     """One sentence when num_gpu_blocks is known only within a range (the start-up log's rounding, an estimate)
     and what the answer rests on differs between its ends: whether the queue head fits, whether the pool holds
@@ -356,4 +436,7 @@ def judge(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, histo
         busy_ceiling=None if gauges_only else tracker.busy_ceiling,
         busy_frames=0 if gauges_only else tracker.busy_frames,
         capacity_decides=decides,
+        admission_notes=admission_notes(cfg, snap),
+        kv_transfer=kv_transfer(cfg, e),
+        deferred_causes=deferred_causes(e, cfg),
     )

@@ -68,6 +68,7 @@ class Target:
         self.histories: dict[tuple[str, str], EngineHistory] = {}  # per (model_name, engine)
         self.models: ModelsInfo | None = None
         self.version: str | None = None
+        self.frontend: str | None = None  # "rust X" behind vLLM's Rust frontend (its /version says so)
         self._models_at: float | None = None
         self._cmdline: FoundCmdline | None = None
         self._cmdline_at: float | None = None
@@ -186,7 +187,8 @@ class Target:
             raise ScrapeError("invalid_value", f"{self.settings.url}: {exc}") from None
         args, args_source = self._vllm_args(now)
         log = self._startup_log(now)
-        report = TargetReport(self.settings.url, up=True, version=self.version, observed_at=now,
+        report = TargetReport(self.settings.url, up=True, version=self.version, frontend=self.frontend,
+                              observed_at=now,
                               notes=list(self._args_notes) + ([self._log_note] if self._log_note else []),
                               rules=snap.rules)
         models_len = self.models.max_model_len if self.models else None
@@ -230,6 +232,7 @@ class Target:
             self.models = info.models
         if info.version_answered:
             self.version = info.version
+            self.frontend = info.frontend
 
     async def fetch_metrics(self, client: httpx.AsyncClient, now: float) -> str:
         """GET /metrics (raises ScrapeError), refreshing /v1/models and /version when they are due."""

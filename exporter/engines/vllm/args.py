@@ -45,6 +45,10 @@ MTP_MODEL_TYPES = frozenset({
     "inkling_mtp", "glm5_next_mtp",
 })
 KV_ROLES = ("kv_producer", "kv_consumer", "kv_both")  # KVTransferConfig.kv_role (vllm/config/kv_transfer.py)
+# NIXL's hold of a finished prefill's blocks when kv_connector_extra_config sets no kv_lease_duration, s
+# (nixl/base_scheduler.py:82-88 @0.32.0 and @0.33.0; renewed by the decode side's heartbeats every lease // 6 s;
+# VLLM_NIXL_ABORT_REQUEST_TIMEOUT, 480 s since PR#25897, is gone from vllm/envs.py in both releases).
+NIXL_DEFAULT_LEASE = 30
 
 
 def parse_token_count(text: str) -> int | None:

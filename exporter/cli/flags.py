@@ -362,6 +362,8 @@ def add_config_flags(p: argparse.ArgumentParser, verdict: bool = True) -> None:
     add(g, "--vllm-args", help="vLLM's command line as one string, e.g. \"vllm serve M --max-num-seqs 64\"")
     add(g, "--model-config", help="the model's config.json (or folder): adds KV bytes per token, bytes free and "
         "bytes per worst-case request")
+    add(g, "--draft-model-config", help="the speculative drafter's config.json (or folder), with --model-config: "
+        "its layers join the KV cache (EAGLE, EAGLE3, DFlash, a draft model; MTP needs none)")
     add(g, "--vllm-startup-log", help="vLLM's start-up log (a file): capacity, KV memory and flags when vLLM "
         f"exports no {_CACHE_CONFIG} (the Rust frontend); read again every --models.interval")
     g = p.add_argument_group("KV pool per device, with --model-config: an estimated capacity when vLLM states none "

@@ -43,6 +43,12 @@ def settings_for(url: str, args: argparse.Namespace) -> Settings:
             shape, indexed = load_model(Path(args.model_config))
         except ValueError as exc:
             raise UsageError(f"--model-config: {exc}") from None
+    draft = None
+    if opt(args, "draft_model_config"):
+        try:
+            draft = load_model(Path(args.draft_model_config))[0]
+        except ValueError as exc:
+            raise UsageError(f"--draft-model-config: {exc}") from None
     pool = kv_pool(args, shape, indexed, parse_vllm_args(vllm_args) if vllm_args else {})
     defaults = Settings(url=url)
     return Settings(
@@ -65,6 +71,7 @@ def settings_for(url: str, args: argparse.Namespace) -> Settings:
         max_bytes=opt(args, "scrape.max_bytes") or defaults.max_bytes,
         models_interval=opt(args, "models.interval") or defaults.models_interval,
         model_shape=shape,
+        draft_shape=draft,
         startup_log=opt(args, "vllm_startup_log"),
         kv_pool=pool,
     )

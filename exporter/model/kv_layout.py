@@ -64,10 +64,13 @@ def resolve_kv_dtype(shape: ModelShape, cache_dtype: str | None) -> str:
     return shape.dtype if cache_dtype in (None, "", "auto") else str(cache_dtype)
 
 
-def served_kv_bytes_per_token(shape: ModelShape, cache_dtype: str | None, tp: int) -> int:
-    """KV bytes per token per device of a running server (attention layers only; linear layers hold a state)."""
+def served_kv_bytes_per_token(shape: ModelShape, cache_dtype: str | None, tp: int,
+                              drafter: Drafter | None = None) -> int:
+    """KV bytes per token per device of a running server (attention layers only; linear layers hold a state),
+    the drafter's layers included."""
     kv = resolve_kv_dtype(shape, cache_dtype)
-    return kv_bytes_per_token_per_layer(shape, dtype_bytes(kv), tp) * shape.attention_layers
+    extra = len(drafter.kinds) if drafter is not None else 0
+    return kv_bytes_per_token_per_layer(shape, dtype_bytes(kv), tp) * (shape.attention_layers + extra)
 
 
 def pp_partitions(num_layers: int, pp: int) -> list[int]:
@@ -254,6 +257,7 @@ def plan(shape: ModelShape, kv_dtype: str, tp: int, block_size: int, pp: int = 1
                 shape.sliding_window, drafter, padding(shape.layer_kinds + extra))
 
 
-def bytes_per_block(shape: ModelShape, cache_dtype: str | None, tp: int, block_size: int) -> int:
+def bytes_per_block(shape: ModelShape, cache_dtype: str | None, tp: int, block_size: int,
+                    drafter: Drafter | None = None) -> int:
     """Bytes one pool block takes per device of a running server (its block_size is already aligned)."""
-    return plan(shape, resolve_kv_dtype(shape, cache_dtype), tp, block_size).bytes_per_block
+    return plan(shape, resolve_kv_dtype(shape, cache_dtype), tp, block_size, drafter=drafter).bytes_per_block

@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from ..core import defaults
 from ..engines.base import Engine, LogFacts
 from ..engines.vllm import VLLM
-from ..model.kv_layout import Plan, plan, resolve_kv_dtype
+from ..model.kv_layout import Plan, drafter_of, plan, resolve_kv_dtype
 from ..model.shape import ModelShape
 from .config import Known, ServingConfig, Source, value
 
@@ -111,7 +111,7 @@ def pools_from_log(facts: LogFacts) -> KvPool | None:
                   f"start-up log: {gib:g} GiB of KV cache memory (printed to 0.01 GiB)", Source.STARTUP_LOG)
 
 
-def layout(shape: ModelShape, cfg: ServingConfig) -> tuple[Plan, str]:
+def layout(shape: ModelShape, cfg: ServingConfig, draft: ModelShape | None = None) -> tuple[Plan, str]:
     """The model's KV layout under the server's flags, and which flags came from vLLM's defaults (vLLM takes
     TP 1, PP 1, KV dtype auto and prefix caching on when its command line says nothing:
     vllm/engine/arg_utils.py @0.33.0). Raises ValueError (Unsupported) for a layout we cannot size."""
@@ -125,7 +125,9 @@ def layout(shape: ModelShape, cfg: ServingConfig) -> tuple[Plan, str]:
     caching = value(cfg.enable_prefix_caching)
     bs = value(cfg.block_size)
     assert bs is not None
-    lay = plan(shape, resolve_kv_dtype(shape, kv), tp, bs, pp, True if caching is None else caching)
+    kv_dtype = resolve_kv_dtype(shape, kv)
+    drafter = drafter_of(value(cfg.speculative_method), shape, kv_dtype, tp, draft)
+    lay = plan(shape, kv_dtype, tp, bs, pp, True if caching is None else caching, drafter=drafter)
     return lay, ", ".join(defaults)
 
 
@@ -143,7 +145,8 @@ def estimate_blocks(lay: Plan, pool: KvPool, assumed: str = "") -> Known[int] | 
 
 
 def with_capacity(cfg: ServingConfig, facts: LogFacts | None, shape: ModelShape | None,
-                  pool: KvPool | None, engine: Engine = VLLM) -> tuple[ServingConfig, str | None]:
+                  pool: KvPool | None, engine: Engine = VLLM,
+                  draft: ModelShape | None = None) -> tuple[ServingConfig, str | None]:
     """`cfg` with num_gpu_blocks from the log or an estimate when nothing better gave it, and one sentence when
     an estimate was possible in principle but failed (an unsupported layout)."""
     if cfg.num_gpu_blocks is not None or cfg.block_size is None:
@@ -153,7 +156,7 @@ def with_capacity(cfg: ServingConfig, facts: LogFacts | None, shape: ModelShape 
     problem = None
     if shape is not None:
         try:
-            lay, assumed = layout(shape, cfg)
+            lay, assumed = layout(shape, cfg, draft)
         except ValueError as exc:
             problem = f"--model-config cannot size the KV cache: {exc}"
     bs = value(cfg.block_size)

@@ -227,6 +227,12 @@ class Pool:
     held_blocks_per_running: int | None = None  # ceil(used / running): the in-flight floor of a request's size
     worst_case_blocks_profile_only: int = 0  # W from the profile alone, before the in-flight floor
     admission: AdmissionNeed | None = None  # what the head's admission takes (gates, watermark, lookahead)
+    head_admissible: bool = True  # the queue head passes the admission gates with the free blocks now
+
+    @property
+    def head_fits(self) -> bool:
+        """The queue head's blocks (and the watermark beside running requests) fit in the free blocks now."""
+        return self.kv_free_blocks >= self.prompt_blocks and self.head_admissible
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -301,6 +307,7 @@ def pool(x: Inputs) -> Pool:
         held_blocks_per_running=held,
         worst_case_blocks_profile_only=w_profile,
         admission=need,
+        head_admissible=need.admits(free, x.running),
     )
 
 
@@ -325,6 +332,7 @@ def with_slots(p: Pool, max_num_seqs: int | None, running: int) -> Headroom:
         held_blocks_per_running=p.held_blocks_per_running,
         worst_case_blocks_profile_only=p.worst_case_blocks_profile_only,
         admission=p.admission,
+        head_admissible=p.head_admissible,
         effective_usage_ratio=effective_usage(p.kv_capacity_blocks, p.worst_case_blocks_profile, slots,
                                               p.safe_headroom_requests),
         slot_headroom_requests=slots,

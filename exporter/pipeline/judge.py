@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 
 from ..core import defaults
 from ..engines.base import GENERATION_LENGTHS, MAX_TOKENS_LENGTHS, PROMPT_LENGTHS, EngineSample, Snapshot
-from ..model.kv_layout import bytes_per_block, served_kv_bytes_per_token
+from ..model.kv_layout import bytes_per_block, drafter_of, resolve_kv_dtype, served_kv_bytes_per_token
 from ..model.shape import ModelShape
 from . import derive
 from .config import FoundCmdline, Known, ServingConfig, Source, value
@@ -36,6 +36,7 @@ class Judging:
     quantile: float = defaults.PROFILE_QUANTILE
     window: float = defaults.PROFILE_WINDOW  # s
     model_shape: ModelShape | None = None  # from --model-config: adds absolute bytes
+    draft_shape: ModelShape | None = None  # from --draft-model-config: the speculative drafter's layers
 
 
 class EngineHistory:
@@ -159,14 +160,18 @@ def largest_prompt_blocks(e: EngineSample, max_model_len: int | None, block_size
 
 
 def kv_bytes(shape: ModelShape | None, cfg: ServingConfig, headroom: Headroom,
-             block_size: int) -> derive.KvBytes | None:
+             block_size: int, draft: ModelShape | None = None) -> derive.KvBytes | None:
     """Absolute bytes per device, with --model-config; None without it."""
     if shape is None:
         return None
     cache_dtype = value(cfg.kv_cache_dtype) or value(cfg.cache_dtype)
     tp = value(cfg.tensor_parallel_size) or 1
-    per_block = bytes_per_block(shape, cache_dtype, tp, block_size)
-    return derive.kv_bytes(headroom, served_kv_bytes_per_token(shape, cache_dtype, tp), per_block)
+    try:
+        drafter = drafter_of(value(cfg.speculative_method), shape, resolve_kv_dtype(shape, cache_dtype), tp, draft)
+        per_block = bytes_per_block(shape, cache_dtype, tp, block_size, drafter)
+    except ValueError:
+        return None  # a drafter whose layers cannot be sized: no byte figures rather than wrong ones
+    return derive.kv_bytes(headroom, served_kv_bytes_per_token(shape, cache_dtype, tp, drafter), per_block)
 
 
 def admission_cap(cfg: ServingConfig, snap: Snapshot) -> int | None:
@@ -286,7 +291,7 @@ def capacity_decides(cfg: ServingConfig, x: derive.Inputs, nominal: Pool) -> str
 
     def facts(p: Pool) -> tuple[bool, bool, bool, bool]:
         w_max = p.worst_case_blocks_max_model_len
-        return (p.kv_free_blocks >= p.prompt_blocks, w_max is not None and w_max > p.kv_capacity_blocks,
+        return (p.head_fits, w_max is not None and w_max > p.kv_capacity_blocks,
                 p.safe_headroom_requests < 0, p.kv_free_blocks == 0)
 
     if facts(ends[0]) == facts(ends[1]) == facts(nominal):
@@ -424,7 +429,7 @@ def judge(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, histo
         preemptions_total=e.preemptions_total,
         max_num_seqs=max_num_seqs,
         gauges_only=gauges_only,
-        kv_bytes=kv_bytes(how.model_shape, cfg, headroom, block_size),
+        kv_bytes=kv_bytes(how.model_shape, cfg, headroom, block_size, how.draft_shape),
         seconds_without_progress=tracker.seconds_without_progress,
         histograms=dict(e.histograms),
         preemption_inferred=judgement.preemption_inferred,

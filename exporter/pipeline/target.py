@@ -53,6 +53,7 @@ class Settings:
     max_bytes: int = defaults.SCRAPE_MAX_BYTES
     models_interval: float = defaults.MODELS_INTERVAL  # s
     model_shape: ModelShape | None = None  # from --model-config: adds absolute bytes
+    draft_shape: ModelShape | None = None  # from --draft-model-config: a speculative drafter's layers
     engine: Engine = VLLM  # the serving engine behind the URL: its metric names, readers and flags
     startup_log: str | None = None  # vLLM's start-up log (a file): capacity when vLLM exports none
     kv_pool: KvPool | None = None  # the KV pool per device we were told (--kv-cache-memory, --gpu-memory)
@@ -64,7 +65,8 @@ class Target:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.judging = Judging(settings.thresholds, settings.quantile, settings.window, settings.model_shape)
+        self.judging = Judging(settings.thresholds, settings.quantile, settings.window, settings.model_shape,
+                               settings.draft_shape)
         self.histories: dict[tuple[str, str], EngineHistory] = {}  # per (model_name, engine)
         self.models: ModelsInfo | None = None
         self.version: str | None = None
@@ -160,7 +162,7 @@ class Target:
         notes = contradictions(overrides, cache, data_parallel_engines)
         cfg = resolve(overrides, args, args_source, cache, data_parallel_engines, models_len, log)
         cfg, problem = with_capacity(cfg, log, self.settings.model_shape, self.settings.kv_pool,
-                                     self.settings.engine)
+                                     self.settings.engine, self.settings.draft_shape)
         if problem:
             notes.append(problem)
         self._configs[engine] = (inputs, notes, cfg)

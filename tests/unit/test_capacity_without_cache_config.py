@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from exporter import cli
-from exporter.expose import diagnosis
 from exporter.engines.base import LogFacts
 from exporter.engines.vllm import VLLM
+from exporter.expose import diagnosis
 from exporter.model.kv_layout import plan, resolve_kv_dtype
 from exporter.model.shape import shape_from_config
 from exporter.pipeline import capacity

@@ -77,7 +77,7 @@ def _used(e: EngineReport) -> str:
 
 def _slots_full(e: EngineReport) -> str:
     h, used = e.headroom, _used(e)
-    slots = "" if e.max_num_seqs is None else f" of max_num_seqs={e.max_num_seqs}"
+    slots = "" if e.max_num_seqs is None else f" of {e.cap_setting}={e.max_num_seqs}"
     if e.slots_inferred:
         cap = e.max_num_seqs or e.running
         return (f"{used}, {e.running} requests run and {e.waiting} wait although {h.kv_free_blocks} blocks are "
@@ -93,7 +93,7 @@ def _slots_full(e: EngineReport) -> str:
 def _kv_full(e: EngineReport) -> str:
     h, used = e.headroom, _used(e)
     if e.max_num_seqs is not None and e.running >= e.max_num_seqs:
-        slots = f" of max_num_seqs={e.max_num_seqs}"
+        slots = f" of {e.cap_setting}={e.max_num_seqs}"
         why = (f"{h.kv_free_blocks} free blocks cannot hold the next request's {h.prompt_blocks}"
                if h.kv_free_blocks < h.prompt_blocks else
                f"the {e.running} running requests, each growing to {h.worst_case_blocks_profile} blocks, need up to "

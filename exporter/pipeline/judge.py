@@ -185,6 +185,16 @@ def admission_cap(cfg: ServingConfig, snap: Snapshot) -> int | None:
     return active if seqs is None else min(seqs, active)
 
 
+def cap_setting(cfg: ServingConfig, snap: Snapshot) -> str:
+    """The flag behind `admission_cap`: max_num_active_seqs where it is below max_num_seqs (or max_num_seqs is
+    unknown) and the release applies it, else max_num_seqs. Raising max_num_seqs does not lift the other."""
+    seqs, active = value(cfg.max_num_seqs), value(cfg.max_num_active_seqs)
+    rule = snap.rules.admission_rule if snap.rules is not None else None
+    if active is not None and rule is not None and rule.active_cap and (seqs is None or active < seqs):
+        return "max_num_active_seqs"
+    return "max_num_seqs"
+
+
 def admission_inputs(cfg: ServingConfig, snap: Snapshot) -> tuple[str, int, float]:
     """(gate, lookahead tokens, watermark share) the head's admission is judged with: the release's gate
     (`--no-scheduler-reserve-full-isl` turns the full-prompt gate off: vllm/config/scheduler.py:190 @0.33.0),
@@ -444,4 +454,5 @@ def judge(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, histo
         admission_notes=admission_notes(cfg, snap),
         kv_transfer=kv_transfer(cfg, e),
         deferred_causes=deferred_causes(e, cfg),
+        cap_setting=cap_setting(cfg, snap),
     )

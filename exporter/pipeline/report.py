@@ -55,6 +55,8 @@ class EngineReport:
     admission_notes: tuple[str, ...] = ()  # what the admission headroom cannot show (cadence, active cap, ...)
     kv_transfer: KvTransfer | None = None  # P/D connector, role, lease, transfer counters, offload tiers
     deferred_causes: tuple[str, ...] = ()  # what the exposition shows behind waiting requests counted "deferred"
+    # The vLLM setting `max_num_seqs` stands for: max_num_active_seqs where it caps admission below max_num_seqs.
+    cap_setting: str = "max_num_seqs"
 
 
 @dataclass(frozen=True)

@@ -18,10 +18,12 @@ import pytest
 
 from exporter.engines.base import FIRST_CHUNK, FULL_PROMPT
 from exporter.engines.vllm.releases import admission_rule_of, parse_release
+from exporter.expose import diagnosis
 from exporter.pipeline import derive
 from exporter.pipeline.scrape import parse_version
 from exporter.pipeline.target import EngineReport, Settings, Target
 from exporter.pipeline.verdict import Thresholds, Verdict
+from exporter.planning import advice
 from exporter.replay import recording
 from tests import rewrite
 from tests.fixtures import as_recorded
@@ -111,7 +113,15 @@ def test_max_num_active_seqs_caps_admission_as_the_recorded_engine_did() -> None
         assert e.verdict is Verdict.SLOTS_FULL
         assert without[i].headroom.slot_headroom_requests == 5
     assert any(e.false_full for e in with_flag)
-    assert any("max_num_active_seqs 3" in n for n in with_flag[held[0]].admission_notes)
+    e = with_flag[held[0]]
+    assert any("max_num_active_seqs 3" in n for n in e.admission_notes)
+    # The explanation and the advice name the flag that binds: raising max_num_seqs would not admit more.
+    assert e.cap_setting == "max_num_active_seqs"
+    assert "slots of max_num_active_seqs=3" in diagnosis.explain(e)
+    slot_advice = [a for i in held if (a := advice.max_num_seqs(with_flag[i], advisable=True)) is not None
+                   and a.setting in ("max_num_seqs", "max_num_active_seqs")]
+    assert slot_advice and all((a.setting, a.current, a.current_source) == ("max_num_active_seqs", 3, "vllm_args")
+                               for a in slot_advice)
 
 
 def test_max_num_active_seqs_is_not_applied_before_032() -> None:

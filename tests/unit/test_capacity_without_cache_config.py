@@ -255,3 +255,28 @@ def test_the_sidecar_pool_flags_need_the_model_config(capsys: pytest.CaptureFixt
     assert "give --model-config too" in capsys.readouterr().err
     assert cli.main(["diagnose", "x.prom", "--kv-cache-memory", "1073741824", "--model-config", str(TINY)]) == 2
     assert "1073741824 looks like bytes: 1.00 GiB; write 1073741824B" in capsys.readouterr().err
+
+
+def test_the_sidecars_gpu_memory_estimate_spans_what_it_does_not_know(capsys: pytest.CaptureFixture[str],
+                                                                        tmp_path: Path) -> None:
+    """--gpu-memory with the weights: vLLM's gpu_memory_utilization unstated (0.9 to 0.19, 0.92 from 0.20) and the
+    activation reserve unstated (0 to 4 GiB): a range, its basis naming both; stated on vLLM's command line, the
+    share is exact and the range is the reserve's alone."""
+    text = recording.load(FIXTURES / "vllm-0.32.0" / "idle").frames[-1][1]
+    path = tmp_path / "rust.prom"
+    path.write_text(no_cache_config(text))
+    base = ["diagnose", str(path), "--model-config", str(TINY), "--gpu-memory", "8GiB", "--weights-bytes", "100MiB",
+            "--json"]
+    assert cli.main([*base, "--vllm-args", "vllm serve m --block-size 32"]) == 0
+    cap = json.loads(capsys.readouterr().out)["targets"][0]["engines"][0]["capacity"]
+    page = 2 * 2 * 32 * 64 * 2  # 2 layers, K+V, 32 tokens, 1 KV head x 64, bf16
+    assert cap["source"] == "estimated"
+    assert cap["low"] == (-(-8 * 2**30 * 9 // 10) - 100 * 2**20 - 4 * 2**30) // page
+    assert cap["high"] == (-(-8 * 2**30 * 92 // 100) - 100 * 2**20) // page
+    assert "gpu_memory_utilization 0.9-0.92 (vLLM's default by release)" in cap["basis"]
+    assert "activations 0B-4GiB (unstated)" in cap["basis"]
+    assert cli.main([*base, "--vllm-args", "vllm serve m --block-size 32 --gpu-memory-utilization 0.5",
+                     "--activation-memory", "1GiB"]) == 0
+    cap = json.loads(capsys.readouterr().out)["targets"][0]["engines"][0]["capacity"]
+    assert (cap["low"], cap["high"]) == (None, None)
+    assert cap["num_gpu_blocks"] == (4 * 2**30 - 100 * 2**20 - 1 * 2**30) // page

@@ -152,7 +152,8 @@ def max_num_seqs(e: EngineReport, advisable: bool | None = None) -> Advice | Non
     fits = h.max_concurrency_profile
     low, high = seqs_range(fits)
     current = e.max_num_seqs
-    src = _source(e, "max_num_seqs")
+    setting = e.cap_setting  # max_num_active_seqs where that caps admission below max_num_seqs
+    src = _source(e, setting)
     if cap_guessed(e):
         return _state_seqs(e) if (e.binding_limit in (Limit.SLOTS, Limit.UNDECIDED) or e.decided_by
                                   or current is not None) else None
@@ -168,29 +169,29 @@ def max_num_seqs(e: EngineReport, advisable: bool | None = None) -> Advice | Non
             held = h.held_blocks_per_running
             seen = "" if held is None else (f"; the requests in flight hold {held} blocks each, so the pool would hold "
                                             f"{h.kv_capacity_blocks // max(held, 1)} of that size")
-            return Advice("max_num_seqs", "keep", current, src, None, "",
+            return Advice(setting, "keep", current, src, None, "",
                           f"slots bind, but no worst case backs a raise yet: {q.samples if q else 0} finished requests "
                           f"(fewer than {defaults.PROFILE_MIN_REQUESTS}), so a request may grow to max_model_len "
                           f"({h.worst_case_blocks_max_model_len} blocks){seen}; a raise becomes safe to size once "
                           f"{defaults.PROFILE_MIN_REQUESTS} requests have finished")
         return None
     if slots_bind and fits <= current:
-        return Advice("max_num_seqs", "keep", current, src, [low, high], margin,
+        return Advice(setting, "keep", current, src, [low, high], margin,
                       f"slots bind, but the pool holds only {fits} requests of the observed worst case ({w} blocks): "
                       "more slots would preempt")
     if high < 2:
         # "max_num_seqs 1" serves nobody: the pool is too small for the workload's worst case.
         return kv_capacity(e, max(2, current or 2))
     if not slots_bind and current > high:
-        return Advice("max_num_seqs", "lower", current, src, [low, high], margin,
+        return Advice(setting, "lower", current, src, [low, high], margin,
                       f"{current} slots exceed the {fits} worst-case requests the pool holds: above that vLLM preempts")
     if not slots_bind:
-        return Advice("max_num_seqs", "keep", current, src, [low, high], margin, "it is inside the safe range") \
+        return Advice(setting, "keep", current, src, [low, high], margin, "it is inside the safe range") \
             if current >= low else None
     if e.profile is not None and e.profile.stale:
         return None  # the workload changed under the profile: a raise sized on it is issue 11's raise before a storm
     if current >= high:
-        return Advice("max_num_seqs", "keep", current, src, [low, high], margin, "it is inside the safe range")
+        return Advice(setting, "keep", current, src, [low, high], margin, "it is inside the safe range")
     # A raise is sized by finished requests of a workload that may change: it says what keeps it safe (issue 11's
     # storm followed a raise sized on the previous workload; once requests in flight outgrow the profile, the
     # raise is withdrawn above).
@@ -209,9 +210,9 @@ def max_num_seqs(e: EngineReport, advisable: bool | None = None) -> Advice | Non
         capped_low = min(capped_low, capped_high)
         notes.append(f"vLLM requires max_num_batched_tokens ({budget_tokens}) >= max_num_seqs")
     if capped_high <= current:
-        return Advice("max_num_seqs", "keep", current, src, [low, high], margin,
+        return Advice(setting, "keep", current, src, [low, high], margin,
                       "slots bind, but " + "; ".join(notes))
-    return Advice("max_num_seqs", "raise", current, src, [capped_low, capped_high],
+    return Advice(setting, "raise", current, src, [capped_low, capped_high],
                   margin + ("; " + "; ".join(notes) if notes else ""),
                   f"slots bind while the pool holds {fits} requests of the observed worst case ({w} blocks)",
                   condition=_safe_if(e, advisable))
@@ -320,8 +321,8 @@ def server_max_num_seqs(engines: list[EngineReport]) -> Advice | None:
     if down and up:
         # One cap, engines pulling both ways: a lower would contradict what binds on one, a raise preempt another.
         said = "; ".join(f"engine {e.engine}: {a.direction} ({a.reason})" for e, a in down + up)
-        current = down[0][1].current if down[0][1].setting == "max_num_seqs" else up[0][1].current
-        return Advice("max_num_seqs", "check", current, up[0][1].current_source, None, "",
+        current = down[0][1].current if down[0][1].setting != "kv_capacity" else up[0][1].current
+        return Advice(up[0][1].setting, "check", current, up[0][1].current_source, None, "",
                       f"one setting for the {n} data-parallel engines, and they disagree: {said}; the engines carry "
                       "different loads, so balance them (the router in front of them) before changing the shared cap")
     order = {"add": 0, "lower": 1, "state": 2, "check": 2, "keep": 3, "raise": 4}
@@ -341,7 +342,8 @@ def advise_server(e: EngineReport, engines: list[EngineReport]) -> list[Advice]:
     if len(peers) < 2:
         return own
     server = server_max_num_seqs(peers)
-    rest = [a for a in own if a.setting != "max_num_seqs"]
-    if server is None or server.setting != "max_num_seqs":
+    caps = ("max_num_seqs", "max_num_active_seqs")  # the slot cap's setting (EngineReport.cap_setting)
+    rest = [a for a in own if a.setting not in caps]
+    if server is None or server.setting not in caps:
         return rest
     return [server, *rest]

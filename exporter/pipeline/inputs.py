@@ -34,6 +34,8 @@ _OF_SOURCE = {
     Source.V1_MODELS: Provenance.READ_FROM_VLLM,
     Source.INFERRED: Provenance.INFERRED,
     Source.DEFAULT: Provenance.ASSUMED_DEFAULT,
+    Source.STARTUP_LOG: Provenance.READ_FROM_VLLM,  # what vLLM printed when it started
+    Source.ESTIMATED: Provenance.INFERRED,  # our estimate from the model's config and the pool, with its range
 }
 GUESSED = frozenset({Provenance.INFERRED, Provenance.ASSUMED_DEFAULT, Provenance.UNKNOWN})
 

@@ -229,8 +229,8 @@ def classify(o: Observation, h: History, t: Thresholds) -> Judgement:
         return Judgement(Verdict.PREEMPTING, Limit.BLOCKS, suspected=True)
     # What vLLM's scheduler checks, not the panel: a pool 90 % used whose free blocks still hold the head binds no
     # more than one 20 % used (the usage threshold only decides whether the panel hides the wait: false-full).
-    head_fits = hr.kv_free_blocks >= hr.prompt_blocks
-    kv_room = hr.kv_free_blocks // max(hr.prompt_blocks, 1)
+    head_fits = hr.head_fits  # free >= the head's blocks, and the watermark beside running requests
+    kv_room = hr.kv_admission_headroom_requests  # heads the free blocks admit (the watermark kept once)
     cap = o.max_num_seqs
     if cap is None and o.running > 0 and not h.one_shot:
         # max_num_seqs unknown: a running count pinned at its recent maximum while requests waited, or free blocks
@@ -513,7 +513,7 @@ class Tracker:
         no preemption was under way (preemption lowers running below the cap). None before such a scrape."""
         _rose, _inferred, preempting = self._preempting(now, o, preemptions_total)
         hr = o.headroom
-        if o.waiting > 0 and o.running > 0 and not preempting and hr.kv_free_blocks >= hr.prompt_blocks:
+        if o.waiting > 0 and o.running > 0 and not preempting and hr.head_fits:
             while self._caps and self._caps[-1][1] <= o.running:
                 self._caps.pop()
             self._caps.append((now, o.running))

@@ -154,7 +154,8 @@ def test_blocks_that_hold_fewer_heads_than_wait_bind_before_free_slots() -> None
     # kv-full's 3 running, 27 waiting, 3 free blocks (92 % used): the 11-block head does not fit (whatever the usage).
     assert classify(obs(KV), History(), T).binds is Limit.HEAD_PROMPT
     # With 25 blocks free (2 heads) and 5 free slots: the next step admits 2 and the pool binds the rest.
-    roomy = obs(KV, headroom=replace(KV.headroom, kv_free_blocks=25, kv_used_blocks=13), usage=0.33)
+    roomy = obs(KV, headroom=replace(KV.headroom, kv_free_blocks=25, kv_used_blocks=13, head_admissible=True,
+                                      kv_admission_headroom_requests=2), usage=0.33)
     j = classify(roomy, History(one_shot=True), T)
     assert (j.verdict, j.binds, j.admits) == (Verdict.KV_FULL, Limit.BLOCKS, 2)
 

@@ -51,6 +51,11 @@ CONCURRENT = 2.0
 # of idle readings whose L add up to `IDLE_EVIDENCE` has odds of e^-12 (about 6 in a million): the gauges are stale.
 # The first interval after a busy reading may hold a drain and is not counted.
 IDLE_EVIDENCE = 12.0
+# s of scrapes with no step, no generated token and no finished request after which idle gauges are believed again:
+# an engine serving load steps many times a second (a decode step takes milliseconds; vLLM 0.32.0's Rust frontend
+# in tests/fixtures/vllm-0.32.0-rust/*-unpinned steps 300-500 times a second under load), so half a second of none
+# is an engine with nothing to do. Scrapes a few milliseconds apart add almost nothing.
+QUIET_IDLE = 0.5
 
 
 @dataclass(frozen=True)
@@ -436,6 +441,7 @@ class Tracker:
         self.unreliable_scrapes = 0  # scrapes whose gauges contradicted the counters, since start (or a restart)
         self._last_gauges: tuple[int, int] | None = None  # running, waiting of the last scrape, consistent or not
         self._idle_evidence = 0.0  # the run of idle readings' summed L (requests in flight on average, Little)
+        self._quiet = 0.0  # s of scrapes with idle gauges and no step, token or finished request (`QUIET_IDLE`)
         self._last_used: int | None = None  # blocks in use at the last scrape
 
     def restart_if_reset(self, o: Observation, preemptions_total: float | None,
@@ -497,6 +503,13 @@ class Tracker:
             self._idle_evidence += lat[1] / lat[2]  # an interval between two idle readings
         elif not idle:
             self._idle_evidence = 0.0
+        quiet = idle and not rose and lat is not None and lat[1] == 0
+        self._quiet = self._quiet + lat[2] if quiet and lat is not None else 0.0
+        if self._quiet >= QUIET_IDLE:
+            # No step, no token and no request finished for `QUIET_IDLE` seconds of scrapes: the engine is idle
+            # as its gauges say (the load has ended); the evidence of a run of idle readings under load ends.
+            self._idle_evidence = 0.0
+            return False
         if self.one_shot or last is None or c is None or not idle:
             return False
         if self._idle_evidence >= IDLE_EVIDENCE:

@@ -151,8 +151,11 @@ class VllmServer:
         dtype: str = "bfloat16",
         pin_cpus: bool = True,
         version: str = PINNED_VERSION,
+        truth: Path | None = None,
     ) -> None:
         self.version = version
+        # Where the engine-truth recorder (tests/e2e/truth_plugin) writes its per-step lines; None: not loaded.
+        self.truth = truth
         self.max_model_len = max_model_len
         self.block_size = block_size
         self.num_gpu_blocks_override = num_gpu_blocks_override
@@ -228,6 +231,12 @@ class VllmServer:
         # paths: kept apart from env_used, which recordings store.
         self.runtime_env = dict(runtime.get("env", {}))
         env = {**os.environ, **self.runtime_env, **self.env_used}
+        if self.truth is not None:
+            from .engine_truth import ENV, stage_plugin
+
+            plugin = stage_plugin(tmp)
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (str(plugin), env.get("PYTHONPATH", "")) if p)
+            env[ENV] = str(self.truth)
         with open(self._log_path, "wb") as log:
             self._proc = subprocess.Popen(
                 self.argv,

@@ -33,7 +33,10 @@ from typing import Any
 PLUGIN = Path(__file__).resolve().parent / "truth_plugin"
 ENV = "VLLM_HEADROOM_TRUTH"
 STATE = ("sr", "sw", "r0", "w0", "r", "w", "wd", "free0", "free", "left", "head", "hp", "hb", "stop", "pause")
-ALIGN_BACK_S = 1.0
+# vLLM's API server turns engine outputs into gauges after the engine moved on; under load it falls behind (0.10.2
+# at 256 running: seconds; a 640k-token prefill takes seconds per step). A frame is joined to the nearest step whose
+# reported stats it shows, up to this far back.
+ALIGN_BACK_S = 30.0
 ALIGN_AHEAD_S = 0.3  # the scrape's t is when its request was sent; vLLM renders the answer a few ms later
 
 
@@ -159,11 +162,13 @@ def frame_gauges(text: str) -> tuple[float, float]:
 @dataclass(frozen=True)
 class Aligned:
     """A frame's engine truth: its step (None before the first), whether the gauges matched it, and what the
-    engine did next: the first steps after the frame's step up to the next frame."""
+    engine did next: the first steps after the frame's step up to the next frame. `lag`: seconds from the step
+    to the scrape (how far the exposition was behind the engine)."""
 
     step: Step | None
     matched: bool
     after: list[Step]
+    lag: float | None = None
 
 
 def align(steps: Steps, frames: list[tuple[float, str]], t0: float) -> list[Aligned]:
@@ -193,5 +198,6 @@ def align(steps: Steps, frames: list[tuple[float, str]], t0: float) -> list[Alig
         i = starts[j]
         end = starts[j + 1] if j + 1 < len(starts) else len(steps.steps)
         nxt = steps.steps[i + 1:max(end, i + 1)] if i >= 0 else []
-        result.append(Aligned(a.step, a.matched, nxt))
+        lag = None if a.step is None else round(t0 + frames[j][0] - a.step.t, 4)
+        result.append(Aligned(a.step, a.matched, nxt, lag))
     return result

@@ -574,8 +574,8 @@ def render_engine(scores: list[engine_score.EngineScore]) -> list[str]:
     adm, adm_n = engine_admission(scores)
     lines += [f"All: {n} frames; sidecar {_pct(a, n)}, one-shot {_pct(b, n)}, one-shot without flags {_pct(c, n)}, "
               f"admission ±1 {_pct(adm, adm_n)} of {adm_n}.", ""]
-    lines += ["| release | shape | frames | sidecar | one-shot | one-shot no flags | admission ±1 | admission ±1, steps "
-              "the budget did not stop | false-full forbidden (sidecar / one-shot / no flags) | false-full found "
+    lines += ["| release | shape | frames | sidecar | one-shot | one-shot no flags | admission ±1 | admission ±1, "
+              "steps the budget did not stop | false-full forbidden (sidecar / one-shot / no flags) | false-full found "
               "(sidecar) | safe > 0, then preempted |",
               "|---|---|---|---|---|---|---|---|---|---|---|"]
     groups = sorted({(s.release, s.shape) for s in scores})

@@ -59,9 +59,13 @@ def _rules_off_by_one(p: Path) -> bool:
     return round(u * (n - 1)) != max(0, round(u * n) - 1)  # the rule clamps at 0
 
 
+# The production-shaped recordings (prod-*, tests/e2e/production.py) share one server shape per release: two of
+# them (slots bound, LoRA) stand for the rest here, as promtool runs once per snapshot.
+PROD_SHAPE = ("prod-slots", "prod-lora")
 SNAPSHOTS = [pytest.param(p, marks=V0_IDLE) if p.parent.parent.name.endswith("-v0") and p.parent.name == "idle"
              else pytest.param(p, marks=RULES_NULL_BLOCK_0_10_2) if _rules_off_by_one(p)
-             else p for p in sorted(FIXTURES.glob("vllm-*/*/snapshot.prom"))]
+             else p for p in sorted(FIXTURES.glob("vllm-*/*/snapshot.prom"))
+             if not p.parent.name.startswith("prod-") or p.parent.name in PROD_SHAPE]
 READ = ("vllm:cache_config_info", "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "vllm:num_requests_running",
         "vllm:num_requests_waiting", "vllm:request_prompt_tokens_bucket", "vllm:request_params_max_tokens_bucket",
         "vllm:num_preemptions_total")

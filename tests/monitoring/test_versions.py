@@ -41,6 +41,10 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 # sidecar derives no engine from the idle recording: nothing to compare there.
 V0_IDLE = pytest.mark.xfail(reason="V0 exports no scheduler gauge before its first request: no engine to compare",
                             strict=True)
+# vLLM's Rust frontend (vllm-rs, 0.32.0) exports no cache_config_info and the sidecar does not yet take capacity from
+# the command line (issue 23, item 1): no engine to compare until it does.
+RUST_NO_CAPACITY = pytest.mark.xfail(reason="issue 23: no cache_config_info behind the Rust frontend, capacity from "
+                                     "the command line not read yet", strict=True)
 # vLLM 0.10.2 exports both usage names, as 0.9-0.10.1 do, but its usage excludes the null block (block_pool.py
 # get_usage @0.10.2; the engine-truth recorder's free blocks agree: u x (N - 1) blocks used, exactly). The rules
 # read any exposition with both names as counting it: one block fewer than the sidecar (which knows the release
@@ -63,6 +67,7 @@ def _rules_off_by_one(p: Path) -> bool:
 # them (slots bound, LoRA) stand for the rest here, as promtool runs once per snapshot.
 PROD_SHAPE = ("prod-slots", "prod-lora")
 SNAPSHOTS = [pytest.param(p, marks=V0_IDLE) if p.parent.parent.name.endswith("-v0") and p.parent.name == "idle"
+             else pytest.param(p, marks=RUST_NO_CAPACITY) if p.parent.parent.name.endswith("-rust")
              else pytest.param(p, marks=RULES_NULL_BLOCK_0_10_2) if _rules_off_by_one(p)
              else p for p in sorted(FIXTURES.glob("vllm-*/*/snapshot.prom"))
              if not p.parent.name.startswith("prod-") or p.parent.name in PROD_SHAPE]

@@ -13,7 +13,10 @@ import math
 
 import pytest
 
-from exporter.pipeline import derive, exposition, vllm
+from exporter.engines import base
+from exporter.engines.vllm import metrics
+from exporter.engines.vllm import releases as vllm
+from exporter.pipeline import derive, exposition
 from exporter.pipeline.config import value
 from exporter.pipeline.verdict import Verdict
 from tests.e2e.support import Release, engine_truth, load_release, release_dirs, replay_scenario, samples
@@ -21,6 +24,17 @@ from tests.e2e.vllm_server import parse_startup_capacity
 
 RELEASES = [r for r in (load_release(d) for d in release_dirs()) if r.scenarios]
 IDS = [r.name for r in RELEASES]
+# The Rust frontend (vllm-rs, 0.32.0) exports no vllm:cache_config_info, and the sidecar does not yet take
+# capacity from vLLM's --num-gpu-blocks-override or the start-up log (issue 23, item 1): it says "cannot derive
+# capacity: num_gpu_blocks unknown" on every frame. These checks hold for it once that lands (then drop the mark).
+NO_CAPACITY_YET = pytest.mark.xfail(
+    strict=True, raises=AssertionError,
+    reason="issue 23: no cache_config_info behind the Rust frontend, capacity from the command line not read yet")
+
+
+def judged(releases: list[Release]) -> list[object]:
+    """`releases` as parameters of a check of the sidecar's judgement: the Rust frontend's marked NO_CAPACITY_YET."""
+    return [pytest.param(r, id=r.name, marks=NO_CAPACITY_YET if r.frontend == "rust" else ()) for r in releases]
 
 
 def release_of(rel: Release) -> tuple[int, int, int]:
@@ -81,7 +95,7 @@ def test_startup_capacity_lines_parse_in_every_format(rel: Release) -> None:
 # -- capacity, null block, usage denominator ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("rel", RELEASES, ids=IDS)
+@pytest.mark.parametrize("rel", judged(RELEASES))
 def test_idle_capacity_and_usable_blocks(rel: Release) -> None:
     n = flags(rel)["num_gpu_blocks_override"]
     usable = n if is_v0(rel) else n - 1  # V1's block 0 is the never-freed null block; V0 has none
@@ -129,7 +143,7 @@ def _integral(x: float) -> bool:
 def test_usage_denominator_is_the_releases_convention(rel: Release) -> None:
     """u × denominator is a whole number of blocks in every frame, for the release's denominator only."""
     n = flags(rel)["num_gpu_blocks_override"]
-    rules = vllm.rules(version_of(rel), exposition.parse(loaded_snapshot(rel), vllm.WANTED))
+    rules = vllm.rules(version_of(rel), exposition.parse(loaded_snapshot(rel), metrics.WANTED))
     denominator = n - 1 if rules.has_null_block and not rules.usage_counts_null_block else n
     other = n if denominator == n - 1 else n - 1
     values = _usage_values(rel)
@@ -159,6 +173,11 @@ def test_metric_names_and_labels(rel: Release) -> None:
     assert ("engine" in running_labels[0]) == (not is_v0(rel))
     assert running_labels[0]["model_name"] == "tiny-llama"
     cci = [labels for name, labels, _v in samples(text) if name == "vllm:cache_config_info"]
+    if rel.frontend == "rust":
+        # vllm-rs exports neither cache_config_info nor engine_sleep_state nor admission_rejections (0.32.0).
+        assert not cci and not names & {"vllm:engine_sleep_state", "vllm:admission_rejections_total"}
+        assert "vllm:num_requests_waiting_by_reason" in names
+        return
     assert len(cci) == 1 and "model_name" not in cci[0]
     assert cci[0]["num_gpu_blocks"] == str(flags(rel)["num_gpu_blocks_override"])
     assert ("vllm:num_requests_waiting_by_reason" in names) == (r >= (0, 20, 0))
@@ -167,26 +186,26 @@ def test_metric_names_and_labels(rel: Release) -> None:
 
 @pytest.mark.parametrize("rel", RELEASES, ids=IDS)
 def test_rules_from_version_and_from_the_exposition_alone(rel: Release) -> None:
-    expo = exposition.parse(loaded_snapshot(rel), vllm.WANTED)
+    expo = exposition.parse(loaded_snapshot(rel), metrics.WANTED)
     r = release_of(rel)
     truth = vllm.rules(version_of(rel), expo)
     assert truth.source == "version" and truth.release == version_of(rel)
     assert truth.engine == ("V0" if is_v0(rel) else "V1")
-    assert truth.admission == (vllm.FULL_PROMPT if is_v0(rel) or r >= (0, 19, 0) else vllm.FIRST_CHUNK)
+    assert truth.admission == (base.FULL_PROMPT if is_v0(rel) or r >= (0, 19, 0) else base.FIRST_CHUNK)
     shape = vllm.rules(None, expo)
     assert shape.source == "exposition" and shape.engine == truth.engine
     # Without /version, every rule is the release's own or its conservative reading, and says so.
     if shape.usage_counts_null_block != truth.usage_counts_null_block:
         assert any(c.startswith("usage") for c in shape.conservative) and not shape.usage_counts_null_block
     if shape.admission != truth.admission:
-        assert any(c.startswith("admission") for c in shape.conservative) and shape.admission == vllm.FULL_PROMPT
+        assert any(c.startswith("admission") for c in shape.conservative) and shape.admission == base.FULL_PROMPT
     assert rel.version in truth.describe() and "from /version" in truth.describe()
 
 
 # -- verdicts ------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("rel", with_scenario("false-full"), ids=lambda r: r.name)
+@pytest.mark.parametrize("rel", judged(with_scenario("false-full")))
 def test_slots_bound_queue_is_slots_full_and_false_full(rel: Release) -> None:
     frames = replay_scenario(rel.scenarios["false-full"], version_of(rel))
     state = [(i, e, o) for i, (_t, text, o) in enumerate(frames)
@@ -203,7 +222,7 @@ def test_slots_bound_queue_is_slots_full_and_false_full(rel: Release) -> None:
         assert any(o is not None and o.false_full for _i, _e, o in state)
 
 
-@pytest.mark.parametrize("rel", with_scenario("kv-full"), ids=lambda r: r.name)
+@pytest.mark.parametrize("rel", judged(with_scenario("kv-full")))
 def test_kv_bound_queue_is_kv_full_never_false_full(rel: Release) -> None:
     frames = replay_scenario(rel.scenarios["kv-full"], version_of(rel))
     bs = flags(rel, "kv-full")["block_size"]
@@ -221,7 +240,7 @@ def test_kv_bound_queue_is_kv_full_never_false_full(rel: Release) -> None:
     assert not any(o is not None and o.false_full for _t, _x, o in frames)
 
 
-@pytest.mark.parametrize("rel", with_scenario("preemption"), ids=lambda r: r.name)
+@pytest.mark.parametrize("rel", judged(with_scenario("preemption")))
 def test_preemptions_are_reported(rel: Release) -> None:
     frames = replay_scenario(rel.scenarios["preemption"], version_of(rel))
     truths = [engine_truth(text) for _t, text, _o in frames]
@@ -243,7 +262,7 @@ def predicted_admissions(rel: Release, scenario: str, prompt: int, before_t: flo
     frames = replay_scenario(sc, version_of(rel))
     _t, text, ours = [f for f in frames if f[0] < before_t][-1]
     assert ours is not None
-    rules = vllm.rules(version_of(rel), exposition.parse(text, vllm.WANTED))
+    rules = vllm.rules(version_of(rel), exposition.parse(text, metrics.WANTED))
     budget = sc.meta.get("startup_capacity", {}).get("max_num_batched_tokens")
     blocks = derive.admission_blocks(prompt, ours.headroom.block_size_tokens, rules.admission, budget)
     slots = value(ours.config.max_num_seqs)
@@ -252,7 +271,7 @@ def predicted_admissions(rel: Release, scenario: str, prompt: int, before_t: flo
     return derive.admission_headroom(derive.slot_headroom(slots, ours.running), kv), ours.running
 
 
-@pytest.mark.parametrize("rel", with_scenario("admission"), ids=lambda r: r.name)
+@pytest.mark.parametrize("rel", judged(with_scenario("admission")))
 def test_admission_headroom_predicts_what_the_engine_admitted(rel: Release) -> None:
     sc = rel.scenarios["admission"]
     start = sc.meta["load"]["window"]["start_t"]
@@ -270,7 +289,7 @@ CPU_DEFAULT_BUDGET = 2048
 HEAD_PROMPT = 8160  # scenarios.py head-of-line: 255 blocks of 32, the pool has 320 usable
 
 
-@pytest.mark.parametrize("rel", with_scenario("head-of-line"), ids=lambda r: r.name)
+@pytest.mark.parametrize("rel", judged(with_scenario("head-of-line")))
 def test_head_of_line_follows_the_releases_admission_rule(rel: Release) -> None:
     """Request A holds 66+ blocks of 320; the head needs 255 for its whole prompt, 64 for its first chunk.
 
@@ -283,7 +302,7 @@ def test_head_of_line_follows_the_releases_admission_rule(rel: Release) -> None:
     bs = flags(rel, "head-of-line")["block_size"]
     budget = sc.meta["startup_capacity"].get("max_num_batched_tokens", CPU_DEFAULT_BUDGET)
     frames = replay_scenario(sc, version)
-    rules = vllm.rules(version, exposition.parse(frames[-1][1], vllm.WANTED))
+    rules = vllm.rules(version, exposition.parse(frames[-1][1], metrics.WANTED))
     blocks = derive.admission_blocks(HEAD_PROMPT, bs, rules.admission, budget)
     arrived = sc.meta["load"]["window"]["start_t"] + sc.meta["load"]["waves"][2]["delay_s"]
     held = []
@@ -298,7 +317,7 @@ def test_head_of_line_follows_the_releases_admission_rule(rel: Release) -> None:
     # Whether the rule lets the head in beside A, in the frames where it waited:
     predicted = [derive.kv_admission_headroom(o.headroom.kv_free_blocks, blocks) for o in held]
     preempted = sc.meta["preemptions_during_recording"]
-    if rules.admission == vllm.FULL_PROMPT:
+    if rules.admission == base.FULL_PROMPT:
         assert predicted == [0] * len(held) and preempted == 0
         assert all(o.verdict is Verdict.HEAD_OF_LINE for o in held[1:])  # named from the second look on
     else:

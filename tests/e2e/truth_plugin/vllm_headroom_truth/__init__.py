@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from typing import Any
 
@@ -70,21 +71,28 @@ def _rid(request_id: str) -> str:
 
 
 class Writer:
-    """The output file: opened on first write (only the engine core process writes), flushed every 0.2 s."""
+    """The output file: opened on first write (only the engine core process writes). A daemon thread flushes it
+    every 0.2 s, so the last steps before the engine goes idle reach the file too (buffered IO is thread-safe)."""
 
     def __init__(self, path: str) -> None:
         self.path = path
         self.f: Any = None
         self.last: dict[str, Any] = {}
-        self.flushed = 0.0
+        self.dirty = False
 
     def emit(self, line: dict[str, Any], now: float) -> None:
         if self.f is None:
             self.f = open(self.path, "a", buffering=1 << 20)  # noqa: SIM115 - kept open for the process
+            threading.Thread(target=self._flusher, name="headroom-truth-flush", daemon=True).start()
         self.f.write(json.dumps(line, separators=(",", ":")) + "\n")
-        if now - self.flushed >= FLUSH_EVERY_S:
-            self.f.flush()
-            self.flushed = now
+        self.dirty = True
+
+    def _flusher(self) -> None:
+        while True:
+            time.sleep(FLUSH_EVERY_S)
+            if self.dirty:
+                self.dirty = False
+                self.flush()
 
     def step(self, t: float, k: int, state: dict[str, Any], events: dict[str, Any]) -> None:
         last = self.last

@@ -8,8 +8,9 @@ explanation and fixed actions (`exporter.expose.diagnosis.EXPLANATIONS` / `ACTIO
 
 Readers: `pipeline/verdict.py` (the families), `expose/diagnosis.py` (explanations, actions), `expose/page.py`
 (colours), `grafana/dashboards.py` (colours, the verdict list), the rules (alert names, the false-full family),
-the verdict table of docs/reference/verdicts.md (`markdown_table`, written by `python -m exporter.cli.docs`). `tests/unit/test_catalogue.py` fails when a verdict lacks an entry
-or an entry a field, and when a reader has no text for a key.
+the verdict table of docs/reference/verdicts.md (`markdown_table`, written by `python -m exporter.cli.docs`).
+`tests/unit/test_catalogue.py` fails when a verdict lacks an entry or an entry a field, and when a reader has no
+text for a key.
 """
 
 from __future__ import annotations

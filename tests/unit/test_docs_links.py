@@ -37,9 +37,7 @@ def test_every_relative_link_resolves(page: Path) -> None:
     for target in links(page):
         path, _, anchor = target.partition("#")
         dest = (page.parent / path).resolve() if path else page
-        if not dest.exists():
-            broken.append(target)
-        elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
+        if not dest.exists() or (anchor and dest.suffix == ".md" and anchor not in anchors(dest)):
             broken.append(target)
     assert broken == []
 
@@ -51,6 +49,15 @@ def test_the_readme_fits_and_its_contents_name_its_sections() -> None:
     listed = re.findall(r"\]\(#([^)]+)\)", contents)
     sections = [slug(h) for h in re.findall(r"^## (.+)$", text, re.M) if h != "Contents"]
     assert listed == sections
+
+
+def test_every_repository_path_the_readmes_commands_name_exists() -> None:
+    """`kubectl apply -k deploy/...`, `helm install ... deploy/helm/...`, `tests/...`: the paths in the README's text
+    and code blocks are files or folders of this repository."""
+    text = (ROOT / "README.md").read_text()
+    paths = set(re.findall(r"(?<![\w/.:-])((?:deploy|docs|tests|grafana|exporter|scripts|bench)/[\w./-]*\w)", text))
+    assert len(paths) >= 10
+    assert sorted(p for p in paths if not (ROOT / p).exists() and "*" not in p) == []
 
 
 def test_the_readme_holds_no_notes_about_the_machine_it_was_written_on() -> None:

@@ -173,6 +173,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 naming every stale page")
     parser.add_argument("--root", type=Path, default=ROOT, help="the repository (default: this checkout)")
     args = parser.parse_args(argv)
+    if not args.root.joinpath("pyproject.toml").exists():  # an installed package: no checkout to write into
+        print(f"{args.root} is no vllm-headroom checkout (no pyproject.toml): give one with --root", file=sys.stderr)
+        return 2
     if args.check:
         out = stale(args.root)
         for path in out:

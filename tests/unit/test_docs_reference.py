@@ -31,6 +31,9 @@ def test_no_page_in_docs_reference_is_left_over_from_an_old_generator() -> None:
 
 def test_the_check_fails_on_a_stale_page_and_names_the_command(tmp_path: Path,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    assert docs.main(["--root", str(tmp_path)]) == 2  # not a checkout: nothing written
+    assert "no vllm-headroom checkout" in capsys.readouterr().err and not (tmp_path / "docs").exists()
+    (tmp_path / "pyproject.toml").write_text("")
     assert docs.main(["--root", str(tmp_path)]) == 0
     capsys.readouterr()
     assert docs.main(["--check", "--root", str(tmp_path)]) == 0

@@ -325,6 +325,20 @@ def admission(cfg: Config = DEFAULT) -> dash.Dashboard:
                          "Value #C": "tokens", "Value #D": "max_num_seqs", "Value #E": "W (blocks/request)",
                          "Value #F": "max concurrency at W", "Value #G": "max concurrency at max_model_len"}}))
     d = d.with_panel(ledger)
+    waste = 'vllm_headroom_kv_block_waste_ratio{' + H + ',bound="%s"}'
+    d = d.with_panel(
+        _ts("Block waste and the prefix cache",
+            "Share of the token slots in used KV blocks that hold no token, with its range: vLLM's usage gauge counts "
+            "whole blocks, so a request one token into a block holds all of it (17-token prompts at block 16 fill "
+            "2 blocks, 53 % of their slots). The share of prompt tokens the prefix cache served, and at most how much "
+            "of a prompt a shared prefix loses at its last partial block (only full blocks are cached). "
+            f"{NEEDS_SIDECAR}.", "percentunit", 24)
+        .with_target(q(f"max({waste % 'estimate'})", "empty slots of used blocks", "A"))
+        .with_target(q(f"max({waste % 'low'})", "empty slots, low", "B"))
+        .with_target(q(f"max({waste % 'high'})", "empty slots, high", "C"))
+        .with_target(q(f"max(vllm_headroom_prefix_cache_hit_ratio{{{H}}})", "prefix cache hits", "D"))
+        .with_target(q(f'max(vllm_headroom_prefix_cache_boundary_loss_ratio{{{H},bound="high"}})',
+                       "prefix lost at a partial block, at most", "E")))
     d = d.with_panel(
         text.Panel().title("Runbook").height(5).span(24)
         .content(f"Alerts and what to do: [runbook]({url}). False-full: [{url}#vllmkvfalsefull]"

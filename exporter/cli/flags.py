@@ -353,6 +353,8 @@ def add_config_flags(p: argparse.ArgumentParser, verdict: bool = True) -> None:
     add(g, "--vllm-args", help="vLLM's command line as one string, e.g. \"vllm serve M --max-num-seqs 64\"")
     add(g, "--model-config", help="the model's config.json (or folder): adds KV bytes per token, bytes free and "
         "bytes per worst-case request")
+    add(g, "--vllm-log", help="vLLM's start-up log (a file, e.g. its container log saved to a shared volume): "
+        "names the attention backend vLLM selected and the block size and KV dtype in effect")
     g = p.add_argument_group("request profile and verdict" if verdict else "request profile")
     add(g, "--profile.quantile", fraction, defaults.PROFILE_QUANTILE, help="quantile of request lengths for "
         "worst-case math")

@@ -55,6 +55,8 @@ _ENGINE_GAUGES: list[tuple[str, str, Callable[[EngineReport], float | None]]] = 
     ("requests_waiting", f"Requests waiting in the engine ({_NAMES.waiting}).", lambda e: e.waiting),
     ("max_num_seqs", "Configured max_num_seqs (absent when unknown).", lambda e: e.max_num_seqs),
     ("prompt_blocks", "Blocks the profile prompt needs at admission.", lambda e: e.headroom.prompt_blocks),
+    ("prefix_cache_hit_ratio", "Share of prompt tokens found in vLLM's prefix cache lately (absent without its "
+     "prefix-cache counters).", lambda e: e.prefix_cache_hit_ratio),
     ("kv_bytes_per_token", "KV-cache bytes one token takes per device, all layers (with --model-config).",
      lambda e: None if e.kv_bytes is None else e.kv_bytes.kv_bytes_per_token),
     ("kv_bytes_per_block", "Bytes of one KV-cache pool block per device, as vLLM groups layers "
@@ -100,6 +102,14 @@ class HeadroomCollector(Collector):
         profile = GaugeMetricFamily(P + "request_profile_tokens",
                                     "Profile quantile of request lengths used for worst-case math.",
                                     labels=[*el, "kind"])
+        waste = GaugeMetricFamily(P + "kv_block_waste_ratio",
+                                  "Share of the token slots in used KV blocks that hold no token (vLLM's usage counts "
+                                  "whole blocks): bound estimate, low and high; absent while nothing runs.",
+                                  labels=[*el, "bound"])
+        boundary = GaugeMetricFamily(P + "prefix_cache_boundary_loss_ratio",
+                                     "Share of prompt tokens a shared prefix holds but the prefix cache cannot serve "
+                                     "(vLLM caches full blocks only): bound estimate, low and high; absent before a "
+                                     "prompt length is known or with prefix caching off.", labels=[*el, "bound"])
         verdict = GaugeMetricFamily(P + "verdict", "Why requests wait: 1 for the current verdict.",
                                     labels=[*el, "verdict"])
         binding = GaugeMetricFamily(P + "binding_limit",
@@ -154,6 +164,10 @@ class HeadroomCollector(Collector):
                 for kind, q in (("prompt", e.prompt), ("max_tokens", e.max_tokens)):
                     if q is not None:
                         profile.add_metric([*labels, kind], q.tokens)
+                for family, w in ((waste, e.block_waste), (boundary, e.prefix_boundary_loss)):
+                    if w is not None:
+                        for name, x in (("estimate", w.ratio), ("low", w.low), ("high", w.high)):
+                            family.add_metric([*labels, name], round(x, 6))
                 for v in Verdict:
                     verdict.add_metric([*labels, str(v)], 1.0 if v is e.verdict else 0.0)
                 bound = headline.binding_limit(h)
@@ -175,6 +189,7 @@ class HeadroomCollector(Collector):
         yield worst
         yield concurrency
         yield profile
+        yield from (f for f in (waste, boundary) if f.samples)
         yield verdict
         yield binding
         if undetermined.samples:

@@ -23,7 +23,7 @@ from ..model.shape import ModelShape
 from . import derive
 from .config import FoundCmdline, Known, ServingConfig, Source, value
 from .derive import Headroom, Pool
-from .profile import Quantile, Window, histogram_quantile, profile_value
+from .profile import Lengths, Quantile, Window, histogram_quantile, lengths, profile_value
 from .report import BudgetUse, EngineGap, EngineReport, ProfileQuality
 from .verdict import Observation, Thresholds, Tracker
 
@@ -58,6 +58,12 @@ class EngineHistory:
         window = self.windows.get(role) or self.windows.setdefault(role, Window(seconds))
         window.observe(now, hist)
         return window
+
+    def lengths(self, role: str, max_model_len: int | None) -> Lengths | None:
+        """The lengths of the requests the window of `role` holds (fed by `window` this scrape)."""
+        window = self.windows.get(role)
+        hist = None if window is None else window.recent()
+        return None if hist is None else lengths(hist, max_model_len)
 
     def hit_share(self, e: EngineSample, gauges_only: bool) -> float:
         """Share of prompt tokens found in the prefix cache: over the last interval that looked any up (the
@@ -158,6 +164,27 @@ def largest_prompt_blocks(e: EngineSample, max_model_len: int | None, block_size
     return derive.blocks_for_tokens(largest.upper or largest.tokens, block_size)
 
 
+def kv_waste(history: EngineHistory, e: EngineSample, pool: Pool, max_model_len: int | None,
+             hit_share: float, cfg: ServingConfig | None = None) -> tuple[derive.Waste | None, derive.Waste | None]:
+    """The empty-slot share of used blocks (the profile's lengths inside the in-flight bounds) and the share of
+    prompt tokens a shared prefix loses at the full-block boundary (none with prefix caching off); None where
+    nothing shows them. A hybrid layout's groups have their own blocks: no single answer there."""
+    if pool.hybrid:
+        return None, None
+    bs = pool.block_size_tokens
+    prompt = history.lengths(PROMPT_LENGTHS, max_model_len)
+    generated = history.lengths(GENERATION_LENGTHS, max_model_len)
+    profile = None
+    if prompt is not None and generated is not None:
+        profile = derive.profile_waste(prompt.mean, (prompt.lower, prompt.upper), generated.mean,
+                                       (generated.lower, generated.upper), bs)
+    waste = derive.block_waste(pool.kv_used_blocks, int(e.running or 0), bs, profile)
+    caching = value(cfg.enable_prefix_caching) if cfg is not None else None
+    boundary = None if prompt is None or caching is False else \
+        derive.prefix_boundary_loss(hit_share, round(prompt.mean), bs)
+    return waste, boundary
+
+
 def kv_bytes(shape: ModelShape | None, cfg: ServingConfig, headroom: Headroom,
              block_size: int) -> derive.KvBytes | None:
     """Absolute bytes per device, with --model-config; None without it."""
@@ -228,6 +255,7 @@ def judge(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, histo
         max_num_batched_tokens=value(cfg.max_num_batched_tokens),
         prefix_hit_share=hit_share,
     ))
+    waste, boundary = kv_waste(history, e, pool, max_model_len, hit_share, cfg)
     tracker = history.tracker
     budget = budget_use(cfg, snap, prompt)
     # Prefills completed since the last scrape: the engine is busy prefilling (a one-shot cannot tell).
@@ -298,4 +326,8 @@ def judge(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, histo
         cmdline_found_by=found.found_by if found else None,
         busy_ceiling=None if gauges_only else tracker.busy_ceiling,
         busy_frames=0 if gauges_only else tracker.busy_frames,
+        block_waste=waste,
+        prefix_cache_hit_ratio=hit_share if e.prefix_queries_total is not None and e.prefix_hits_total is not None
+        else None,
+        prefix_boundary_loss=boundary,
     )

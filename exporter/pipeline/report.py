@@ -12,7 +12,7 @@ from collections.abc import Mapping, Set
 from dataclasses import dataclass, field
 
 from ..core import defaults
-from ..engines.base import Histogram, ReleaseRules
+from ..engines.base import AttentionFacts, Histogram, ReleaseRules
 from . import derive
 from .config import ServingConfig
 from .derive import Headroom
@@ -51,6 +51,9 @@ class EngineReport:
     cmdline_found_by: str | None = None
     busy_ceiling: int | None = None  # highest running seen while requests waited, lately (sidecar only)
     busy_frames: int = 0  # scrapes with requests waiting behind that ceiling
+    block_waste: derive.Waste | None = None  # token slots of used blocks holding no token (None: nothing runs)
+    prefix_cache_hit_ratio: float | None = None  # prompt tokens found in the prefix cache lately (None: no counters)
+    prefix_boundary_loss: derive.Waste | None = None  # prompt tokens of shared prefixes not cached (partial blocks)
 
 
 @dataclass(frozen=True)
@@ -136,6 +139,7 @@ class TargetReport:
     known_engines: list[tuple[str, str]] = field(default_factory=list)  # when down: the engines last seen up
     notes: list[str] = field(default_factory=list)  # values ignored or contradicted (said once in the log)
     rules: ReleaseRules | None = None  # the release's rules the numbers were derived with, and how we know
+    attention: AttentionFacts | None = None  # from --vllm-log: the attention backend and block size in effect
 
 
 @dataclass(frozen=True)

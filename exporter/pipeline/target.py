@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit
@@ -17,11 +18,20 @@ from urllib.parse import urlsplit
 import httpx
 
 from ..core import defaults
-from ..engines.base import CapacityInfo, Engine, InvalidValue
+from ..engines.base import AttentionFacts, CapacityInfo, Engine, InvalidValue
 from ..engines.vllm import VLLM
 from ..model.shape import ModelShape
 from . import exposition
-from .config import FoundCmdline, Overrides, ServingConfig, Source, contradictions, find_vllm_cmdline, resolve
+from .config import (
+    FoundCmdline,
+    Overrides,
+    ServingConfig,
+    Source,
+    asked_versus_running,
+    contradictions,
+    find_vllm_cmdline,
+    resolve,
+)
 from .judge import EngineHistory, Judging, judge
 from .report import BudgetUse as BudgetUse
 from .report import EngineGap as EngineGap
@@ -52,6 +62,7 @@ class Settings:
     models_interval: float = defaults.MODELS_INTERVAL  # s
     model_shape: ModelShape | None = None  # from --model-config: adds absolute bytes
     engine: Engine = VLLM  # the serving engine behind the URL: its metric names, readers and flags
+    vllm_log: str | None = None  # vLLM's start-up log (a file): the attention backend and block size in effect
 
 
 class Target:
@@ -70,6 +81,8 @@ class Target:
         self._cmdline_args: dict[str, object] | None = None
         self._given_args: dict[str, object] | None = None
         self._args_notes: list[str] = []  # values of the vLLM command line that vLLM would not take
+        self._log: tuple[float, AttentionFacts | None, str | None] | None = None  # (mtime, facts, error)
+        self._log_at: float | None = None
         self.errors: dict[str, int] = {}
         self.scrapes = 0  # scrapes begun by `scrape()` since start
         self.known_engines: set[tuple[str, str]] = set()
@@ -116,6 +129,23 @@ class Target:
                 if self._cmdline else (None, []))
         return self._cmdline_args, Source.CMDLINE
 
+    def _startup_log(self, now: float) -> tuple[AttentionFacts | None, str | None]:
+        """What `--vllm-log` states about the attention backend, read again when the file changed (checked once
+        per --models.interval); (None, the sentence) when it cannot be read."""
+        path = self.settings.vllm_log
+        if path is None:
+            return None, None
+        if self._log_at is None or now - self._log_at >= self.settings.models_interval:
+            self._log_at = now
+            try:
+                mtime = os.stat(path).st_mtime
+                if self._log is None or self._log[0] != mtime:
+                    with open(path, encoding="utf-8", errors="replace") as f:
+                        self._log = (mtime, self.settings.engine.attention_facts(f.read()), None)
+            except OSError as exc:
+                self._log = (0.0, None, f"--vllm-log {path} cannot be read: {exc.strerror}")
+        return (None, None) if self._log is None else (self._log[1], self._log[2])
+
     def _config(self, engine: str, args: dict[str, object] | None, args_source: Source, cache: CapacityInfo | None,
                 data_parallel_engines: int, models_len: int | None) -> tuple[list[str], ServingConfig]:
         """The engine's resolved config and the notes on flags that contradict vLLM, kept while their inputs
@@ -126,7 +156,8 @@ class Target:
         if kept is not None and kept[0] == inputs:
             return kept[1], kept[2]
         overrides = self.settings.overrides
-        notes = contradictions(overrides, cache, data_parallel_engines)
+        where = "--vllm-args" if args_source == Source.VLLM_ARGS else "vLLM's command line"
+        notes = contradictions(overrides, cache, data_parallel_engines) + asked_versus_running(args, where, cache)
         cfg = resolve(overrides, args, args_source, cache, data_parallel_engines, models_len)
         self._configs[engine] = (inputs, notes, cfg)
         return notes, cfg
@@ -151,8 +182,13 @@ class Target:
         except InvalidValue as exc:
             raise ScrapeError("invalid_value", f"{self.settings.url}: {exc}") from None
         args, args_source = self._vllm_args(now)
+        attention, log_error = self._startup_log(now)
         report = TargetReport(self.settings.url, up=True, version=self.version, observed_at=now,
-                              notes=list(self._args_notes), rules=snap.rules)
+                              notes=list(self._args_notes), rules=snap.rules, attention=attention)
+        if log_error:
+            report.notes.append(log_error)
+        if attention is not None:
+            report.notes += [f"vLLM's start-up log: {n}" for n in attention.notes]
         models_len = self.models.max_model_len if self.models else None
         found = self._cmdline if self.settings.vllm_args is None and self.settings.discover_cmdline else None
         for e in snap.engines:

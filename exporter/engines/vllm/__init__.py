@@ -4,7 +4,8 @@
 - `read`: the readers (a parsed exposition → `EngineSample` per engine, `CacheInfo` per engine);
 - `releases`: the release rules (null block, usage formula, admission gate, data-parallel sums) per version;
 - `args`: vLLM's command-line flags and the types vLLM parses them with;
-- `startup_log`: what a pasted start-up log states about capacity;
+- `startup_log`: what a pasted start-up log states about capacity and the attention backend;
+- `attention`: the KV block sizes each attention backend takes;
 - `model_len`: the max_model_len vLLM derives from a model's config.json.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..base import LogFacts, MetricNames, Samples, Snapshot
+from ..base import AttentionFacts, LogFacts, MetricNames, Samples, Snapshot
 from . import args, metrics, model_len, read, startup_log
 
 
@@ -42,6 +43,9 @@ class VllmEngine:
 
     def parse_startup_log(self, text: str) -> LogFacts:
         return startup_log.parse(text)
+
+    def attention_facts(self, text: str) -> AttentionFacts:
+        return startup_log.attention(text)
 
 
 VLLM = VllmEngine()

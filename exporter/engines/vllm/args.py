@@ -15,7 +15,7 @@ DEFAULT_PORT = 8000  # `vllm serve` without --port
 # vLLM flags we read, by their canonical name; vLLM accepts `_` and `-` alike.
 _INT_FLAGS = ("max_model_len", "max_num_seqs", "max_num_batched_tokens", "block_size", "port")
 _INT_FLAGS_ALSO = ("tensor_parallel_size", "data_parallel_size", "num_gpu_blocks_override")
-_STR_FLAGS = ("model", "served_model_name", "kv_cache_dtype", "host", "gpu_memory_utilization")
+_STR_FLAGS = ("model", "served_model_name", "kv_cache_dtype", "host", "gpu_memory_utilization", "attention_backend")
 _BOOL_FLAGS = ("enable_chunked_prefill", "enable_prefix_caching")
 _SHORT = {"-tp": "tensor_parallel_size", "-dp": "data_parallel_size", "-O": "compilation_config"}
 
@@ -84,6 +84,8 @@ def parse_vllm_args_noting(argv: list[str], where: str = "--vllm-args") -> tuple
         else:
             flag, inline = token, None
         name = _SHORT.get(flag) or flag.lstrip("-").replace("-", "_")
+        if name == "attention_config.backend":  # --attention-config.backend X, the newer spelling (0.14+)
+            name = "attention_backend"
         negated = name.startswith("no_") and name[3:] in _BOOL_FLAGS
         if negated or name in _BOOL_FLAGS:
             base = name[3:] if negated else name

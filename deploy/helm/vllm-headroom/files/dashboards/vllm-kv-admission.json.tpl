@@ -1604,13 +1604,77 @@
       "type": "table"
     },
     {
+      "datasource": {
+        "type": "prometheus",
+        "uid": "${datasource}"
+      },
+      "description": "Share of the token slots in used KV blocks that hold no token, with its range: vLLM's usage gauge counts whole blocks, so a request one token into a block holds all of it (17-token prompts at block 16 fill 2 blocks, 53 % of their slots). The share of prompt tokens the prefix cache served, and at most how much of a prompt a shared prefix loses at its last partial block (only full blocks are cached). Needs the vllm-headroom sidecar (vllm_headroom_* metrics).",
+      "fieldConfig": {
+        "defaults": {
+          "custom": {},
+          "unit": "percentunit"
+        },
+        "overrides": []
+      },
       "gridPos": {
-        "h": 5,
+        "h": 8,
         "w": 24,
         "x": 0,
         "y": 49
       },
       "id": 18,
+      "options": {
+        "legend": {
+          "calcs": [],
+          "displayMode": "table",
+          "placement": "bottom",
+          "showLegend": true
+        },
+        "tooltip": {
+          "mode": "multi",
+          "sort": "asc"
+        }
+      },
+      "repeatDirection": "h",
+      "targets": [
+        {
+          "expr": "max(vllm_headroom_kv_block_waste_ratio{cluster=~\"$cluster\",namespace=~\"$namespace\",pod=~\"$pod\",model_name=~\"$model_name\",engine=~\"$engine\",bound=\"estimate\"})",
+          "legendFormat": "empty slots of used blocks",
+          "refId": "A"
+        },
+        {
+          "expr": "max(vllm_headroom_kv_block_waste_ratio{cluster=~\"$cluster\",namespace=~\"$namespace\",pod=~\"$pod\",model_name=~\"$model_name\",engine=~\"$engine\",bound=\"low\"})",
+          "legendFormat": "empty slots, low",
+          "refId": "B"
+        },
+        {
+          "expr": "max(vllm_headroom_kv_block_waste_ratio{cluster=~\"$cluster\",namespace=~\"$namespace\",pod=~\"$pod\",model_name=~\"$model_name\",engine=~\"$engine\",bound=\"high\"})",
+          "legendFormat": "empty slots, high",
+          "refId": "C"
+        },
+        {
+          "expr": "max(vllm_headroom_prefix_cache_hit_ratio{cluster=~\"$cluster\",namespace=~\"$namespace\",pod=~\"$pod\",model_name=~\"$model_name\",engine=~\"$engine\"})",
+          "legendFormat": "prefix cache hits",
+          "refId": "D"
+        },
+        {
+          "expr": "max(vllm_headroom_prefix_cache_boundary_loss_ratio{cluster=~\"$cluster\",namespace=~\"$namespace\",pod=~\"$pod\",model_name=~\"$model_name\",engine=~\"$engine\",bound=\"high\"})",
+          "legendFormat": "prefix lost at a partial block, at most",
+          "refId": "E"
+        }
+      ],
+      "title": "Block waste and the prefix cache",
+      "transparent": false,
+      "type": "timeseries"
+    },
+    {
+      "gridPos": {
+        "h": 5,
+        "w": 24,
+        "x": 0,
+        "y": 57
+      },
+      "id": 19,
       "options": {
         "content": "Alerts and what to do: [runbook]({{ include "vllm-headroom.jsonString" .Values.prometheusRule.runbookBaseUrl }}). False-full: [{{ include "vllm-headroom.jsonString" .Values.prometheusRule.runbookBaseUrl }}#vllmkvfalsefull]({{ include "vllm-headroom.jsonString" .Values.prometheusRule.runbookBaseUrl }}#vllmkvfalsefull). Panels marked *needs the sidecar* stay empty without vllm-headroom next to the pod; everything else comes from vLLM's own metrics through the recording rules in `deploy/prometheus/`.",
         "mode": "markdown"

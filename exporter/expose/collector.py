@@ -121,6 +121,10 @@ class HeadroomCollector(Collector):
             "(a config that makes no sense, e.g. num_gpu_blocks < 2); see /api/v1/diagnosis.",
             labels=[*el, "reason"])
         info_rows: list[tuple[dict[str, str], float]] = []
+        attention = GaugeMetricFamily(
+            P + "attention_info", "1, labelled with what vLLM's start-up log (--vllm-log) says: the attention backend "
+            "it selected, the block size in effect and asked, the KV cache dtype in effect; empty where it says "
+            "nothing.", labels=[*tl, "backend", "block_size", "block_size_asked", "kv_cache_dtype"])
 
         seen_up = GaugeMetricFamily(P + "target_seen_up", "1 once a scrape of the target has succeeded since the "
                                     "sidecar started, 0 before (vLLM still loading).", labels=tl)
@@ -137,6 +141,10 @@ class HeadroomCollector(Collector):
             seen_up.add_metric(tv(t), 1.0 if t.seen_up else 0.0)
             if r.scrape_duration_seconds is not None:
                 duration.add_metric(tv(t), r.scrape_duration_seconds)
+            if r.attention is not None:
+                a = r.attention
+                attention.add_metric([*tv(t), a.backend or "", str(a.block_size or ""), str(a.block_size_asked or ""),
+                                      a.kv_cache_dtype or ""], 1.0)
             for reason in SCRAPE_ERROR_REASONS:
                 errors.add_metric([*tv(t), reason], float(t.errors.get(reason, 0)))
             if not r.up:
@@ -194,6 +202,8 @@ class HeadroomCollector(Collector):
         yield binding
         if undetermined.samples:
             yield undetermined
+        if attention.samples:
+            yield attention
         if info_rows:
             names = sorted({k for row, _ in info_rows for k in row})
             info = GaugeMetricFamily(P + "config_info",

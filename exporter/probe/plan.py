@@ -230,13 +230,11 @@ class Step:
 
     @property
     def verdict(self) -> str | None:
-        """The pipeline's verdict at the step's deepest queue, else its most frequent one."""
-        if not self.frames:
+        """The pipeline's most frequent verdict while requests waited in the step (else over all its scrapes)."""
+        waited = [f for f in self.frames if f.waiting > 0] or list(self.frames)
+        if not waited:
             return None
-        deepest = max(self.frames, key=lambda f: f.waiting)
-        if deepest.waiting > 0:
-            return deepest.verdict
-        return Counter(f.verdict for f in self.frames).most_common(1)[0][0]
+        return Counter(f.verdict for f in waited).most_common(1)[0][0]
 
 
 @dataclass(frozen=True)

@@ -106,3 +106,18 @@ def test_estimate_from_log_names_the_backend_and_the_block_size_in_effect() -> N
     text = subprocess.run([sys.executable, "-m", "exporter", "estimate", str(REPO / "tests" / "e2e" / "tiny-llama"),
                            "--from-log", str(log)], cwd=REPO, capture_output=True, text=True, timeout=60).stdout
     assert "attention backend CPU_ATTN" in text and "block size in effect 32" in text
+
+
+def test_the_sidecar_exports_what_the_start_up_log_names() -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from exporter.expose.collector import HeadroomCollector
+
+    folder = FIXTURES / "vllm-0.28.0" / "idle"
+    target = Target(Settings(url="http://x", vllm_log=str(folder / "startup.log"), discover_cmdline=False))
+    target.last = target.observe(0.0, (folder / "snapshot.prom").read_text())
+    registry = CollectorRegistry()
+    registry.register(HeadroomCollector([target]))
+    text = generate_latest(registry).decode()
+    assert ('vllm_headroom_attention_info{backend="CPU_ATTN",block_size="32",block_size_asked="32",'
+            'kv_cache_dtype="bfloat16 (auto: the model dtype)",target="http://x"} 1.0') in text

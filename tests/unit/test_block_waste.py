@@ -138,3 +138,26 @@ def test_block_size_what_if_lists_what_the_backend_takes() -> None:
     assert gpu[0].waste is not None and gpu[0].waste.ratio == pytest.approx(14.5 / 32)
     mla = blocks.what_if(16, "FLASHMLA", 17, 2, lambda bs: 1000, 4096)
     assert [(r.block_size, r.accepted) for r in mla] == [(16, False), (64, True)]
+
+
+def test_recommend_and_estimate_show_the_waste_per_block_size() -> None:
+    import subprocess
+    import sys
+
+    repo = FIXTURES.parents[1]
+    snap = FIXTURES / "vllm-0.32.0" / "prefix-shared" / "snapshot.prom"
+    out = subprocess.run([sys.executable, "-m", "exporter", "recommend", str(snap), "--max-num-seqs", "24",
+                          "--max-model-len", "1248", "--min-requests", "20", "--json"], cwd=repo,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)[0]["block_size_what_if"]
+    assert [r["block_size"] for r in rows] == [16, 32, 64, 128] and [r["chosen"] for r in rows][1]
+    waste = [r["waste_ratio"] for r in rows]
+    assert waste == sorted(waste) and all(r["prefix_boundary_loss_range"] is not None for r in rows)
+    est = subprocess.run([sys.executable, "-m", "exporter", "estimate", str(repo / "tests" / "e2e" / "tiny-llama"),
+                          "--num-gpu-blocks-override", "40", "--block-size", "32", "--max-model-len", "512",
+                          "--prompt-tokens", "17", "--output-tokens", "2", "--json"], cwd=repo, capture_output=True,
+                         text=True, timeout=60)
+    assert est.returncode == 0, est.stderr
+    chosen = next(r for r in json.loads(est.stdout)["block_size_what_if"] if r["chosen"])
+    assert chosen["block_size"] == 32 and chosen["waste_ratio"] == pytest.approx(derive.life_waste(17, 2, 32).ratio)

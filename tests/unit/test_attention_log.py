@@ -1,7 +1,7 @@
 """Which attention backend vLLM ran, with which block size and KV dtype, from its real start-up logs.
 
 Every recorded release's start-up log (tests/fixtures/vllm-*/<scenario>/startup.log) and excerpts published on
-GitHub (tests/fixtures/published-logs, sources in SOURCES.md). The sidecar reads the same from --vllm-log and
+GitHub (tests/fixtures/published-logs, sources in SOURCES.md). The sidecar reads the same from --vllm-startup-log and
 compares vLLM's command line with what the engine exports.
 """
 
@@ -75,7 +75,7 @@ def _diagnose(*args: str) -> dict[str, object]:
 
 def test_the_sidecar_reads_the_start_up_log_and_says_where_the_command_line_differs() -> None:
     folder = FIXTURES / "vllm-0.24.0" / "idle"
-    doc = _diagnose(str(folder / "snapshot.prom"), "--vllm-log", str(folder / "startup.log"),
+    doc = _diagnose(str(folder / "snapshot.prom"), "--vllm-startup-log", str(folder / "startup.log"),
                     "--vllm-args", "vllm serve m --block-size 16 --kv-cache-dtype fp8 --attention-backend FLASHINFER")
     att = doc["vllm_attention"]
     assert isinstance(att, dict) and att["backend"] == "CPU_ATTN" and att["block_size"] == 32
@@ -88,12 +88,12 @@ def test_the_sidecar_reads_the_start_up_log_and_says_where_the_command_line_diff
     assert engines[0]["config"]["block_size"] == {"value": 32, "source": "cache_config_info"}
 
 
-def test_an_unreadable_vllm_log_is_one_note_and_the_rest_is_judged() -> None:
+def test_an_unreadable_startup_log_is_one_note_and_the_rest_is_judged() -> None:
     folder = FIXTURES / "vllm-0.32.0" / "idle"
-    target = Target(Settings(url="http://x", vllm_log=str(folder / "missing.log"), discover_cmdline=False))
+    target = Target(Settings(url="http://x", startup_log=str(folder / "missing.log"), discover_cmdline=False))
     report = target.observe(0.0, (folder / "snapshot.prom").read_text())
     assert report.engines and report.attention is None
-    assert any("--vllm-log" in n and "cannot be read" in n for n in report.notes)
+    assert any("--vllm-startup-log" in n and "cannot be read" in n for n in report.notes)
 
 
 def test_estimate_from_log_names_the_backend_and_the_block_size_in_effect() -> None:
@@ -117,7 +117,7 @@ def test_the_sidecar_exports_what_the_start_up_log_names() -> None:
     from exporter.expose.collector import HeadroomCollector
 
     folder = FIXTURES / "vllm-0.28.0" / "idle"
-    target = Target(Settings(url="http://x", vllm_log=str(folder / "startup.log"), discover_cmdline=False))
+    target = Target(Settings(url="http://x", startup_log=str(folder / "startup.log"), discover_cmdline=False))
     target.last = target.observe(0.0, (folder / "snapshot.prom").read_text())
     registry = CollectorRegistry()
     registry.register(HeadroomCollector([target]))

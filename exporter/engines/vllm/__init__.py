@@ -4,8 +4,8 @@
 - `read`: the readers (a parsed exposition → `EngineSample` per engine, `CacheInfo` per engine);
 - `releases`: the release rules (null block, usage formula, admission gate, data-parallel sums) per version;
 - `args`: vLLM's command-line flags and the types vLLM parses them with;
-- `startup_log`: what a pasted start-up log states about capacity and the attention backend;
-- `attention`: the KV block sizes each attention backend takes;
+- `startup_log`: what a pasted start-up log states about capacity and the attention backend; `capacity`: the
+  block counts its figures allow; `attention`: the KV block sizes each attention backend takes;
 - `model_len`: the max_model_len vLLM derives from a model's config.json.
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..base import AttentionFacts, LogFacts, MetricNames, Samples, Snapshot
-from . import args, metrics, model_len, read, startup_log
+from . import args, capacity, metrics, model_len, read, startup_log
 
 
 class VllmEngine:
@@ -43,6 +43,9 @@ class VllmEngine:
 
     def parse_startup_log(self, text: str) -> LogFacts:
         return startup_log.parse(text)
+
+    def blocks_from_log_figures(self, facts: LogFacts, block_size: int, per_request: int) -> tuple[int, int] | None:
+        return capacity.blocks_from_figures(facts, block_size, per_request)
 
     def attention_facts(self, text: str) -> AttentionFacts:
         return startup_log.attention(text)

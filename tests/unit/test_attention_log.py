@@ -53,6 +53,25 @@ def test_every_recorded_release_names_its_backend_and_block_size(log: Path) -> N
     assert facts.notes == ()
 
 
+# The admission recordings of 0.32.0 (other flags: max_num_active_seqs, a watermark, a draft model for spec decode).
+ADMISSION_LOGS = sorted(FIXTURES.glob("admission-0.32.0/*/startup.log"))
+
+
+@pytest.mark.parametrize("log", ADMISSION_LOGS, ids=[p.parts[-2] for p in ADMISSION_LOGS])
+def test_the_admission_recordings_logs_give_the_block_size_they_ran(log: Path) -> None:
+    meta = json.loads((log.parent / "meta.json").read_text())
+    asked = meta["flags"]["block_size"] if "flags" in meta else meta["block_size"]
+    text = log.read_text(errors="replace")
+    facts = attention(text)
+    assert facts.backend is None and facts.block_size == asked == facts.block_size_asked and facts.notes == ()
+    assert facts.kv_cache_dtype == "bfloat16 (auto: the model dtype)"
+    # Without a block count (no --num-gpu-blocks-override), "1,398,080 tokens" at 2730.62x for 512 tokens fits
+    # every block size that divides 512: the flag stands, and the source says so.
+    counted = "Overriding num_gpu_blocks" in text
+    assert facts.block_size_source is not None
+    assert facts.block_size_source.startswith("the capacity lines" if counted else "--block-size (no line")
+
+
 def test_published_logs_give_backend_block_size_and_dtypes() -> None:
     v083 = attention((PUBLISHED / "vllm-issue-15630-v0.8.3.log").read_text())
     assert (v083.backend, v083.backend_line) == ("FLASH_ATTN", "Using Flash Attention backend on V1 engine.")
@@ -63,6 +82,18 @@ def test_published_logs_give_backend_block_size_and_dtypes() -> None:
     # "# GPU blocks: 1381" and "10.79x for 2048 tokens": only 16-token blocks give both (1381 × 16 / 2048).
     v07 = attention((PUBLISHED / "vllm-pr-12569-v1-0.7.log").read_text())
     assert v07.block_size == 16 and v07.block_size_asked is None
+    # A hybrid (Mamba) model: vLLM raised the attention block to 528 tokens so one page holds a Mamba state.
+    hybrid = attention((PUBLISHED / "vllm-pr-37467-hybrid-xpu.log").read_text())
+    assert hybrid.block_size == 528 and hybrid.block_size_source == "Setting attention block size to 528 tokens"
+    # Turing: FlashAttention refused, Triton taken; said once although two lines of the excerpt are one worker's.
+    turing = attention((PUBLISHED / "vllm-pr-14071-turing-v1.log").read_text())
+    assert turing.backend == "TRITON_ATTN" and turing.backend_line == "Using Triton backend on V1 engine."
+    assert turing.notes == ("FLASH_ATTN (vLLM's first choice) cannot run on Turing GPUs: vLLM runs TRITON_ATTN",)
+    sm120 = attention((PUBLISHED / "vllm-issue-40153-sm120.log").read_text())
+    assert (sm120.backend, sm120.candidates) == ("TRITON_ATTN", ("TRITON_ATTN",)) and sm120.notes == ()
+    # Every excerpt in the folder is checked above and listed in SOURCES.md with its address.
+    sources = (PUBLISHED / "SOURCES.md").read_text()
+    assert all(f"`{p.name}` | https://github.com/" in sources for p in PUBLISHED.glob("*.log"))
 
 
 def _diagnose(*args: str) -> dict[str, object]:

@@ -126,7 +126,8 @@ _NAMED = re.compile(r"Using (?:AttentionBackendEnum\.|_Backend\.)?([A-Z][A-Z0-9_
 _SPELLED = re.compile(r"Using (Flash Attention|FlashInfer|XFormers|Torch SDPA|Triton) backend(?: on V1 engine)?\.?\s*$",
                       re.M)
 _CPU_LAYOUT = re.compile(r"Using \w+ KV cache layout for (\w+) backend")
-_CANNOT = re.compile(r"Cannot use (?:AttentionBackendEnum\.)?(\w+) backend on (\w+)")
+# "Cannot use FLASH_ATTN backend on Volta", V1 before 0.10 "Cannot use Flash Attention backend for Turing GPUs."
+_CANNOT = re.compile(r"Cannot use (?:AttentionBackendEnum\.)?(\w+(?: \w+)?) backend (?:on|for) ([\w ]+?)\.?\s*$", re.M)
 _PRECLUDED = re.compile(r"--block-size (\d+) precluded higher-priority backend\(s\) ([\w, ]+)\. Using (\w+) instead")
 _ASKED_BACKEND = re.compile(r"'attention_backend': '?(?:AttentionBackendEnum\.)?(\w+)|AttentionConfig\(backend=<?"
                             r"(?:AttentionBackendEnum\.)?(\w+)|VLLM_ATTENTION_BACKEND=(\w+)")
@@ -224,9 +225,10 @@ def attention(text: str) -> AttentionFacts:
     if (m := _PRECLUDED.search(text)) is not None:
         notes.append(f"--block-size {m.group(1)} ruled out the faster backend(s) {m.group(2)}: vLLM runs "
                      f"{m.group(3)} instead (without --block-size it would pick {m.group(2).split(',')[0]})")
-    for m in _CANNOT.finditer(text):
-        notes.append(f"{canonical(m.group(1))} was asked but cannot run on {m.group(2)}: vLLM runs "
-                     f"{backend or 'another backend'}")
+    # Each worker logs it: one note per backend and reason.
+    for refused, where in dict.fromkeys((canonical(m.group(1)), m.group(2)) for m in _CANNOT.finditer(text)):
+        how = "was asked but" if refused == asked_backend else "(vLLM's first choice)"
+        notes.append(f"{refused} {how} cannot run on {where}: vLLM runs {backend or 'another backend'}")
     if asked_backend and backend and asked_backend != backend and not _CANNOT.search(text):
         notes.append(f"attention backend {asked_backend} was asked, vLLM runs {backend}: {line}")
     kv_asked = None

@@ -1471,7 +1471,7 @@
         "type": "prometheus",
         "uid": "${datasource}"
       },
-      "description": "Per engine: usable blocks, block size, tokens, max_model_len, max_num_seqs, max concurrency at the worst case W and at max_model_len, and where each config value came from (flag, vllm_args, cmdline, cache_config_info, v1_models). Needs the vllm-headroom sidecar (vllm_headroom_* metrics): max_model_len, max_num_seqs and provenance are in no vLLM metric. Capacity alone from vLLM's metrics: instance_engine:vllm_kv_capacity_blocks:usable.",
+      "description": "Per engine: usable blocks, block size, tokens, max_model_len, max_num_seqs, max concurrency at the worst case W and at max_model_len, the share of used blocks' token slots that hold no token (with its high bound; empty while nothing runs) and the prefix cache's hit share, and where each config value came from (flag, vllm_args, cmdline, cache_config_info, v1_models). Needs the vllm-headroom sidecar (vllm_headroom_* metrics): max_model_len, max_num_seqs and provenance are in no vLLM metric. Capacity alone from vLLM's metrics: instance_engine:vllm_kv_capacity_blocks:usable.",
       "fieldConfig": {
         "defaults": {
           "custom": {
@@ -1479,7 +1479,56 @@
             "inspect": false
           }
         },
-        "overrides": []
+        "overrides": [
+          {
+            "matcher": {
+              "id": "byFrameRefID",
+              "options": "I"
+            },
+            "properties": [
+              {
+                "id": "unit",
+                "value": "percentunit"
+              },
+              {
+                "id": "decimals",
+                "value": 1
+              }
+            ]
+          },
+          {
+            "matcher": {
+              "id": "byFrameRefID",
+              "options": "J"
+            },
+            "properties": [
+              {
+                "id": "unit",
+                "value": "percentunit"
+              },
+              {
+                "id": "decimals",
+                "value": 1
+              }
+            ]
+          },
+          {
+            "matcher": {
+              "id": "byFrameRefID",
+              "options": "K"
+            },
+            "properties": [
+              {
+                "id": "unit",
+                "value": "percentunit"
+              },
+              {
+                "id": "decimals",
+                "value": 1
+              }
+            ]
+          }
+        ]
       },
       "gridPos": {
         "h": 8,
@@ -1558,6 +1607,30 @@
           "refId": "G"
         },
         {
+          "expr": "max by (who, model_name, engine) (label_replace(label_join(vllm_headroom_kv_block_waste_ratio{cluster=~\"$cluster\",namespace=~\"$namespace\",pod=~\"$pod\",model_name=~\"$model_name\",engine=~\"$engine\",bound=\"estimate\"}, \"who\", \"/\", \"namespace\", \"pod\", \"instance\"), \"who\", \"$1$2\", \"who\", \"[^/]*//(.*)|/?([^/]*/?[^/]+)/[^/]*\"))",
+          "format": "table",
+          "instant": true,
+          "legendFormat": "I",
+          "range": false,
+          "refId": "I"
+        },
+        {
+          "expr": "max by (who, model_name, engine) (label_replace(label_join(vllm_headroom_kv_block_waste_ratio{cluster=~\"$cluster\",namespace=~\"$namespace\",pod=~\"$pod\",model_name=~\"$model_name\",engine=~\"$engine\",bound=\"high\"}, \"who\", \"/\", \"namespace\", \"pod\", \"instance\"), \"who\", \"$1$2\", \"who\", \"[^/]*//(.*)|/?([^/]*/?[^/]+)/[^/]*\"))",
+          "format": "table",
+          "instant": true,
+          "legendFormat": "J",
+          "range": false,
+          "refId": "J"
+        },
+        {
+          "expr": "max by (who, model_name, engine) (label_replace(label_join(vllm_headroom_prefix_cache_hit_ratio{cluster=~\"$cluster\",namespace=~\"$namespace\",pod=~\"$pod\",model_name=~\"$model_name\",engine=~\"$engine\"}, \"who\", \"/\", \"namespace\", \"pod\", \"instance\"), \"who\", \"$1$2\", \"who\", \"[^/]*//(.*)|/?([^/]*/?[^/]+)/[^/]*\"))",
+          "format": "table",
+          "instant": true,
+          "legendFormat": "K",
+          "range": false,
+          "refId": "K"
+        },
+        {
           "expr": "max by (who, model_name, engine, max_model_len, max_model_len_source, max_num_seqs_source, num_gpu_blocks_source, block_size_source) (label_replace(label_join(vllm_headroom_config_info{cluster=~\"$cluster\",namespace=~\"$namespace\",pod=~\"$pod\",model_name=~\"$model_name\",engine=~\"$engine\"}, \"who\", \"/\", \"namespace\", \"pod\", \"instance\"), \"who\", \"$1$2\", \"who\", \"[^/]*//(.*)|/?([^/]*/?[^/]+)/[^/]*\"))",
           "format": "table",
           "instant": true,
@@ -1595,6 +1668,9 @@
               "Value #E": "W (blocks/request)",
               "Value #F": "max concurrency at W",
               "Value #G": "max concurrency at max_model_len",
+              "Value #I": "empty slots of used blocks",
+              "Value #J": "empty slots, at most",
+              "Value #K": "prefix cache hits",
               "who": "pod (or instance)"
             }
           }

@@ -3,8 +3,9 @@
 Three shapes, each a real subprocess of the CLI with --yes: slots-bound (max_num_seqs binds), KV-bound (the pool
 binds) and long prompts (a prompt of 125 blocks: two fit in 320). The queue point and the most that ran come from
 the engine's own gauges at each step; the prediction from the pipeline before the load. They agree within one
-request. Then: the probe stops at --max-requests (the engine counts no more), and a real SIGINT stops it, cancels
-what it sent (the engine counts them aborted) and exits 130.
+request. Then: the probe stops at --max-requests (the engine counts no more), without --yes it sends nothing (the
+engine's token counters stand still), and a real SIGINT stops it, cancels what it sent (no request reaches its
+max_tokens) and exits 130.
 
 This file runs after test_scenarios.py (file order), whose first test needs a server nobody has loaded yet.
 """
@@ -124,6 +125,21 @@ def test_probe_never_sends_more_than_max_requests(vllm_main: VllmServer) -> None
     _wait_idle(vllm_main.url, 30)
     time.sleep(0.5)  # the last finished request's counter lands with the next engine step's stats
     assert _requests_counted(vllm_main.url) - before <= 7
+
+
+def test_without_yes_the_probe_prints_the_plan_and_the_engine_sees_no_request(vllm_main: VllmServer) -> None:
+    _wait_idle(vllm_main.url)
+    text = httpx.get(vllm_main.url + "/metrics", timeout=5).text
+    before = [metric_value(text, n) or 0.0 for n in ("vllm:prompt_tokens_total", "vllm:request_success_total")]
+    code, doc, err = probe(vllm_main.url, "--prompt-tokens", "352", "--max-tokens", "32", "--concurrency", "1:5",
+                           *STEP)
+    assert code == 0, err
+    assert doc is not None and doc["dry_run"] and doc["requests_sent"] == 0 and doc["ramp"] == [1, 2, 3, 4, 5]
+    assert doc["predicted"]["queue_point"] is not None
+    time.sleep(1.0)
+    text = httpx.get(vllm_main.url + "/metrics", timeout=5).text
+    after = [metric_value(text, n) or 0.0 for n in ("vllm:prompt_tokens_total", "vllm:request_success_total")]
+    assert after == before
 
 
 def test_ctrl_c_stops_the_probe_and_cancels_what_it_sent(vllm_hol: VllmServer) -> None:

@@ -305,7 +305,9 @@ def admission(cfg: Config = DEFAULT) -> dash.Dashboard:
     ledger = _merge_table(
         "Capacity ledger",
         "Per engine: usable blocks, block size, tokens, max_model_len, max_num_seqs, max concurrency "
-        "at the worst case W and at max_model_len, and where each config value came from (flag, vllm_args, cmdline, "
+        "at the worst case W and at max_model_len, the share of used blocks' token slots that hold no token (with its "
+        "high bound; empty while nothing runs) and the prefix cache's hit share, and where each config value came "
+        "from (flag, vllm_args, cmdline, "
         f"cache_config_info, v1_models). {NEEDS_SIDECAR}: max_model_len, max_num_seqs and provenance are in no vLLM "
         "metric. Capacity alone from vLLM's metrics: instance_engine:vllm_kv_capacity_blocks:usable.")
     for ref, (metric, extra) in zip("ABCDEFG", [
@@ -316,6 +318,14 @@ def admission(cfg: Config = DEFAULT) -> dash.Dashboard:
         ("vllm_headroom_max_concurrency_requests", ',basis="max_model_len"'),
     ], strict=True):
         ledger = ledger.with_target(q(f"max by ({key}) ({who(f'{metric}{{{H}{extra}}}')})", ref, ref, instant=True))
+    # Block waste beside the capacity it eats: the empty-slot share of used blocks (estimate and its high bound; absent
+    # while nothing runs) and the prefix cache's hit share.
+    for ref, metric in (("I", 'vllm_headroom_kv_block_waste_ratio{' + H + ',bound="estimate"}'),
+                        ("J", 'vllm_headroom_kv_block_waste_ratio{' + H + ',bound="high"}'),
+                        ("K", f"vllm_headroom_prefix_cache_hit_ratio{{{H}}}")):
+        ledger = (ledger.with_target(q(f"max by ({key}) ({who(metric)})", ref, ref, instant=True))
+                  .override_by_query(ref, [DynamicConfigValue("unit", "percentunit"),
+                                           DynamicConfigValue("decimals", 1)]))
     ledger = ledger.with_target(q(
         f"max by ({key}, max_model_len, max_model_len_source, max_num_seqs_source, num_gpu_blocks_source, "
         f"block_size_source) ({who(f'vllm_headroom_config_info{{{H}}}')})", "H", "H", instant=True))
@@ -323,8 +333,24 @@ def admission(cfg: Config = DEFAULT) -> dash.Dashboard:
         "excludeByName": {"Value #H": True},
         "renameByName": {"who": "pod (or instance)", "Value #A": "usable blocks", "Value #B": "block size",
                          "Value #C": "tokens", "Value #D": "max_num_seqs", "Value #E": "W (blocks/request)",
-                         "Value #F": "max concurrency at W", "Value #G": "max concurrency at max_model_len"}}))
+                         "Value #F": "max concurrency at W", "Value #G": "max concurrency at max_model_len",
+                         "Value #I": "empty slots of used blocks", "Value #J": "empty slots, at most",
+                         "Value #K": "prefix cache hits"}}))
     d = d.with_panel(ledger)
+    waste = 'vllm_headroom_kv_block_waste_ratio{' + H + ',bound="%s"}'
+    d = d.with_panel(
+        _ts("Block waste and the prefix cache",
+            "Share of the token slots in used KV blocks that hold no token, with its range: vLLM's usage gauge counts "
+            "whole blocks, so a request one token into a block holds all of it (17-token prompts at block 16 fill "
+            "2 blocks, 53 % of their slots). The share of prompt tokens the prefix cache served, and at most how much "
+            "of a prompt a shared prefix loses at its last partial block (only full blocks are cached). "
+            f"{NEEDS_SIDECAR}.", "percentunit", 24)
+        .with_target(q(f"max({waste % 'estimate'})", "empty slots of used blocks", "A"))
+        .with_target(q(f"max({waste % 'low'})", "empty slots, low", "B"))
+        .with_target(q(f"max({waste % 'high'})", "empty slots, high", "C"))
+        .with_target(q(f"max(vllm_headroom_prefix_cache_hit_ratio{{{H}}})", "prefix cache hits", "D"))
+        .with_target(q(f'max(vllm_headroom_prefix_cache_boundary_loss_ratio{{{H},bound="high"}})',
+                       "prefix lost at a partial block, at most", "E")))
     d = d.with_panel(
         text.Panel().title("Runbook").height(5).span(24)
         .content(f"Alerts and what to do: [runbook]({url}). False-full: [{url}#vllmkvfalsefull]"

@@ -1,4 +1,4 @@
-"""Command line: `serve`, `diagnose`, `recommend`, `estimate`, `demo`, `replay`.
+"""Command line: `serve`, `diagnose`, `recommend`, `estimate`, `probe`, `demo`, `replay`.
 
 The CLI only parses arguments (`flags`), builds settings in one place (`settings`), calls one wing and
 prints; one module per subcommand group. Exit codes: 0 ok, 1 runtime failure (a target down, a port
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from .. import __version__
 from ..expose.server import PortInUse
-from . import estimate, oneshot, replay, serve
+from . import estimate, oneshot, probe, replay, serve
 from .flags import Parser, RuntimeFailure, UsageError, unknown_env
 
 
@@ -25,6 +25,7 @@ def build_parser() -> Parser:
     serve.register(sub)
     oneshot.register(sub)
     estimate.register(sub)
+    probe.register(sub)
     replay.register(sub)
     return parser
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import textwrap
@@ -13,8 +14,8 @@ from typing import Any
 
 from ..core import defaults
 from ..engines.vllm import VLLM
+from ..planning import blocks, memory, startup_log
 from ..planning import estimate as est
-from ..planning import memory, startup_log
 from .flags import UsageError, add, fraction, params, positive_int, tokens
 
 DESCRIPTION = (
@@ -116,6 +117,9 @@ def register(sub: Any) -> None:
         "\"model\": \"org/drafter\", \"num_speculative_tokens\": 3}': the drafter's layers join the KV cache")
     add(g, "--draft-model-config", help="the drafter's config.json or folder (EAGLE, EAGLE3, DFlash, a draft model); "
         "else its --speculative-config model is looked up like the model")
+    add(g, "--prompt-tokens", positive_int, help="a typical request's prompt, for the block-size what-if (empty "
+        "slots per block, requests that fit)")
+    add(g, "--output-tokens", positive_int, help="a typical request's output, with --prompt-tokens")
     add(g, "--allow-long-max-model-len", action="store_true",
         help="like VLLM_ALLOW_LONG_MAX_MODEL_LEN=1: a max_model_len above max_position_embeddings warns, not fails")
     g = p.add_argument_group("memory per device (a bare number is GiB)")
@@ -207,6 +211,44 @@ def _log_rows(facts: startup_log.LogFacts, e: est.Estimate) -> list[tuple[str, s
     return [r for r in rows if r[2] is not None]
 
 
+def _block_sizes(args: argparse.Namespace, x: est.Inputs, facts: startup_log.LogFacts | None
+                 ) -> list[blocks.BlockSizeRow]:
+    """The block-size what-if: each size the backend takes (the log's backend when it names one)."""
+    if (args.prompt_tokens is None) != (args.output_tokens is None):
+        raise UsageError("give --prompt-tokens and --output-tokens together: the lengths of a typical request")
+
+    def num_blocks(bs: int) -> int | None:
+        try:
+            e = est.estimate(dataclasses.replace(x, block_size=bs))
+        except ValueError:
+            return None  # vLLM would refuse this size for the model (or the pool holds no block)
+        return e.num_blocks if e.block_size == bs else None  # a hybrid raises the size: not this row's
+
+    backend = ((facts.attention.backend if facts.attention else None) or facts.backend) if facts else None
+    return blocks.what_if(x.block_size, backend, args.prompt_tokens, args.output_tokens,
+                          num_blocks, x.context, running=x.max_num_seqs)
+
+
+def attention_lines(a: startup_log.AttentionFacts | None) -> list[str]:
+    """What the log says about the attention backend, the block size and the KV dtype, asked beside in effect."""
+    if a is None:
+        return []
+    if a.backend:
+        chose = f" out of {', '.join(a.candidates)}" if a.candidates else ""
+        backend = f"attention backend {a.backend}{chose} (the log: {a.backend_line!r})"
+    else:
+        backend = ("attention backend: the log names none (vLLM's CPU build, for one, selects CPU_ATTN for every "
+                   "model without MLA and logs nothing, vllm/platforms/cpu.py:177-179 @0.32.0)")
+    if a.backend_asked:
+        backend += f"; asked: {a.backend_asked}"
+    asked = "not asked (vLLM's default)" if a.block_size_asked is None else f"--block-size {a.block_size_asked}"
+    block = (f"block size in effect {a.block_size} (from {a.block_size_source}); {asked}" if a.block_size
+             else f"block size in effect: the log does not say; {asked}")
+    kv = f"KV cache dtype in effect {a.kv_cache_dtype or 'not stated'}" + (
+        f"; asked --kv-cache-dtype {a.kv_cache_dtype_asked}" if a.kv_cache_dtype_asked else "")
+    return [backend, block, kv, *(f"differs from the flags: {n}" for n in a.notes)]
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         x, facts = _inputs(args)
@@ -218,18 +260,25 @@ def run(args: argparse.Namespace) -> int:
         fits = est.smallest_fit(x) if x.gpu_memory is not None else []
     except ValueError as exc:  # Unsupported and vLLM's own refusals included: one sentence, never a wrong number
         raise UsageError(str(exc)) from None
+    sizes = _block_sizes(args, x, facts)
     log_rows = _log_rows(facts, result) if facts else []
     if args.json:
         doc = est.as_json(x, result)
         if fits:
             doc["smallest_fit"] = [{"kv_cache_dtype": kv, "tensor_parallel_size": tp} for kv, tp, _e in fits]
+        doc["block_size_what_if"] = [r.as_json() for r in sizes]
         if facts:
             doc["from_log"] = {"version": facts.version, **{k: {"log": v, "ours": o} for k, _l, v, o in log_rows}}
             doc["from_log_notes"] = {"backend": facts.backend, "backend_block_size": facts.backend_block_size,
                                      "unread_lines": list(facts.unread)}
+            doc["from_log_attention"] = None if facts.attention is None else dataclasses.asdict(facts.attention)
         print(json.dumps(doc, indent=2))
         return 0
     text = est.render(x, result)
+    lengths = (f"requests of {args.prompt_tokens} + {args.output_tokens} tokens" if args.prompt_tokens
+               and args.output_tokens else f"the pool filled by max_num_seqs {x.max_num_seqs} requests; give "
+               "--prompt-tokens and --output-tokens for a request's own")
+    text += "\n\n" + "\n".join(blocks.render([r.as_json() for r in sizes], lengths))
     if fits:
         text += "\n\n  smallest tensor parallel size at which max_num_seqs requests of max_model_len fit:\n"
         text += "\n".join(f"    KV {kv:<10} " + (f"TP {tp}" if tp else "none up to TP 64") for kv, tp, _e in fits)
@@ -240,6 +289,7 @@ def run(args: argparse.Namespace) -> int:
         if facts.backend_block_size:
             text += (f"\n    block size {facts.backend_block_size}: the log's 'Setting kv cache block size' for "
                      f"{facts.backend}")
+        text += "".join(f"\n    {line}" for line in attention_lines(facts.attention))
         for line in facts.unread:
             text += f"\n    a capacity line of the log could not be read, so it is not used: {line}"
         if facts.kv_memory_gib:

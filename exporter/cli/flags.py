@@ -365,7 +365,8 @@ def add_config_flags(p: argparse.ArgumentParser, verdict: bool = True) -> None:
     add(g, "--draft-model-config", help="the speculative drafter's config.json (or folder), with --model-config: "
         "its layers join the KV cache (EAGLE, EAGLE3, DFlash, a draft model; MTP needs none)")
     add(g, "--vllm-startup-log", help="vLLM's start-up log (a file): capacity, KV memory and flags when vLLM "
-        f"exports no {_CACHE_CONFIG} (the Rust frontend); read again every --models.interval")
+        f"exports no {_CACHE_CONFIG} (the Rust frontend), and the attention backend it selected, the block size "
+        "and KV dtype in effect; read again every --models.interval")
     g = p.add_argument_group("KV pool per device, with --model-config: an estimated capacity when vLLM states none "
                              "(a bare number is GiB)")
     add(g, "--kv-cache-memory", gib_size("--kv-cache-memory"), help="the KV pool per device, as vLLM's "

@@ -50,6 +50,17 @@ REPLAY_LISTEN_ADDRESS: Final = "127.0.0.1:8000"
 # -- recommend -----------------------------------------------------------------------------------------
 RECOMMEND_MIN_REQUESTS: Final = 200  # refuse to recommend (or advise raising max_num_seqs) from fewer finished requests
 
+# -- probe (a controlled load against a staging server) -------------------------------------------------
+PROBE_MAX_REQUESTS: Final = 500  # never send more requests than this in one probe
+PROBE_STEP_SCRAPES: Final = 6  # /metrics scrapes recorded per concurrency step, once the engine holds the step
+PROBE_STEP_INTERVAL: Final = 0.5  # s between those scrapes
+PROBE_STEP_SETTLE: Final = 30.0  # s at most to wait for the engine to hold every request of a step
+PROBE_AUTO_STEPS: Final = 24  # the automatic ramp steps one by one up to this many clients, then spreads them
+# The capacity ledger: theoretical concurrency against what actually ran. Within 20 % is normal; beyond 50 %
+# something is misconfigured; in between, look at fragmentation or at what the metric counts.
+LEDGER_NORMAL_GAP: Final = 0.2
+LEDGER_MISCONFIGURED_GAP: Final = 0.5
+
 # -- estimate (vLLM's own defaults where it has one) ---------------------------------------------------
 ESTIMATE_BLOCK_SIZE: Final = 16
 ESTIMATE_MAX_NUM_SEQS: Final = 256

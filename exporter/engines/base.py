@@ -219,6 +219,23 @@ class InvalidValue(ValueError):
 
 
 @dataclass(frozen=True)
+class AttentionFacts:
+    """What an engine's start-up log (or command line) says about its attention backend, block size and KV dtype:
+    what was asked beside what took effect, each None when the log does not say; `notes` say where they differ."""
+
+    backend: str | None = None  # the backend the engine selected, as it names it (FLASH_ATTN, CPU_ATTN, ...)
+    backend_line: str | None = None  # the line that names it
+    candidates: tuple[str, ...] = ()  # the backends it could have used ("out of potential backends")
+    backend_asked: str | None = None  # --attention-backend / VLLM_ATTENTION_BACKEND, when stated
+    block_size_asked: int | None = None  # --block-size, when stated
+    block_size: int | None = None  # the block size in effect
+    block_size_source: str | None = None  # the line or rule it comes from
+    kv_cache_dtype_asked: str | None = None  # --kv-cache-dtype, when stated
+    kv_cache_dtype: str | None = None  # the KV cache dtype in effect ("auto" resolved to the model dtype)
+    notes: tuple[str, ...] = ()  # one sentence per difference between what was asked and what took effect
+
+
+@dataclass(frozen=True)
 class LogFacts:
     """What an engine's start-up log states about capacity; None where it says nothing."""
 
@@ -236,6 +253,7 @@ class LogFacts:
     backend_block_size: int | None = None  # "Setting kv cache block size to N for <backend>"
     backend: str | None = None
     unread: tuple[str, ...] = ()  # capacity lines the log has that could not be read
+    attention: AttentionFacts | None = None  # backend, block size and KV dtype: asked and in effect
 
     def flag(self, name: str) -> str | None:
         return dict(self.flags).get(name)
@@ -269,6 +287,9 @@ class Engine(Protocol):
     def batch_defaults(self, version: str | None, world_size: int | None,
                        performance_mode: str | None) -> BatchDefaults:
         """The slot cap's and the token budget's defaults when nobody sets them (see `BatchDefaults`)."""
+
+    def attention_facts(self, text: str) -> AttentionFacts:
+        """The attention backend, block size and KV dtype a start-up log states (asked and in effect)."""
     def blocks_from_log_figures(self, facts: LogFacts, block_size: int, per_request: int) -> tuple[int, int] | None:
         """(lowest, highest) block counts the log's printed capacity figures allow, R = `per_request` blocks per
         request of the log's max_model_len; None when they allow none or the log prints none."""

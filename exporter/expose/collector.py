@@ -67,6 +67,8 @@ _ENGINE_GAUGES: list[tuple[str, str, Callable[[EngineReport], float | None]]] = 
     ("requests_waiting", f"Requests waiting in the engine ({_NAMES.waiting}).", lambda e: e.waiting),
     ("max_num_seqs", "Configured max_num_seqs (absent when unknown).", lambda e: e.max_num_seqs),
     ("prompt_blocks", "Blocks the profile prompt needs at admission.", lambda e: e.headroom.prompt_blocks),
+    ("prefix_cache_hit_ratio", "Share of prompt tokens found in vLLM's prefix cache lately (absent without its "
+     "prefix-cache counters).", lambda e: e.prefix_cache_hit_ratio),
     ("kv_bytes_per_token", "KV-cache bytes one token takes per device, all layers (with --model-config).",
      lambda e: None if e.kv_bytes is None else e.kv_bytes.kv_bytes_per_token),
     ("kv_bytes_per_block", "Bytes of one KV-cache pool block per device, as vLLM groups layers "
@@ -130,6 +132,14 @@ class HeadroomCollector(Collector):
         profile = GaugeMetricFamily(P + "request_profile_tokens",
                                     "Profile quantile of request lengths used for worst-case math.",
                                     labels=[*el, "kind"])
+        waste = GaugeMetricFamily(P + "kv_block_waste_ratio",
+                                  "Share of the token slots in used KV blocks that hold no token (vLLM's usage counts "
+                                  "whole blocks): bound estimate, low and high; absent while nothing runs.",
+                                  labels=[*el, "bound"])
+        boundary = GaugeMetricFamily(P + "prefix_cache_boundary_loss_ratio",
+                                     "Share of prompt tokens a shared prefix holds but the prefix cache cannot serve "
+                                     "(vLLM caches full blocks only): bound estimate, low and high; absent before a "
+                                     "prompt length is known or with prefix caching off.", labels=[*el, "bound"])
         verdict = GaugeMetricFamily(P + "verdict", "Why requests wait: 1 for the current verdict.",
                                     labels=[*el, "verdict"])
         binding = GaugeMetricFamily(P + "binding_limit",
@@ -153,6 +163,10 @@ class HeadroomCollector(Collector):
             "(a config that makes no sense, e.g. num_gpu_blocks < 2); see /api/v1/diagnosis.",
             labels=[*el, "reason"])
         info_rows: list[tuple[dict[str, str], float]] = []
+        attention = GaugeMetricFamily(
+            P + "attention_info", "1, labelled with what vLLM's start-up log (--vllm-startup-log) says: the "
+            "attention backend it selected, the block size in effect and asked, the KV cache dtype in effect; empty "
+            "where it says nothing.", labels=[*tl, "backend", "block_size", "block_size_asked", "kv_cache_dtype"])
 
         seen_up = GaugeMetricFamily(P + "target_seen_up", "1 once a scrape of the target has succeeded since the "
                                     "sidecar started, 0 before (vLLM still loading).", labels=tl)
@@ -169,6 +183,10 @@ class HeadroomCollector(Collector):
             seen_up.add_metric(tv(t), 1.0 if t.seen_up else 0.0)
             if r.scrape_duration_seconds is not None:
                 duration.add_metric(tv(t), r.scrape_duration_seconds)
+            if r.attention is not None:
+                a = r.attention
+                attention.add_metric([*tv(t), a.backend or "", str(a.block_size or ""), str(a.block_size_asked or ""),
+                                      a.kv_cache_dtype or ""], 1.0)
             for reason in SCRAPE_ERROR_REASONS:
                 errors.add_metric([*tv(t), reason], float(t.errors.get(reason, 0)))
             if not r.up:
@@ -196,6 +214,10 @@ class HeadroomCollector(Collector):
                 for kind, q in (("prompt", e.prompt), ("max_tokens", e.max_tokens)):
                     if q is not None:
                         profile.add_metric([*labels, kind], q.tokens)
+                for family, w in ((waste, e.block_waste), (boundary, e.prefix_boundary_loss)):
+                    if w is not None:
+                        for name, x in (("estimate", w.ratio), ("low", w.low), ("high", w.high)):
+                            family.add_metric([*labels, name], round(x, 6))
                 for v in Verdict:
                     verdict.add_metric([*labels, str(v)], 1.0 if v is e.verdict else 0.0)
                 bound = headline.binding_limit(e)
@@ -229,6 +251,7 @@ class HeadroomCollector(Collector):
         yield worst
         yield concurrency
         yield profile
+        yield from (f for f in (waste, boundary) if describing or f.samples)
         yield verdict
         yield binding
         yield risk
@@ -238,6 +261,8 @@ class HeadroomCollector(Collector):
             yield ranges
         if describing or undetermined.samples:
             yield undetermined
+        if describing or attention.samples:
+            yield attention
         if describing or info_rows:
             names = sorted({k for row, _ in info_rows for k in row}) or el
             info = GaugeMetricFamily(P + "config_info",

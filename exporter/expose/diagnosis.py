@@ -6,13 +6,14 @@ becomes an object keyed by the label's value.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
 from .. import __version__
 from ..core import defaults
 from ..engines.vllm import VLLM
-from ..pipeline import advice, catalogue
+from ..pipeline import advice, catalogue, derive
 from ..pipeline.catalogue import Limit, Verdict
 from ..pipeline.report import EngineGap, EngineReport, TargetReport
 from . import headline
@@ -416,6 +417,40 @@ def notes(e: EngineReport) -> list[str]:
     return out
 
 
+def _waste_json(w: derive.Waste | None) -> dict[str, Any] | None:
+    """A ratio with its range, keyed like the metric's `bound` label, and what it rests on."""
+    if w is None:
+        return None
+    return {"estimate": round(w.ratio, 6), "low": round(w.low, 6), "high": round(w.high, 6), "basis": w.basis}
+
+
+def _token_usage_json(e: EngineReport) -> dict[str, float] | None:
+    if e.block_waste is None:
+        return None
+    tokens, low, high = derive.token_usage(e.headroom.panel_usage_ratio, e.block_waste)
+    return {"estimate": round(tokens, 6), "low": round(low, 6), "high": round(high, 6)}
+
+
+def waste_text(e: EngineReport) -> str | None:
+    """One line on block waste and the prefix cache, or None when nothing shows them."""
+    parts = []
+    w = e.block_waste
+    if w is not None:
+        tokens, low, high = derive.token_usage(e.headroom.panel_usage_ratio, w)
+        basis = {"profile": "the profile's lengths", "in_flight": "running requests and used blocks",
+                 "profile+in_flight": "the profile's lengths within the in-flight bounds"}.get(w.basis, w.basis)
+        parts.append(f"{_pct(w.ratio)} of the token slots in used blocks hold no token ({_pct(w.low)}-"
+                     f"{_pct(w.high)}, from {basis}): tokens fill {_pct(tokens)} ({_pct(low)}-{_pct(high)}) of the "
+                     f"pool where the panel shows {_pct(e.headroom.panel_usage_ratio)}")
+    if e.prefix_cache_hit_ratio is not None:
+        parts.append(f"prefix cache hits {_pct(e.prefix_cache_hit_ratio)} of prompt tokens")
+    b = e.prefix_boundary_loss
+    if b is not None and b.basis == "prefix_hits":
+        parts.append(f"a shared prefix loses {_pct(b.low)}-{_pct(b.high)} of the prompt at its last partial "
+                     f"block (only full blocks of {e.headroom.block_size_tokens} tokens are cached)")
+    return "; ".join(parts) or None
+
+
 def engine_json(e: EngineReport, engines: list[EngineReport] | None = None) -> dict[str, Any]:
     h = e.headroom
     q = e.profile
@@ -466,6 +501,10 @@ def engine_json(e: EngineReport, engines: list[EngineReport] | None = None) -> d
             "max_model_len": h.worst_case_blocks_max_model_len,
         },
         "prompt_blocks": h.prompt_blocks,
+        "kv_block_waste_ratio": _waste_json(e.block_waste),
+        "kv_token_usage_ratio": _token_usage_json(e),  # the panel's usage × (1 − waste): slots that hold KV
+        "prefix_cache_hit_ratio": None if e.prefix_cache_hit_ratio is None else round(e.prefix_cache_hit_ratio, 6),
+        "prefix_cache_boundary_loss_ratio": _waste_json(e.prefix_boundary_loss),
         "slot_headroom_requests": h.slot_headroom_requests,
         "admission_headroom_requests": h.admission_headroom_requests,
         "safe_headroom_requests": h.safe_headroom_requests,
@@ -607,6 +646,7 @@ def target_json(r: TargetReport) -> dict[str, Any]:
             "conservative": list(r.rules.conservative), "description": r.rules.describe()},
         "engines": ([engine_json(e, r.engines) for e in r.engines] if r.up
                     else [_down_json(r, m, e) for m, e in r.known_engines]),
+        "vllm_attention": None if r.attention is None else dataclasses.asdict(r.attention),
         "undetermined_engines": [_gap_json(g) for g in r.gaps],
         "notes": list(r.notes),
     }
@@ -647,6 +687,9 @@ def render_text(reports: list[TargetReport]) -> str:
                 f"  worst case per request: {h.worst_case_blocks_profile} blocks (profile), "
                 f"{'?' if wmax is None else wmax} at max_model_len; max concurrency {h.max_concurrency_profile} / "
                 f"{'?' if h.max_concurrency_max_model_len is None else h.max_concurrency_max_model_len}")
+            waste = waste_text(e)
+            if waste is not None:
+                lines.append(f"  block waste: {waste}")
             cfg = ", ".join(f"{k}={v['value']} ({v['source']})" for k, v in e.config.as_json().items())
             lines.append(f"  config: {cfg}")
             if (cap := _capacity_text(e)) is not None:
@@ -670,6 +713,11 @@ def render_text(reports: list[TargetReport]) -> str:
                 lines.append(f"  - {a}")
             for n in notes(e):
                 lines.append(f"  note: {n}")
+        att = r.attention
+        if att is not None:
+            lines.append(f"{r.url}  start-up log: attention backend {att.backend or 'not named'}, block size "
+                         f"{att.block_size or '?'} in effect ({att.block_size_source or 'not stated'}), KV cache "
+                         f"dtype {att.kv_cache_dtype or 'not stated'}")
         for g in r.gaps:
             lines.append(f"{r.url}  model={g.model_name} engine={g.engine}: {g.explanation}")
         for n in r.notes:

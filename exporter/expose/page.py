@@ -195,9 +195,11 @@ def _engine(r: TargetReport, e: EngineReport, h: EngineHistory | None) -> str:
             f"{100 * headline.unreachable_pool_ratio(hd):.0f} % of the pool · binding now: {e.binding_limit}")
     acts = "".join(f"<li>{escape(a)}</li>" for a in diagnosis.actions(e, r.engines))
     name = f"{e.model_name} engine {e.engine}"
+    waste = diagnosis.waste_text(e)
+    waste_html = "" if waste is None else f'<p class="nums waste">block waste: {escape(waste)}</p>'
     return (f'<article class="engine"><div><h3>{escape(name)}</h3><p>{_badge(str(e.verdict))}{flag}</p>'
             f'<p class="explanation">{escape(diagnosis.explain(e))}</p><p class="nums">{escape(nums)}</p>'
-            f'{f"<b>actions</b><ul>{acts}</ul>" if acts else ""}{_config(e)}</div>'
+            f'{waste_html}{f"<b>actions</b><ul>{acts}</ul>" if acts else ""}{_config(e)}</div>'
             f'<div>{charts(h, name)}</div></article>')
 
 

@@ -101,6 +101,34 @@ def contradictions(overrides: Overrides, cache: CapacityInfo | None, data_parall
     return out
 
 
+def _dtype(name: str) -> str:
+    return {"fp8": "fp8_e4m3"}.get(name, name)  # vLLM's fp8 is fp8_e4m3 (vllm/config/cache.py CacheDType)
+
+
+def asked_versus_running(args: dict[str, Any] | None, where: str, cache: CapacityInfo | None) -> list[str]:
+    """One note per value vLLM's command line asked that the engine does not run, from what it exports: the block
+    size and the KV cache dtype (cache_config_info), and that the attention backend it selected is only in its
+    start-up log (no metric names it)."""
+    if not args:
+        return []
+    out = []
+    asked = args.get("block_size")
+    running = None if cache is None else cache.block_size
+    if isinstance(asked, int) and running is not None and asked != running:
+        out.append(f"{where} asks --block-size {asked}; vLLM runs {running}-token blocks (cache_config_info), set "
+                   "by its platform or attention backend or raised for a hybrid layout: the figures use "
+                   f"{running}")
+    kv = args.get("kv_cache_dtype")
+    stored = None if cache is None else cache.cache_dtype
+    if isinstance(kv, str) and stored and _dtype(kv) != _dtype(stored):
+        out.append(f"{where} asks --kv-cache-dtype {kv}; vLLM's cache_config_info says cache_dtype {stored}")
+    backend = args.get("attention_backend")
+    if isinstance(backend, str):
+        out.append(f"{where} asks attention backend {backend}; the backend vLLM selected is named only in its "
+                   "start-up log (pass it with --vllm-startup-log to have it read)")
+    return out
+
+
 def is_ours(argv: list[str]) -> bool:
     """A vllm-headroom process (`vllm-headroom serve`, `python -m exporter ...`): never a source of vLLM flags."""
     if any(a.rsplit("/", 1)[-1].startswith("vllm-headroom") for a in argv[:3]):
@@ -305,6 +333,11 @@ def resolve(
 
     for key, v in overrides.items().items():
         offer(key, v, Source.FLAG)
+    if cache is not None:
+        # The block size vLLM runs wins over the one its command line asked: the platform or the backend may set
+        # another (CPU MLA forces 16, a hybrid raises it so one page holds a Mamba state; from 0.24 the exported
+        # value is synced from the engine). `asked_versus_running` says so when they differ.
+        offer("block_size", cache.block_size, Source.CACHE_CONFIG_INFO)
     for key, v in (vllm_args or {}).items():
         if key in ("port", "host", "num_gpu_blocks_override"):
             continue

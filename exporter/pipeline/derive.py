@@ -389,3 +389,123 @@ def kv_bytes(h: Headroom, bytes_per_token: int, bytes_per_block: int) -> KvBytes
     """Free and worst-case bytes = blocks × bytes per block, the block sized by vLLM's layer grouping."""
     return KvBytes(bytes_per_token, bytes_per_block, h.kv_free_blocks * bytes_per_block,
                    h.worst_case_blocks_profile * bytes_per_block)
+
+
+# -- block waste: token slots of used blocks that hold no token ------------------------------------------------
+#
+# vLLM allocates KV in whole blocks of bs token slots: a request holding t tokens has ceil(t / bs) blocks, so
+# ceil(t / bs) × bs − t of its slots hold nothing (`get_num_blocks_to_allocate`: cdiv(num_tokens, block_size) for
+# the tokens that need a slot, vllm/v1/core/single_type_kv_cache_manager.py:213 @0.32.0). Only the
+# last block of a request is partly filled: at most bs − 1 empty slots per running request (more only with
+# speculative decoding's lookahead slots). vLLM's usage gauge counts blocks, not tokens, so these slots read as
+# used (vllm-project/vllm PR#57336, open: 17-token prompts at block 16 showed 66.7 % block usage while 36.5 % of
+# token slots held KV). Prefix caching shares only full blocks, so the partly filled tail is never shared.
+
+
+def empty_slots(tokens: int, block_size: int) -> int:
+    """Slots of a request's blocks that hold no token: ceil(t / bs) × bs − t."""
+    return blocks_for_tokens(tokens, block_size) * block_size - max(tokens, 0)
+
+
+@dataclass(frozen=True)
+class Waste:
+    """Share of the token slots in used blocks that hold no token, with its range (0..1 each).
+
+    `basis` says what it rests on: "profile" (the lengths of finished requests, every running request assumed at
+    a random point of such a life), "in_flight" (running requests and used blocks alone: each request's last
+    block is partly filled, from empty to full) or "profile+in_flight" (both: the profile's value inside the
+    in-flight bounds)."""
+
+    ratio: float
+    low: float
+    high: float
+    basis: str
+
+
+def life_waste(prompt: int, generated: int, block_size: int) -> Waste:
+    """The empty-slot share of one request's blocks over its life, and its lowest and highest moment.
+
+    After its prefill a request's KV holds t = P tokens; each decode step adds one, up to P + G − 1 (the KV of the
+    last sampled token is never computed): G moments of one engine step each. The share is Σ empty / Σ slots over
+    those moments (what a scrape sees on average when running requests are at random points of such a life);
+    `low`/`high` are the extreme moments (what it sees when they move in step). O(G / bs)."""
+    bs = max(block_size, 1)
+    first, last = max(prompt, 1), max(prompt, 1) + max(generated, 1) - 1
+    empty_sum = slots_sum = 0
+    low, high = 1.0, 0.0
+    t = first
+    while t <= last:
+        blocks = blocks_for_tokens(t, bs)
+        end = min(last, blocks * bs)  # the last t with this many blocks
+        n = end - t + 1
+        slots = blocks * bs
+        empty_sum += n * slots - (t + end) * n // 2
+        slots_sum += n * slots
+        high = max(high, (slots - t) / slots)
+        low = min(low, (slots - end) / slots)
+        t = end + 1
+    return Waste(empty_sum / slots_sum, low, high, "profile")
+
+
+def profile_waste(prompt_mean: float, prompt_range: tuple[int, int], generated_mean: float,
+                  generated_range: tuple[int, int], block_size: int) -> Waste:
+    """The empty-slot share for the profile's requests: the life-average at the mean lengths (`life_waste`), and
+    as range the lowest and highest moment of any request whose prompt and output lengths lie in the histogram
+    buckets they were observed in (t from the smallest prompt to the longest prompt + output − 1)."""
+    estimate = life_waste(round(prompt_mean), max(1, round(generated_mean)), block_size).ratio
+    first = prompt_range[0] + 1  # a bucket's lower bound is exclusive (Prometheus' `le` buckets)
+    last = max(first, prompt_range[1] + max(generated_range[1], 1) - 1)
+    band = life_waste(first, last - first + 1, block_size)
+    return Waste(min(max(estimate, band.low), band.high), band.low, band.high, "profile")
+
+
+def in_flight_waste(used_blocks: int, running: int, block_size: int) -> Waste | None:
+    """Bounds from the gauges alone: `running` requests each leave 0 .. bs − 1 slots of their last block empty, in
+    `used_blocks` × bs slots; the middle (half a block per request, the field guides' B / 2S) is the estimate.
+    None when nothing runs or no block is used."""
+    if running <= 0 or used_blocks <= 0:
+        return None
+    slots = used_blocks * block_size
+    high = min(1.0, running * (block_size - 1) / slots)
+    return Waste(high / 2, 0.0, high, "in_flight")
+
+
+def block_waste(used_blocks: int, running: int, block_size: int, profile: Waste | None) -> Waste | None:
+    """The engine's empty-slot share now: the profile's life-average inside the in-flight bounds.
+
+    Without running requests there is no used block to speak of (None). Without a profile (nothing finished yet),
+    the in-flight bounds alone. When the profile's range and the in-flight bounds do not overlap, the requests in
+    flight are not the profile's (a new workload): the in-flight bounds alone."""
+    bounds = in_flight_waste(used_blocks, running, block_size)
+    if bounds is None:
+        return None
+    if profile is None:
+        return bounds
+    low, high = max(profile.low, bounds.low), min(profile.high, bounds.high)
+    if low > high:
+        return bounds
+    return Waste(min(max(profile.ratio, low), high), low, high, "profile+in_flight")
+
+
+def token_usage(block_usage: float, waste: Waste) -> tuple[float, float, float]:
+    """The share of the pool's token slots that hold KV: block usage × (1 − waste), (estimate, low, high)."""
+    return block_usage * (1 - waste.ratio), block_usage * (1 - waste.high), block_usage * (1 - waste.low)
+
+
+def prefix_boundary_loss(hit_share: float, prompt: int, block_size: int) -> Waste | None:
+    """The share of prompt tokens a shared prefix holds but the prefix cache cannot serve, because they do not
+    fill a block (0..1, with its range); None without a prompt length.
+
+    vLLM hashes and caches full blocks only ("We only hash full blocks", `request_block_hasher`,
+    vllm/v1/core/kv_cache_utils.py:978-981 @0.32.0), and never serves the last prompt token from the cache
+    (`max_cache_hit_length = num_tokens − 1`, vllm/v1/core/kv_cache_manager.py:290-298): of a prefix of S shared
+    tokens only floor(S / bs) × bs hit, and the rest, 0 .. bs − 1 tokens, every request computes again. The range
+    is therefore 0 .. (bs − 1) / P whatever the hits say; hits show that a shared prefix exists (estimate: half a
+    block, (bs − 1) / 2P), no hits that none of a block or more does (estimate 0: a shorter one would hit nothing
+    and lose all its tokens, inside the range). A block's hash chains its parent's and includes the LoRA name,
+    multimodal hashes and, in the first block, the request's `cache_salt` (`generate_block_hash_extra_keys`,
+    kv_cache_utils.py:625-663): requests with another adapter or salt share nothing, whatever their tokens."""
+    if prompt <= 0:
+        return None
+    high = min(1.0, (block_size - 1) / prompt)
+    return Waste(high / 2, 0.0, high, "prefix_hits") if hit_share > 0 else Waste(0.0, 0.0, high, "no_hits")

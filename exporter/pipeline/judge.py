@@ -37,7 +37,7 @@ from . import advice, derive
 from .config import FoundCmdline, Known, ServingConfig, Source, value
 from .derive import Headroom, Pool
 from .inputs import Input, Provenance, provenance
-from .profile import Quantile, Window, delta, histogram_quantile, profile_value
+from .profile import Lengths, Quantile, Window, delta, histogram_quantile, lengths, profile_value
 from .report import BudgetUse, EngineGap, EngineReport, KvTransfer, ProfileQuality, Risk
 from .verdict import Judgement, Observation, Thresholds, Tracker
 
@@ -147,6 +147,12 @@ class EngineHistory:
             return None
         return (now[0] - before[0]) - (now[1] - before[1])
 
+    def lengths(self, role: str, max_model_len: int | None) -> Lengths | None:
+        """The lengths of the requests the window of `role` holds (fed by `window` this scrape)."""
+        window = self.windows.get(role)
+        hist = None if window is None else window.recent()
+        return None if hist is None else lengths(hist, max_model_len)
+
     def hit_share(self, e: EngineSample, gauges_only: bool) -> float:
         """Share of prompt tokens found in the prefix cache: over the last interval that looked any up (the
         sidecar), or since start (one-shot). vLLM >= 0.28 records the lookups at admission
@@ -250,6 +256,27 @@ def largest_prompt_blocks(e: EngineSample, max_model_len: int | None, block_size
     if largest is None:
         return None
     return derive.blocks_for_tokens(largest.upper or largest.tokens, block_size)
+
+
+def kv_waste(history: EngineHistory, e: EngineSample, pool: Pool, max_model_len: int | None,
+             hit_share: float, cfg: ServingConfig | None = None) -> tuple[derive.Waste | None, derive.Waste | None]:
+    """The empty-slot share of used blocks (the profile's lengths inside the in-flight bounds) and the share of
+    prompt tokens a shared prefix loses at the full-block boundary (none with prefix caching off); None where
+    nothing shows them. A hybrid layout's groups have their own blocks: no single answer there."""
+    if pool.hybrid:
+        return None, None
+    bs = pool.block_size_tokens
+    prompt = history.lengths(PROMPT_LENGTHS, max_model_len)
+    generated = history.lengths(GENERATION_LENGTHS, max_model_len)
+    profile = None
+    if prompt is not None and generated is not None:
+        profile = derive.profile_waste(prompt.mean, (prompt.lower, prompt.upper), generated.mean,
+                                       (generated.lower, generated.upper), bs)
+    waste = derive.block_waste(pool.kv_used_blocks, int(e.running or 0), bs, profile)
+    caching = value(cfg.enable_prefix_caching) if cfg is not None else None
+    boundary = None if prompt is None or caching is False else \
+        derive.prefix_boundary_loss(hit_share, round(prompt.mean), bs)
+    return waste, boundary
 
 
 def kv_bytes(shape: ModelShape | None, cfg: ServingConfig, headroom: Headroom,
@@ -576,6 +603,7 @@ def judge(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, histo
         pool = derive.with_head_floor(pool, held, running)
         if median is not None and held * block_size > median.tokens:
             median = replace(median, tokens=held * block_size)
+    waste, boundary = kv_waste(history, e, pool, max_model_len, hit_share, cfg)
     tracker = history.tracker
     batch = _batch_defaults(how, cfg, snap)
     budget = budget_use(cfg, snap, median, hit_share, batch)
@@ -637,6 +665,9 @@ def judge(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, histo
     report = _report(now, e, cfg, snap, judgement, false_full, headroom, prompt, max_tokens, max_num_seqs,
                      gauges_only, how, block_size, quality, budget, found, tracker, inputs,
                      risks_of(headroom, running, thin, quality.stale), decides)
+    report = replace(report, block_waste=waste, prefix_boundary_loss=boundary,
+                     prefix_cache_hit_ratio=hit_share if e.prefix_queries_total is not None
+                     and e.prefix_hits_total is not None else None)
     if judgement.gauges_reliable:
         report = replace(report, advice=tuple(advice.advise(report)))
         history.consistent = report

@@ -127,6 +127,17 @@ class Window:
         while len(self._snapshots) >= 2 and self._snapshots[1][0] <= now - self.seconds:
             self._snapshots.popleft()
 
+    def recent(self) -> Histogram | None:
+        """The requests finished in the window (the lifetime histogram when none did)."""
+        if not self._snapshots:
+            return None
+        latest = self._snapshots[-1][1]
+        if len(self._snapshots) >= 2:
+            d = delta(latest, self._snapshots[0][1])
+            if d is not None and d.count > 0:
+                return d
+        return latest
+
     def quantile(self, q: float, max_model_len: int | None) -> Quantile | None:
         """The windowed quantile; falls back to the lifetime histogram when nothing finished in the window."""
         if not self._snapshots:
@@ -151,3 +162,37 @@ def profile_value(
     if max_model_len is not None:
         return Quantile(max_model_len, "max_model_len", 0)
     return None
+
+
+@dataclass(frozen=True)
+class Lengths:
+    """The lengths of the requests a histogram holds: their mean (`_sum / _count`) and the bounds of the buckets
+    they fell in (lowest bucket's lower bound, highest bucket's upper bound, +Inf as max_model_len)."""
+
+    mean: float
+    lower: int
+    upper: int
+    samples: int
+
+
+def lengths(hist: Histogram, max_model_len: int | None) -> Lengths | None:
+    """The mean and the bucket range of `hist`'s observations; None when it holds none, or reaches +Inf with
+    max_model_len unknown."""
+    if hist.count <= 0:
+        return None
+    previous = 0.0
+    lower: float | None = None
+    upper = 0.0
+    low_bound = 0.0
+    for bound, cumulative in hist.buckets:
+        if cumulative > previous:
+            if lower is None:
+                lower = low_bound
+            upper = bound
+        previous, low_bound = cumulative, bound
+    if lower is None:
+        return None
+    top = to_tokens(upper, max_model_len)
+    if top is None:
+        return None
+    return Lengths(hist.sum / hist.count, int(lower), top, int(hist.count))

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core import defaults
-from ..engines.base import Candidate, Histogram, OffloadTier, ReleaseRules
+from ..engines.base import AttentionFacts, Candidate, Histogram, OffloadTier, ReleaseRules
 from . import derive
 from .config import ServingConfig
 from .derive import Headroom
@@ -129,6 +129,9 @@ class EngineReport:
     unreliable_scrapes: int = 0  # scrapes of this engine whose gauges contradicted its counters, since start
     producer_holding: bool = False  # a P/D producer keeps finished prefills' blocks for its decode side
     consistent: EngineReport | None = None  # gauges unreliable: the report of the consistent scrape judged from
+    block_waste: derive.Waste | None = None  # token slots of used blocks holding no token (None: nothing runs)
+    prefix_cache_hit_ratio: float | None = None  # prompt tokens found in the prefix cache lately (None: no counters)
+    prefix_boundary_loss: derive.Waste | None = None  # prompt tokens of shared prefixes not cached (partial blocks)
     capacity_decides: str | None = None  # the capacity is a range and the answer differs across it (one sentence)
     admission_notes: tuple[str, ...] = ()  # what the admission headroom cannot show (cadence, active cap, ...)
     kv_transfer: KvTransfer | None = None  # P/D connector, role, lease, transfer counters, offload tiers
@@ -260,6 +263,7 @@ class TargetReport:
     known_engines: list[tuple[str, str]] = field(default_factory=list)  # when down: the engines last seen up
     notes: list[str] = field(default_factory=list)  # values ignored or contradicted (said once in the log)
     rules: ReleaseRules | None = None  # the release's rules the numbers were derived with, and how we know
+    attention: AttentionFacts | None = None  # from --vllm-startup-log: the attention backend and block size in effect
 
 
 @dataclass(frozen=True)

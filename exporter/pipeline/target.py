@@ -17,12 +17,21 @@ from urllib.parse import urlsplit
 import httpx
 
 from ..core import defaults
-from ..engines.base import CapacityInfo, Engine, InvalidValue, LogFacts
+from ..engines.base import AttentionFacts, CapacityInfo, Engine, InvalidValue, LogFacts
 from ..engines.vllm import VLLM
 from ..model.shape import ModelShape
 from . import exposition
 from .capacity import KvPool, with_capacity
-from .config import FoundCmdline, Overrides, ServingConfig, Source, contradictions, find_vllm_cmdline, resolve
+from .config import (
+    FoundCmdline,
+    Overrides,
+    ServingConfig,
+    Source,
+    asked_versus_running,
+    contradictions,
+    find_vllm_cmdline,
+    resolve,
+)
 from .judge import EngineHistory, Judging, judge
 from .report import BudgetUse as BudgetUse
 from .report import EngineGap as EngineGap
@@ -80,6 +89,7 @@ class Target:
         self._log: LogFacts | None = None  # what the start-up log states, re-read every --models.interval
         self._log_at: float | None = None
         self._log_note: str | None = None  # why the start-up log gave nothing (unreadable, no capacity line yet)
+        self._attention: AttentionFacts | None = None  # the log's attention backend, block size, KV dtype
         self.errors: dict[str, int] = {}
         self.scrapes = 0  # scrapes begun by `scrape()` since start
         self.known_engines: set[tuple[str, str]] = set()
@@ -141,7 +151,10 @@ class Target:
                 text = f.read(STARTUP_LOG_MAX_BYTES)
         except OSError as exc:
             self._log, self._log_note = None, f"--vllm-startup-log {path} cannot be read: {exc.strerror}"
+            self._attention = None
             return None
+        # The backend, block size and KV dtype are read from any log, also one without a capacity line yet.
+        self._attention = self.settings.engine.attention_facts(text)
         try:
             self._log, self._log_note = self.settings.engine.parse_startup_log(text), None
         except ValueError as exc:
@@ -159,7 +172,8 @@ class Target:
         if kept is not None and kept[0] == inputs:
             return kept[1], kept[2]
         overrides = self.settings.overrides
-        notes = contradictions(overrides, cache, data_parallel_engines)
+        where = "--vllm-args" if args_source == Source.VLLM_ARGS else "vLLM's command line"
+        notes = contradictions(overrides, cache, data_parallel_engines) + asked_versus_running(args, where, cache)
         cfg = resolve(overrides, args, args_source, cache, data_parallel_engines, models_len, log)
         cfg, problem = with_capacity(cfg, log, self.settings.model_shape, self.settings.kv_pool,
                                      self.settings.engine, self.settings.draft_shape)
@@ -192,7 +206,9 @@ class Target:
         report = TargetReport(self.settings.url, up=True, version=self.version, frontend=self.frontend,
                               observed_at=now,
                               notes=list(self._args_notes) + ([self._log_note] if self._log_note else []),
-                              rules=snap.rules)
+                              rules=snap.rules, attention=self._attention)
+        if self._attention is not None:
+            report.notes += [f"vLLM's start-up log: {n}" for n in self._attention.notes]
         models_len = self.models.max_model_len if self.models else None
         found = self._cmdline if self.settings.vllm_args is None and self.settings.discover_cmdline else None
         for e in snap.engines:

@@ -16,8 +16,9 @@ from ..engines.vllm import VLLM
 from ..pipeline import derive
 from ..pipeline.config import value
 from ..pipeline.profile import bucket_quantile
+from ..pipeline.profile import lengths as lengths_of
 from ..pipeline.report import EngineReport
-from . import advice
+from . import advice, blocks
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,9 @@ def recommend(e: EngineReport, min_requests: int) -> dict[str, Any]:
             - (h.max_concurrency_max_model_len or 0),
         })
     out["max_model_len"] = lengths
+    out["block_size_what_if"] = [r.as_json() for r in block_size_rows(e)]
+    out["block_size_what_if_basis"] = ("the observed requests' mean prompt and generated tokens (lifetime "
+                                       "histograms); the pool holds the same tokens at every size")
     fits = h.max_concurrency_profile
     low, high = advice.seqs_range(fits)
     # The same advice diagnose gives on the same exposition: the judgement's, else the standalone sizing.
@@ -110,6 +114,22 @@ def recommend(e: EngineReport, min_requests: int) -> dict[str, Any]:
         "concurrency_change": None if e.max_num_seqs is None else high - e.max_num_seqs,
     }
     return out
+
+
+def block_size_rows(e: EngineReport) -> list[blocks.BlockSizeRow]:
+    """The block-size what-if for the engine's observed requests (lifetime means of prompt and generated
+    tokens): the pool holds the same tokens at every size (dense layouts: bytes per block scale with it)."""
+    h = e.headroom
+    length = value(e.config.max_model_len)
+    prompt_hist, gen_hist = e.histograms.get(PROMPT_LENGTHS), e.histograms.get(GENERATION_LENGTHS)
+    p = None if prompt_hist is None else lengths_of(prompt_hist, length)
+    g = None if gen_hist is None else lengths_of(gen_hist, length)
+    prompt = None if p is None else round(p.mean)
+    generated = None if g is None else max(1, round(g.mean))
+    bs = h.block_size_tokens
+    tokens = (h.kv_capacity_blocks + 1) * bs  # the null block included: num_gpu_blocks × bs
+    return blocks.what_if(bs, None, prompt, generated, lambda b: None if h.hybrid else tokens // b, length,
+                          e.prefix_cache_hit_ratio or 0.0, running=e.running or None)
 
 
 def render_text(advice: list[dict[str, Any]]) -> str:
@@ -130,4 +150,6 @@ def render_text(advice: list[dict[str, Any]]) -> str:
             lines.append(f"  max_num_seqs: {m['advice']['text']}")
         else:
             lines.append(f"  max_num_seqs: {m['range'][0]}-{m['range'][1]} ({m['why']})")
+        if a.get("block_size_what_if"):
+            lines += blocks.render(a["block_size_what_if"], a["block_size_what_if_basis"])
     return "\n".join(lines)

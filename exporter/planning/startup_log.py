@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ..engines.base import AttentionFacts as AttentionFacts
 from ..engines.base import LogFacts as LogFacts
 from ..engines.vllm import VLLM
 from .estimate import GiB, Inputs

@@ -11,7 +11,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[2] / "exporter"
 # Lowest first: a module may import its own wing and any wing before it, never one after it. `engines` holds
 # what each serving engine is (names, readers, release rules, flags, start-up log, derived max_model_len).
-WINGS = ["core", "engines", "model", "pipeline", "planning", "expose", "replay", "cli"]
+WINGS = ["core", "engines", "model", "pipeline", "planning", "probe", "expose", "replay", "cli"]
 VLLM_WING = PACKAGE / "engines" / "vllm"
 # A vLLM metric name (`vllm:` and a letter); `http://vllm:8000` is a host name, not a metric.
 VLLM_NAME = re.compile(r"vllm:[a-z_]")

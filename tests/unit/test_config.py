@@ -35,7 +35,7 @@ def test_token_counts(text: str, value: int | None) -> None:
     assert config.parse_token_count(text) == value
 
 
-def test_precedence_flag_over_cmdline_over_cache_config_over_models() -> None:
+def test_precedence_flag_over_cmdline_over_cache_config_over_models_but_the_running_block_size() -> None:
     cache = CacheInfo({"block_size": "32", "num_gpu_blocks": "80", "engine": "0"})
     cfg = config.resolve(
         Overrides(max_num_seqs=4),
@@ -47,7 +47,8 @@ def test_precedence_flag_over_cmdline_over_cache_config_over_models() -> None:
     )
     assert cfg.max_num_seqs == config.Known(4, Source.FLAG)
     assert cfg.max_model_len == config.Known(1024, Source.CMDLINE)
-    assert cfg.block_size == config.Known(64, Source.CMDLINE)
+    # The block size vLLM runs (its cache_config_info) wins over the one its command line asked.
+    assert cfg.block_size == config.Known(32, Source.CACHE_CONFIG_INFO)
     # num_gpu_blocks is summed over data-parallel engines from vLLM 0.9.
     assert cfg.num_gpu_blocks == config.Known(40, Source.CACHE_CONFIG_INFO)
     assert cfg.max_num_batched_tokens is None  # unknown stays unknown

@@ -56,6 +56,7 @@ def test_page_shows_the_verdict_the_explanation_and_both_charts() -> None:
     assert "raise max_num_seqs from 8 (vllm_args) to 9-10" in body and "safe while requests stay within" in body
     assert "<td>max_num_seqs</td><td>8</td><td class=\"src\">vllm_args</td>" in body  # config with its source
     assert "<h2>false-full recording</h2>" in body  # the target's label, not its URL
+    assert '<p class="nums waste">block waste: ' in body and "of the token slots in used blocks hold no token" in body
     assert body.count("<svg") == 2
     lines = dict(re.findall(r'data-series="([^"]+)" points="([^"]+)"', body))
     for name in ("KV usage % (panel, right axis)", "waiting requests", "admission headroom (requests)",

@@ -5,7 +5,8 @@
 - `releases`: the release rules (null block, usage formula, admission gate, data-parallel sums) per version;
 - `args`: vLLM's command-line flags and the types vLLM parses them with;
 - `batch_defaults`: max_num_seqs and max_num_batched_tokens when nobody sets them, per device class;
-- `startup_log`: what a pasted start-up log states about capacity; `capacity`: the block counts its figures allow;
+- `startup_log`: what a pasted start-up log states about capacity and the attention backend; `capacity`: the
+  block counts its figures allow; `attention`: the KV block sizes each attention backend takes;
 - `model_len`: the max_model_len vLLM derives from a model's config.json.
 """
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..base import BatchDefaults, LogFacts, MetricNames, Samples, Snapshot
+from ..base import AttentionFacts, BatchDefaults, LogFacts, MetricNames, Samples, Snapshot
 from . import args, batch_defaults, capacity, metrics, model_len, read, startup_log
 
 
@@ -50,6 +51,9 @@ class VllmEngine:
 
     def blocks_from_log_figures(self, facts: LogFacts, block_size: int, per_request: int) -> tuple[int, int] | None:
         return capacity.blocks_from_figures(facts, block_size, per_request)
+
+    def attention_facts(self, text: str) -> AttentionFacts:
+        return startup_log.attention(text)
 
 
 VLLM = VllmEngine()

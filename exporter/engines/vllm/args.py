@@ -26,7 +26,8 @@ _INT_FLAGS = ("max_model_len", "max_num_seqs", "max_num_batched_tokens", "block_
 _INT_FLAGS_ALSO = ("tensor_parallel_size", "data_parallel_size", "pipeline_parallel_size",
                    "num_gpu_blocks_override", "max_num_active_seqs", "prefill_schedule_interval",
                    "kv_cache_memory_bytes")
-_STR_FLAGS = ("model", "served_model_name", "kv_cache_dtype", "host", "gpu_memory_utilization", "performance_mode")
+_STR_FLAGS = ("model", "served_model_name", "kv_cache_dtype", "host", "gpu_memory_utilization", "performance_mode",
+              "attention_backend")
 _FLOAT_FLAGS = ("watermark",)
 _BOOL_FLAGS = ("enable_chunked_prefill", "enable_prefix_caching", "scheduler_reserve_full_isl")
 _JSON_FLAGS = ("speculative_config", "kv_transfer_config")
@@ -238,6 +239,8 @@ def parse_vllm_args_noting(argv: list[str], where: str = "--vllm-args") -> tuple
         else:
             flag, inline = token, None
         name = _SHORT.get(flag) or flag.lstrip("-").replace("-", "_")
+        if name == "attention_config.backend":  # --attention-config.backend X, the newer spelling (0.14+)
+            name = "attention_backend"
         dotted = None
         if "." in name:
             base, dotted = name.split(".", 1)

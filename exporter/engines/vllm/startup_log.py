@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import re
 
-from ..base import LogFacts
+from ..base import AttentionFacts, LogFacts
+from .attention import canonical
 
 _MEMORY = re.compile(r"^([^\n]*?)Available KV cache memory: (\d+(?:\.\d+)?) GiB", re.M)
 # With --kv-cache-memory-bytes vLLM skips profiling and prints the pool it reserved instead (`format_gib`: rounded
@@ -102,6 +103,7 @@ def parse(text: str) -> LogFacts:
         backend_block_size=int(backend.group(1)) if backend else None,
         backend=backend.group(2) if backend else None,
         unread=tuple(unread),
+        attention=attention(text),
     )
     if not (facts.kv_memory_gib or facts.kv_tokens or facts.override or facts.estimated_max_model_len):
         if unread:
@@ -109,3 +111,140 @@ def parse(text: str) -> LogFacts:
         raise ValueError("the log has no capacity line (Available KV cache memory, KV cache size, "
                          "Overriding num_gpu_blocks, estimated maximum model length)")
     return facts
+
+
+# -- the attention backend, the block size and the KV dtype in effect ---------------------------------------------
+# Each form vLLM has printed (cuda.py `get_attn_backend_cls` @0.32.0: "Using %s attention backend out of potential
+# backends: %s." when it chose, "Using %s backend." when asked; rocm.py "... Overriding with %s out of potential
+# backends"; V0 and V1 before 0.10: "Using Flash Attention backend[ on V1 engine]."; the CPU platform names its
+# backend only from 0.24 to 0.28 ("Using HND KV cache layout for CPU_ATTN backend.") and for MLA (cpu.py:163,175)).
+# Vision-encoder ("for vit attention", "for MMEncoderAttention"), MLA-prefill and MoE lines name other kernels.
+_CHOSEN = re.compile(r"Using (\w+) attention backend out of potential backends: \[([^\]]*)\]")
+_ROCM_CHOSEN = re.compile(r"Overriding with (\w+) out of potential backends: \[([^\]]*)\]")
+_NAMED = re.compile(r"Using (?:AttentionBackendEnum\.|_Backend\.)?([A-Z][A-Z0-9_]+) backend"
+                    r"(?: \(selected via [^)]*\))?\.?\s*$", re.M)
+_SPELLED = re.compile(r"Using (Flash Attention|FlashInfer|XFormers|Torch SDPA|Triton) backend(?: on V1 engine)?\.?\s*$",
+                      re.M)
+_CPU_LAYOUT = re.compile(r"Using \w+ KV cache layout for (\w+) backend")
+# "Cannot use FLASH_ATTN backend on Volta", V1 before 0.10 "Cannot use Flash Attention backend for Turing GPUs."
+_CANNOT = re.compile(r"Cannot use (?:AttentionBackendEnum\.)?(\w+(?: \w+)?) backend (?:on|for) ([\w ]+?)\.?\s*$", re.M)
+_PRECLUDED = re.compile(r"--block-size (\d+) precluded higher-priority backend\(s\) ([\w, ]+)\. Using (\w+) instead")
+_ASKED_BACKEND = re.compile(r"'attention_backend': '?(?:AttentionBackendEnum\.)?(\w+)|AttentionConfig\(backend=<?"
+                            r"(?:AttentionBackendEnum\.)?(\w+)|VLLM_ATTENTION_BACKEND=(\w+)")
+_ASKED_BLOCK = re.compile(r"'block_size': (\d+)|Namespace\(.*?\bblock_size=(\d+)", re.S)
+_ASKED_KV_DTYPE = re.compile(r"'kv_cache_dtype': '(\w+)'|Namespace\(.*?\bkv_cache_dtype='(\w+)'", re.S)
+_FORCED_BLOCK = re.compile(r"requires block_size=(\d+), overriding user-specified block_size=(\d+)")
+_HYBRID_BLOCK = re.compile(r"Setting attention block size to (\d+) tokens")
+_CONFIG_LINE = re.compile(r"Initializing an? (?:V\d )?LLM engine \(v[^)]*\) with config: (.*)$", re.M)
+_CONFIG_KV = re.compile(r"\bkv_cache_dtype=(\w+)")
+_CONFIG_DTYPE = re.compile(r"\bdtype=(?:torch\.)?(\w+)")
+_FP8_STORE = re.compile(r"Using (fp8\w*) data type to store kv cache|Using DeepSeek's (\w+) KV cache format")
+_V0_BLOCKS = re.compile(r"# (?:GPU|gpu|cpu|CPU) blocks: (\d+)")
+# vLLM's `--kv-cache-dtype fp8` is fp8_e4m3 (vllm/config/cache.py CacheDType @0.32.0).
+_SAME_DTYPE = {"fp8": "fp8_e4m3"}
+
+
+def _int(text: str) -> int:
+    return int(text.replace(",", ""))
+
+
+def _block_size_from_capacity(text: str) -> tuple[int | None, str | None]:
+    """The block size the capacity lines imply: N blocks ("Overriding num_gpu_blocks", V0 "# GPU blocks: N"), the
+    concurrency C for L tokens, and the "KV cache size: T tokens". vLLM printed C = N / ceil(L / bs) (0.2x on)
+    or N × bs / L (V0, V1 up to ~0.18), T = N × bs or int(C × L) (kv_cache_utils.py, by release): the one block size
+    that reproduces both lines. None when the log lacks them or several sizes fit."""
+    over = _OVERRIDE.search(text)
+    v0 = _V0_BLOCKS.search(text)
+    conc = _CONCURRENCY.search(text)
+    if conc is None or (over is None and v0 is None):
+        return None, None
+    n = int(over.group(2)) if over else int(v0.group(1)) if v0 else 0
+    length, c = _int(conc.group(1)), float(conc.group(2))
+    size = _TOKENS.search(text)
+    tokens = _int(size.group(2)) if size else None
+    fits = []
+    for bs in sorted({2 ** k for k in range(13)} | set(range(16, 1025, 16))):
+        per_request = -(-length // bs)
+        grouped, flat = n / per_request, n * bs / length
+        if not any(abs(round(x, 2) - c) < 1e-9 for x in (grouped, flat)):
+            continue
+        if tokens is not None and tokens not in (n * bs, int(grouped * length), int(flat * length)):
+            continue
+        fits.append(bs)
+    if len(fits) != 1:
+        return None, None
+    return fits[0], (f"the capacity lines ({n} blocks, {conc.group(0)}"
+                     + (f", {size.group(0)}" if size else "") + ")")
+
+
+def _backend(text: str) -> tuple[str | None, str | None, tuple[str, ...]]:
+    """(the backend vLLM selected, the line naming it, the candidates it chose from), first worker's."""
+    for pattern in (_CHOSEN, _ROCM_CHOSEN):
+        m = pattern.search(text)
+        if m:
+            names = tuple(canonical(x) for x in re.findall(r"'([^']+)'", m.group(2)))
+            return canonical(m.group(1)), m.group(0), names
+    found = [(m.start(), canonical(m.group(1)), m.group(0)) for p in (_NAMED, _SPELLED, _CPU_LAYOUT)
+             for m in p.finditer(text)]
+    if not found:
+        return None, None, ()
+    _, name, line = min(found)
+    return name, line.strip(), ()
+
+
+def attention(text: str) -> AttentionFacts:
+    """The attention backend, block size and KV dtype a start-up log states, asked and in effect, with one note per
+    difference. Where the log says nothing, None: the log of vLLM 0.32.0's CPU build, for one, names no backend
+    (its platform takes CPU_ATTN for every non-MLA model without a log line, vllm/platforms/cpu.py:177-179)."""
+    backend, line, candidates = _backend(text)
+    notes: list[str] = []
+    asked_backend = None
+    if (m := _ASKED_BACKEND.search(text)) is not None:
+        picked = next(g for g in m.groups() if g is not None)
+        asked_backend = None if picked == "None" else canonical(picked)
+    block_asked = None
+    if (m := _ASKED_BLOCK.search(text)) is not None:
+        block_asked = int(next(g for g in m.groups() if g is not None))
+    block, source = None, None
+    forced = _FORCED_BLOCK.search(text)
+    set_by_backend = _BACKEND_BLOCK.search(text)
+    hybrid = _HYBRID_BLOCK.search(text)
+    if forced:
+        block, source = int(forced.group(1)), forced.group(0)
+        block_asked = block_asked or int(forced.group(2))
+    elif hybrid:
+        block, source = int(hybrid.group(1)), hybrid.group(0)
+    elif set_by_backend:
+        block, source = int(set_by_backend.group(1)), set_by_backend.group(0)
+    else:
+        block, source = _block_size_from_capacity(text)
+    if block is None and block_asked is not None:
+        block, source = block_asked, "--block-size (no line of the log says otherwise)"
+    if block is not None and block_asked is not None and block != block_asked:
+        notes.append(f"--block-size {block_asked} was asked, vLLM runs {block}-token blocks: {source}")
+    if (m := _PRECLUDED.search(text)) is not None:
+        notes.append(f"--block-size {m.group(1)} ruled out the faster backend(s) {m.group(2)}: vLLM runs "
+                     f"{m.group(3)} instead (without --block-size it would pick {m.group(2).split(',')[0]})")
+    # Each worker logs it: one note per backend and reason.
+    for refused, where in dict.fromkeys((canonical(m.group(1)), m.group(2)) for m in _CANNOT.finditer(text)):
+        how = "was asked but" if refused == asked_backend else "(vLLM's first choice)"
+        notes.append(f"{refused} {how} cannot run on {where}: vLLM runs {backend or 'another backend'}")
+    if asked_backend and backend and asked_backend != backend and not _CANNOT.search(text):
+        notes.append(f"attention backend {asked_backend} was asked, vLLM runs {backend}: {line}")
+    kv_asked = None
+    if (m := _ASKED_KV_DTYPE.search(text)) is not None:
+        kv_asked = next(g for g in m.groups() if g is not None)
+        kv_asked = None if kv_asked == "auto" else kv_asked
+    kv = None
+    config = _CONFIG_LINE.search(text)
+    if (m := _FP8_STORE.search(text)) is not None:
+        kv = next(g for g in m.groups() if g is not None)
+    elif config and (c := _CONFIG_KV.search(config.group(1))) is not None:
+        kv = c.group(1)
+        if kv == "auto" and (d := _CONFIG_DTYPE.search(config.group(1))) is not None:
+            kv = f"{d.group(1)} (auto: the model dtype)"
+    if kv_asked and kv and _SAME_DTYPE.get(kv_asked, kv_asked) != _SAME_DTYPE.get(kv.split()[0], kv.split()[0]):
+        notes.append(f"--kv-cache-dtype {kv_asked} was asked, vLLM stores the KV cache as {kv}")
+    return AttentionFacts(backend=backend, backend_line=line, candidates=candidates, backend_asked=asked_backend,
+                          block_size_asked=block_asked, block_size=block, block_size_source=source,
+                          kv_cache_dtype_asked=kv_asked, kv_cache_dtype=kv, notes=tuple(notes))

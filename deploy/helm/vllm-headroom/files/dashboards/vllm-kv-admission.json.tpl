@@ -1511,7 +1511,7 @@
         "type": "prometheus",
         "uid": "${datasource}"
       },
-      "description": "Per engine: usable blocks, block size, tokens, max_model_len, max_num_seqs, max concurrency at the worst case W and at max_model_len, and where each config value came from (flag, vllm_args, cmdline, cache_config_info, v1_models). Needs the vllm-headroom sidecar (vllm_headroom_* metrics): max_model_len, max_num_seqs and provenance are in no vLLM metric. Capacity alone from vLLM's metrics: instance_engine:vllm_kv_capacity_blocks:usable.",
+      "description": "Per engine: usable blocks, block size, tokens, max_model_len, max_num_seqs, max concurrency at the worst case W and at max_model_len, the share of used blocks' token slots that hold no token (with its high bound; empty while nothing runs) and the prefix cache's hit share, and where each config value came from (flag, vllm_args, cmdline, cache_config_info, v1_models). Needs the vllm-headroom sidecar (vllm_headroom_* metrics): max_model_len, max_num_seqs and provenance are in no vLLM metric. Capacity alone from vLLM's metrics: instance_engine:vllm_kv_capacity_blocks:usable.",
       "fieldConfig": {
         "defaults": {
           "custom": {
@@ -1519,7 +1519,56 @@
             "inspect": false
           }
         },
-        "overrides": []
+        "overrides": [
+          {
+            "matcher": {
+              "id": "byFrameRefID",
+              "options": "I"
+            },
+            "properties": [
+              {
+                "id": "unit",
+                "value": "percentunit"
+              },
+              {
+                "id": "decimals",
+                "value": 1
+              }
+            ]
+          },
+          {
+            "matcher": {
+              "id": "byFrameRefID",
+              "options": "J"
+            },
+            "properties": [
+              {
+                "id": "unit",
+                "value": "percentunit"
+              },
+              {
+                "id": "decimals",
+                "value": 1
+              }
+            ]
+          },
+          {
+            "matcher": {
+              "id": "byFrameRefID",
+              "options": "K"
+            },
+            "properties": [
+              {
+                "id": "unit",
+                "value": "percentunit"
+              },
+              {
+                "id": "decimals",
+                "value": 1
+              }
+            ]
+          }
+        ]
       },
       "gridPos": {
         "h": 8,
@@ -1598,6 +1647,30 @@
           "refId": "G"
         },
         {
+          "expr": "max by (who, model_name, engine) (label_replace(label_join(vllm_headroom_kv_block_waste_ratio{cluster=~\"$cluster\",namespace=~\"$namespace\",pod=~\"$pod\",model_name=~\"$model_name\",engine=~\"$engine\",bound=\"estimate\"}, \"who\", \"/\", \"namespace\", \"pod\", \"instance\"), \"who\", \"$1$2\", \"who\", \"[^/]*//(.*)|/?([^/]*/?[^/]+)/[^/]*\"))",
+          "format": "table",
+          "instant": true,
+          "legendFormat": "I",
+          "range": false,
+          "refId": "I"
+        },
+        {
+          "expr": "max by (who, model_name, engine) (label_replace(label_join(vllm_headroom_kv_block_waste_ratio{cluster=~\"$cluster\",namespace=~\"$namespace\",pod=~\"$pod\",model_name=~\"$model_name\",engine=~\"$engine\",bound=\"high\"}, \"who\", \"/\", \"namespace\", \"pod\", \"instance\"), \"who\", \"$1$2\", \"who\", \"[^/]*//(.*)|/?([^/]*/?[^/]+)/[^/]*\"))",
+          "format": "table",
+          "instant": true,
+          "legendFormat": "J",
+          "range": false,
+          "refId": "J"
+        },
+        {
+          "expr": "max by (who, model_name, engine) (label_replace(label_join(vllm_headroom_prefix_cache_hit_ratio{cluster=~\"$cluster\",namespace=~\"$namespace\",pod=~\"$pod\",model_name=~\"$model_name\",engine=~\"$engine\"}, \"who\", \"/\", \"namespace\", \"pod\", \"instance\"), \"who\", \"$1$2\", \"who\", \"[^/]*//(.*)|/?([^/]*/?[^/]+)/[^/]*\"))",
+          "format": "table",
+          "instant": true,
+          "legendFormat": "K",
+          "range": false,
+          "refId": "K"
+        },
+        {
           "expr": "max by (who, model_name, engine, max_model_len, max_model_len_source, max_num_seqs_source, num_gpu_blocks_source, block_size_source) (label_replace(label_join(vllm_headroom_config_info{cluster=~\"$cluster\",namespace=~\"$namespace\",pod=~\"$pod\",model_name=~\"$model_name\",engine=~\"$engine\"}, \"who\", \"/\", \"namespace\", \"pod\", \"instance\"), \"who\", \"$1$2\", \"who\", \"[^/]*//(.*)|/?([^/]*/?[^/]+)/[^/]*\"))",
           "format": "table",
           "instant": true,
@@ -1635,6 +1708,9 @@
               "Value #E": "W (blocks/request)",
               "Value #F": "max concurrency at W",
               "Value #G": "max concurrency at max_model_len",
+              "Value #I": "empty slots of used blocks",
+              "Value #J": "empty slots, at most",
+              "Value #K": "prefix cache hits",
               "who": "pod (or instance)"
             }
           }
@@ -1644,13 +1720,77 @@
       "type": "table"
     },
     {
+      "datasource": {
+        "type": "prometheus",
+        "uid": "${datasource}"
+      },
+      "description": "Share of the token slots in used KV blocks that hold no token, with its range: vLLM's usage gauge counts whole blocks, so a request one token into a block holds all of it (17-token prompts at block 16 fill 2 blocks, 53 % of their slots). The share of prompt tokens the prefix cache served, and at most how much of a prompt a shared prefix loses at its last partial block (only full blocks are cached). Needs the vllm-headroom sidecar (vllm_headroom_* metrics).",
+      "fieldConfig": {
+        "defaults": {
+          "custom": {},
+          "unit": "percentunit"
+        },
+        "overrides": []
+      },
       "gridPos": {
-        "h": 5,
+        "h": 8,
         "w": 24,
         "x": 0,
         "y": 49
       },
       "id": 18,
+      "options": {
+        "legend": {
+          "calcs": [],
+          "displayMode": "table",
+          "placement": "bottom",
+          "showLegend": true
+        },
+        "tooltip": {
+          "mode": "multi",
+          "sort": "asc"
+        }
+      },
+      "repeatDirection": "h",
+      "targets": [
+        {
+          "expr": "max(vllm_headroom_kv_block_waste_ratio{cluster=~\"$cluster\",namespace=~\"$namespace\",pod=~\"$pod\",model_name=~\"$model_name\",engine=~\"$engine\",bound=\"estimate\"})",
+          "legendFormat": "empty slots of used blocks",
+          "refId": "A"
+        },
+        {
+          "expr": "max(vllm_headroom_kv_block_waste_ratio{cluster=~\"$cluster\",namespace=~\"$namespace\",pod=~\"$pod\",model_name=~\"$model_name\",engine=~\"$engine\",bound=\"low\"})",
+          "legendFormat": "empty slots, low",
+          "refId": "B"
+        },
+        {
+          "expr": "max(vllm_headroom_kv_block_waste_ratio{cluster=~\"$cluster\",namespace=~\"$namespace\",pod=~\"$pod\",model_name=~\"$model_name\",engine=~\"$engine\",bound=\"high\"})",
+          "legendFormat": "empty slots, high",
+          "refId": "C"
+        },
+        {
+          "expr": "max(vllm_headroom_prefix_cache_hit_ratio{cluster=~\"$cluster\",namespace=~\"$namespace\",pod=~\"$pod\",model_name=~\"$model_name\",engine=~\"$engine\"})",
+          "legendFormat": "prefix cache hits",
+          "refId": "D"
+        },
+        {
+          "expr": "max(vllm_headroom_prefix_cache_boundary_loss_ratio{cluster=~\"$cluster\",namespace=~\"$namespace\",pod=~\"$pod\",model_name=~\"$model_name\",engine=~\"$engine\",bound=\"high\"})",
+          "legendFormat": "prefix lost at a partial block, at most",
+          "refId": "E"
+        }
+      ],
+      "title": "Block waste and the prefix cache",
+      "transparent": false,
+      "type": "timeseries"
+    },
+    {
+      "gridPos": {
+        "h": 5,
+        "w": 24,
+        "x": 0,
+        "y": 57
+      },
+      "id": 19,
       "options": {
         "content": "Alerts and what to do: [runbook]({{ include "vllm-headroom.jsonString" .Values.prometheusRule.runbookBaseUrl }}). False-full: [{{ include "vllm-headroom.jsonString" .Values.prometheusRule.runbookBaseUrl }}#vllmkvfalsefull]({{ include "vllm-headroom.jsonString" .Values.prometheusRule.runbookBaseUrl }}#vllmkvfalsefull). Panels marked *needs the sidecar* stay empty without vllm-headroom next to the pod; everything else comes from vLLM's own metrics through the recording rules in `deploy/prometheus/`.",
         "mode": "markdown"

@@ -24,7 +24,7 @@ from exporter.pipeline.verdict import Verdict
 from grafana import generate
 from grafana.config import DEFAULT
 from grafana.dashboards import WHO_REGEX, dashboards
-from grafana.promtool_tests import Engine, cases, twins
+from grafana.promtool_tests import RULES_FILE, Engine, cases, promtool_tests, twins
 from grafana.rules import VERDICT_ALERTS, alerts, anchor, render, rule_groups
 from tests import fixtures
 from tests.monitoring.promql import dashboard_queries, metric_names, promtool_env, require, rules, substitute
@@ -35,7 +35,8 @@ REQUIRED_ALERTS = {"VLLMKVFalseFull", "VLLMKVCacheFull", "VLLMPreemptionStorm", 
                    "VLLMSchedulerStuck", "VLLMEngineAsleepWithQueue", "VLLMKVBlockLeak", "VLLMHeadroomSidecarDown",
                    "VLLMHeadroomTargetDown", "VLLMStartupSlow", "VLLMMetricsAbsent", "VLLMHeadroomNeverFits",
                    "VLLMHeadroomBudgetFull", "VLLMHeadroomCapacityConfigError", "VLLMKVHistogramsMissing",
-                   "VLLMKVCapacityUnknown", "VLLMHeadroomVllmNotScraped"}
+                   "VLLMKVCapacityUnknown", "VLLMHeadroomVllmNotScraped", "VLLMHeadroomRulesSkew",
+                   "VLLMHeadroomDuplicateSeries"}
 # Names the rules read that the recorded vLLM 0.32.0 does not export: older versions' (see
 # ../shared/reference/vllm-metrics-and-admission.md) and Prometheus' own.
 OLDER_VERSIONS = {"vllm:gpu_cache_usage_perc"}  # V0 and V1 <= 0.10 (hidden in 0.11, gone from 0.12)
@@ -54,10 +55,12 @@ def test_promtool_check_rules() -> None:
 
 @functools.cache
 def _promtool_suite() -> dict[str, Any]:
-    """The committed promtool suite (3 MB), parsed once per process by libyaml; read-only."""
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    suite: dict[str, Any] = yaml.load((ROOT / generate.RULE_TESTS).read_text(), Loader=loader)
-    return suite
+    """The promtool suite, generated here (it is not committed) once per process; read-only."""
+    return promtool_tests(DEFAULT, RULES_FILE)
+
+
+def test_the_promtool_suite_is_not_committed() -> None:
+    assert not (ROOT / "deploy" / "prometheus" / "tests").exists()
 
 
 # Every case runs at each of these scrape intervals (grafana/promtool_tests.py); one test per interval, so
@@ -72,16 +75,17 @@ def test_every_promtool_case_runs_at_one_of_the_tested_intervals() -> None:
 
 @pytest.mark.parametrize("interval", INTERVALS)
 def test_promtool_test_rules(tmp_path: Path, interval: str) -> None:
-    """The committed promtool suite at one scrape interval, split across the machine's cores (promtool runs one
-    file at a time)."""
+    """The promtool suite at one scrape interval against the generated rules file, split across the machine's cores
+    (promtool runs one file at a time)."""
     suite = _promtool_suite()
-    rules = [str((ROOT / generate.RULE_TESTS).parent / f) for f in suite["rule_files"]]
+    rules = [str(ROOT / generate.RULES)]
     cases = [case for case in suite["tests"] if case["interval"] == interval]
     parts = max(1, min(os.cpu_count() or 1, len(cases)))
     procs = []
     for i in range(parts):
         chunk = tmp_path / f"part{i}.yaml"
-        chunk.write_text(yaml.safe_dump({**suite, "rule_files": rules, "tests": cases[i::parts]}, sort_keys=False))
+        chunk.write_text(yaml.dump({**suite, "rule_files": rules, "tests": cases[i::parts]}, sort_keys=False,
+                                   Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper)))
         procs.append(subprocess.Popen([require("promtool"), "test", "rules", str(chunk)], env=promtool_env(),
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     outputs = [(p.wait(), p.communicate()[0]) for p in procs]
@@ -124,7 +128,7 @@ UNREADABLE = re.compile(r"engine \)|engine ,|\(\)|\( |  |\+Inf|-Inf|NaN|<no valu
 def test_annotations_read_cleanly_on_v0_and_in_every_case() -> None:
     """V0 (vLLM 0.8 with VLLM_USE_V1=0) labels no engine: no annotation may say "engine )"; no ratio renders +Inf.
     Every expected annotation of the promtool suite is checked too (promtool proves Prometheus renders the same)."""
-    v0 = Engine(engine=None, version="0.8").alert_labels
+    v0 = {**Engine(engine=None, version="0.8").alert_labels, "instance": "host-a:9478"}  # engine and sidecar alerts
     assert "engine" not in v0
     for a in alerts(DEFAULT):
         for text in (a.summary, a.description):

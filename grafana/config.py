@@ -25,7 +25,7 @@ WINDOW = "5m"
 class Config:
     """Everything a site may want to change; the committed files use the defaults."""
 
-    # Extra matchers for vLLM's own series, e.g. 'namespace="llm"' (empty: every vllm:* series).
+    # Extra matchers for vLLM's own series, e.g. 'namespace="llm"' (empty: every vLLM series).
     vllm_selector: str = ""
     identity: tuple[str, ...] = IDENTITY
     # Same meaning as the sidecar's --verdict.full-usage and --profile.quantile / --profile.window.
@@ -54,7 +54,7 @@ class Config:
     # The sidecar cannot reach a vLLM that Prometheus still scrapes (not a reload): a warning after this long.
     target_down_after: str = "5m"
     # The sidecar has scraped vLLM with its engine metrics for the whole window (so not while it loads or reloads, and
-    # not the --disable-log-stats case) while Prometheus holds no vllm:* series of that vLLM (its monitor's port name
+    # not the --disable-log-stats case) while Prometheus holds no vLLM series of that vLLM (its monitor's port name
     # does not match vLLM's, scrapeVllm is off and nothing else scrapes it): a warning after this much longer.
     vllm_not_scraped_after: str = "10m"
     # `for:` of alerts by name; tests against a live Prometheus shorten them.

@@ -45,7 +45,7 @@ BARE_SIDECAR = {"job": "vllm-headroom", "instance": "host-a:9478"}
 K8S = {"job": "llm/vllm", "namespace": "llm", "pod": "vllm-0", "container": "vllm", "instance": "10.0.0.5:8000"}
 K8S_SIDECAR = {**K8S, "job": "llm/vllm-headroom", "container": "vllm-headroom", "instance": "10.0.0.5:9478"}
 MODEL = "tiny-llama"
-# vllm:cache_config_info of V1 0.8.x: CacheConfig's fields as recorded from 0.8.5 (tests/fixtures/vllm-0.8.5-v0, the
+# cache_config_info of V1 0.8.x: CacheConfig's fields as recorded from 0.8.5 (tests/fixtures/vllm-0.8.5-v0, the
 # same class on both engines), exported by the V1 front end before the engine core starts, so num_gpu_blocks is
 # still "None" and there is no `engine` label (reference vllm-metrics-and-admission.md §1.5, vLLM issue #15538).
 # tests/monitoring/test_versions.py checks these keys against the recording.
@@ -159,7 +159,7 @@ class Engine:
     # "0.32"; "0.10" adds the deprecated usage name (null block counted); "0.8" has only that name (V0 when
     # engine=None); "0.8-v1": V1 0.8.x, that name, `engine` on the gauges, cache_config_info as V1_08_INFO.
     version: str = "0.32"
-    info: bool = True  # False: vllm:cache_config_info dropped by metricRelabelings
+    info: bool = True  # False: cache_config_info dropped by metricRelabelings
     reset_at: float | None = None
     up_from: float = 0  # seconds: series absent before (loading)
     up_until: float | None = None  # seconds: series absent from then on (down)
@@ -272,7 +272,7 @@ class Pod:
     # pod whose `sidecar_owner` is True.
     sidecar_target: str | None = None
     sidecar_owner: bool = True
-    no_vllm_metrics: bool = False  # --disable-log-stats: vLLM answers without vllm:* series
+    no_vllm_metrics: bool = False  # --disable-log-stats: vLLM answers without vLLM's series
     api_requests: bool = False  # http_requests_total for an OpenAI API handler (vLLM's, or any FastAPI app's)
     api_handler: str = "/v1/models"
     sidecar_fails: tuple[float, float] | None = None  # seconds [from, to): the sidecar's scrapes of vLLM fail
@@ -477,7 +477,7 @@ def _liveness_cases() -> list[tuple[Case, Case]]:
               [], [Pod(labels=isvc, sidecar=dict(K8S_SIDECAR), no_vllm_metrics=True, api_requests=True,
                        api_handler="/v1/completions")],
               fires=[Expect("VLLMMetricsAbsent", {"namespace": "llm", "pod": "vllm-0", ENDPOINT: "10.0.0.5:8000"})]),
-         Case("a FastAPI router in the cluster (http_requests_total on /v1/completions, no vllm:*) is not vLLM", [],
+         Case("a FastAPI router in the cluster (http_requests_total on /v1/completions, no vLLM series) is not vLLM", [],
               [Pod(labels=router, sidecar=None, api_requests=True, api_handler="/v1/completions")])),
         (Case("outside Kubernetes, a sidecar on host b watches hosts a and b, a's vLLM down 25 minutes: host b's "
               "false-full still pages", [Engine(up_until=300), Engine(**ff, labels=dict(host_b))],  # type: ignore[arg-type]

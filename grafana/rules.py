@@ -36,7 +36,7 @@ VLLMHeadroomDuplicateSeries says that such copies arrive (dashboards and other r
 
 Formulas (exporter/pipeline/derive.py where raw vLLM data allows it):
 
-  N  = num_gpu_blocks of one engine  = label of vllm:cache_config_info / engines of the API server; where it has no
+  N  = num_gpu_blocks of one engine  = label of cache_config_info / engines of the API server; where it has no
                                        number (V1 0.8.x: "None") or is not scraped, B is the sidecar's
                                        vllm_headroom_kv_capacity_blocks of the same pod and engine, else unknown
   B  = usable blocks                 = N - 1 (block 0 is V1's null block); N on V0 (no `engine` label)
@@ -298,7 +298,7 @@ def engine_rules(cfg: Config) -> list[tuple[str, str]]:
     def peak(selector: str) -> str:
         return f"max by ({L.raw_me}) (max_over_time({selector}[{w}]))"
 
-    # vllm:kv_cache_usage_perc from 0.9, vllm:gpu_cache_usage_perc before; 0.9-0.10 export both, equal.
+    # kv_cache_usage_perc from 0.9, gpu_cache_usage_perc before; 0.9-0.10 export both, equal.
     usage_now = (f"max by ({L.raw_me}) ({now(M.KV_CACHE_USAGE_PERC + s)})\n"
                  f"or max by ({L.raw_me}) ({now(M.GPU_CACHE_USAGE_PERC + s)})")
     free, fits = f"{R}vllm_kv_free_blocks:sub", f"{R}vllm_prompt_fits:bool"
@@ -358,7 +358,7 @@ def engine_rules(cfg: Config) -> list[tuple[str, str]]:
          f"floor(\n  (\n    {R}vllm_kv_used_blocks:round + {R}vllm_kv_free_blocks:sub\n"
          f"    - (({R}vllm_kv_used_blocks:round > {demand}) or {demand})\n  )\n"
          f"  / {R}vllm_worst_case_blocks_per_request:ceil\n)"),
-        # `vllm:num_preemptions_total` in every version; the bare name covers expositions that drop the suffix.
+        # `num_preemptions_total` in every version; the bare name covers expositions that drop the suffix.
         (f"{R}vllm_num_preemptions:rate{w}", _ident(cfg, f"max by ({L.raw_me}) (rate("
                                                        f'{{__name__=~"{M.NUM_PREEMPTIONS}(_total)?"{extra}}}[{w}]))')),
         (f"{R}vllm_request_success:rate{w}", _ident(
@@ -372,7 +372,7 @@ def engine_rules(cfg: Config) -> list[tuple[str, str]]:
         (f"{R}vllm_engine_steps:rate{w}", _ident(
             cfg, f"(max by ({L.raw_me}) (rate({M.ITERATION_TOKENS}_count{s}[{w}]))\nor\n"
                  f"max by ({L.raw_me}) (rate({M.GENERATION_TOKENS_TOTAL}{s}[{w}])))")),
-        # vllm:engine_sleep_state (0.12+): 1 while weights are offloaded or discarded (sleep mode).
+        # engine_sleep_state (0.12+): 1 while weights are offloaded or discarded (sleep mode).
         gauge(f"{R}vllm_engine_asleep:bool",
               f"max by ({L.raw_me}) ({now(M.ENGINE_SLEEP_STATE + cfg.sel(ASLEEP))})"),
         # 1 where the next observed prompt fits in free blocks; also where nothing finished yet: a prompt known
@@ -620,8 +620,8 @@ def alerts(cfg: Config) -> list[Alert]:
     def sidecar_path(alert: str, value: str = f"{SIDE_WAITING} > 0") -> str:
         return f"{value}\nand {share(alert)}"
 
-    def either(alert: str, vllm: str, **kw: bool) -> str:
-        return f"{sidecar_path(alert)}\nor\n{vllm_path(vllm, **kw)}"
+    def either(alert: str, alone: str, **kw: bool) -> str:
+        return f"{sidecar_path(alert)}\nor\n{vllm_path(alone, **kw)}"
 
     def how(alert: str, alone: str) -> str:
         """How the alert judges: the sidecar's verdict, or vLLM's series alone where no sidecar judges."""

@@ -25,6 +25,8 @@ from typing import Any
 import pytest
 import yaml
 
+from exporter.core.units import parse_duration
+
 from grafana.config import DEFAULT
 from grafana.generate import to_yaml
 from grafana.rules import rule_groups
@@ -95,7 +97,9 @@ def run_stack(tmp: Path, vllm_url: str, sidecar_args: list[str], replay: list[st
     prometheus = require("prometheus")
     vllm_port = int(vllm_url.rsplit(":", 1)[1])
     sidecar_port, prom_port = free_port(), free_port()
+    # The config group every other evaluation (not its 2m default), so the capacity is there within the deadlines.
     cfg = replace(DEFAULT, for_=for_ if for_ is not None else {"VLLMKVFalseFull": "3s"},
+                  config_interval=f"{2 * parse_duration(scrape_interval):g}s",
                   startup_limit=startup_limit or DEFAULT.startup_limit)
     (tmp / "rules.yaml").write_text(to_yaml(rule_groups(cfg)))
     pod = {"namespace": NAMESPACE, "pod": POD}
@@ -239,7 +243,7 @@ def test_false_full_alert_fires_through_the_rules_api(stack: Stack) -> None:
     assert ff and ff[0]["labels"]["severity"] == "warning"
     assert ff[0]["annotations"]["runbook_url"].endswith("docs/runbook.md#vllmkvfalsefull")
     endpoint = stack.query("vllm:num_requests_running")[0]["metric"]["instance"]  # the replayed vLLM's address
-    assert ff[0]["annotations"]["description"].startswith(f"{NAMESPACE}/{POD} at {endpoint} (tiny-llama, engine 0): ")
+    assert ff[0]["annotations"]["description"].startswith(f"{POD} at {endpoint} (tiny-llama, engine 0): ")
     assert ff[0]["labels"]["pod"] == POD and "job" not in ff[0]["labels"]
     assert ff[0]["labels"]["vllm_endpoint"] == endpoint
     # The healthy-path alerts stay quiet on this incident.
@@ -274,7 +278,7 @@ def test_budget_full_pages_as_itself_not_as_false_full(tmp_path: Path) -> None:
         endpoint = url.split("//", 1)[1]  # the sidecar's --target: the replayed vLLM's host:port
         assert bf[0]["labels"]["vllm_endpoint"] == endpoint, bf
         text = bf[0]["annotations"]["description"]
-        assert text.startswith(f"{NAMESPACE}/{POD} at {endpoint} (tiny-llama, engine 0): "), text
+        assert text.startswith(f"{POD} at {endpoint} (tiny-llama, engine 0): "), text
         assert not firing("VLLMKVFalseFull")
         # Everything Prometheus stored: the rules' false-full flag held for longer than the alert's for: (8
         # evaluations in a row, 1 s apart, against for: 5s), so only the verdict can have kept the page out.

@@ -16,7 +16,8 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.pipeline import exposition, vllm
+from exporter.engines.vllm import metrics as vllm
+from exporter.pipeline import exposition
 from exporter.pipeline.target import Settings, Target
 from exporter.replay import recording as replay
 

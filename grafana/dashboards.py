@@ -45,8 +45,13 @@ from grafana_foundation_sdk.models.dashboard import (
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 from grafana_foundation_sdk.models.text import TextMode
 
-from . import metrics as M
+from exporter.engines.vllm import VLLM
+from exporter.pipeline.catalogue import COLOUR_BY_VERDICT
+
 from .config import DEFAULT, Config
+
+# vLLM's metric names, from the one table of the vLLM wing (exporter/engines/vllm/metrics.py), by role.
+N = VLLM.names
 
 SCHEMA_VERSION = 39  # Grafana 11.0, the oldest the README promises
 DS = DataSourceRef(type_val="prometheus", uid="${datasource}")
@@ -84,13 +89,8 @@ def quantile(cfg: Config, phi: float, histogram: str, sel: str) -> str:
     return f"histogram_quantile({phi:g}, sum by (le) ({per_engine(cfg, rate, 'le')}))"
 
 
-# Verdicts by severity (exporter.pipeline.verdict.Verdict; tests/monitoring checks every member has one): colour
-# of the verdict stat and timeline. Dark red: pages critical; red/orange: capacity; yellow: false-full (room, but
-# something else holds requests back); blue: deliberate or one-shot notes, no fault.
-VERDICT_COLORS = {"ok": "green", "kv_full": "orange", "slots_full": "yellow", "preempting": "red",
-                  "head_of_line": "yellow", "deferred": "yellow", "stuck": "dark-red", "leak": "orange",
-                  "target_down": "dark-red", "budget_full": "yellow", "never_fits": "dark-red",
-                  "transient": "light-blue", "sleeping": "blue"}
+# The colour of each verdict by severity, from the verdict catalogue (exporter/pipeline/catalogue.py), in its order.
+VERDICT_COLORS = COLOUR_BY_VERDICT
 # vllm_headroom_binding_limit{limit}: what binds a new worst-case request now.
 LIMIT_COLORS = {"slots": "yellow", "blocks": "orange"}
 
@@ -123,8 +123,8 @@ def _variables(fleet: bool) -> list[Any]:
     out: list[Any] = [dash.DatasourceVariable("datasource").label("Data source").type("prometheus")]
     for i, (name, label, description) in enumerate(chain):
         sel = ",".join(f'{before}=~"${before}"' for before, _l, _d in chain[:i])
-        out.append(_var(name, label, f"label_values({M.NUM_REQUESTS_RUNNING}{{{sel}}}, {name})"
-                        if sel else f"label_values({M.NUM_REQUESTS_RUNNING}, {name})", description))
+        out.append(_var(name, label, f"label_values({N.running}{{{sel}}}, {name})"
+                        if sel else f"label_values({N.running}, {name})", description))
     return out
 
 
@@ -230,7 +230,7 @@ def admission(cfg: Config = DEFAULT) -> dash.Dashboard:
                        f"sum({one(f'vllm_headroom_max_num_seqs{{{H}}}')})", "slots used"))
         .thresholds(_thresholds((None, "green"), (0.9, "orange"), (1, "red"))))
     d = d.with_panel(
-        _stat("Waiting requests", f"{M.NUM_REQUESTS_WAITING} (vLLM's own metric).")
+        _stat("Waiting requests", f"{N.waiting} (vLLM's own metric).")
         .with_target(q(f"sum({one(f'instance_engine:vllm_num_requests_waiting:max{{{V}}}')})", "waiting"))
         .thresholds(_thresholds((None, "green"), (1, "orange"))))
 
@@ -266,13 +266,13 @@ def admission(cfg: Config = DEFAULT) -> dash.Dashboard:
         .with_target(q(line(usable), "usable {{who}} engine {{engine}}", "B")))
     d = d.with_panel(
         _ts("Queue time and time to first token (p50, p99)", "The symptom beside the cause: how long finished "
-            f"requests waited in vLLM's queue ({M.REQUEST_QUEUE_TIME}) and their time to first token "
-            f"({M.TIME_TO_FIRST_TOKEN}). Both are observed when a request finishes or starts streaming.",
+            f"requests waited in vLLM's queue ({N.queue_time_hist}) and their time to first token "
+            f"({N.ttft_hist}). Both are observed when a request finishes or starts streaming.",
             "s", 12)
-        .with_target(q(quantile(cfg, 0.5, M.REQUEST_QUEUE_TIME, V), "queue time p50", "A"))
-        .with_target(q(quantile(cfg, 0.99, M.REQUEST_QUEUE_TIME, V), "queue time p99", "B"))
-        .with_target(q(quantile(cfg, 0.5, M.TIME_TO_FIRST_TOKEN, V), "TTFT p50", "C"))
-        .with_target(q(quantile(cfg, 0.99, M.TIME_TO_FIRST_TOKEN, V), "TTFT p99", "D")))
+        .with_target(q(quantile(cfg, 0.5, N.queue_time_hist, V), "queue time p50", "A"))
+        .with_target(q(quantile(cfg, 0.99, N.queue_time_hist, V), "queue time p99", "B"))
+        .with_target(q(quantile(cfg, 0.5, N.ttft_hist, V), "TTFT p50", "C"))
+        .with_target(q(quantile(cfg, 0.99, N.ttft_hist, V), "TTFT p99", "D")))
 
     d = d.with_row(dash.Row("Over time"))
     d = d.with_panel(
@@ -291,10 +291,10 @@ def admission(cfg: Config = DEFAULT) -> dash.Dashboard:
     d = d.with_panel(
         _ts("Request profile (tokens)", "Quantiles of finished requests' prompt and max_tokens (vLLM's histograms, "
             "observed at finish), and the bucket-bound p99 the worst-case math uses. " + RULES + ".", "short", 12)
-        .with_target(q(quantile(cfg, 0.5, M.REQUEST_PROMPT_TOKENS, V), "prompt p50", "A"))
-        .with_target(q(quantile(cfg, 0.99, M.REQUEST_PROMPT_TOKENS, V), "prompt p99", "B"))
-        .with_target(q(quantile(cfg, 0.5, M.REQUEST_MAX_TOKENS, V), "max_tokens p50", "C"))
-        .with_target(q(quantile(cfg, 0.99, M.REQUEST_MAX_TOKENS, V), "max_tokens p99", "D"))
+        .with_target(q(quantile(cfg, 0.5, N.prompt_hist, V), "prompt p50", "A"))
+        .with_target(q(quantile(cfg, 0.99, N.prompt_hist, V), "prompt p99", "B"))
+        .with_target(q(quantile(cfg, 0.5, N.max_tokens_hist, V), "max_tokens p50", "C"))
+        .with_target(q(quantile(cfg, 0.99, N.max_tokens_hist, V), "max_tokens p99", "D"))
         .with_target(q(f"max(instance_engine:vllm_request_prompt_tokens:bucket_quantile{{{V}}})",
                        "prompt (worst-case profile)", "E"))
         .with_target(q(f"max(instance_engine:vllm_request_max_tokens:bucket_quantile{{{V}}})",
@@ -357,11 +357,11 @@ def fleet(cfg: Config = DEFAULT) -> dash.Dashboard:
                      .with_target(q(f"sum({one('instance_engine:vllm_kv_free_blocks:sub')}) / "
                                     f"(sum({one('instance_engine:vllm_kv_free_blocks:sub')}) + "
                                     f"sum({one('instance_engine:vllm_kv_used_blocks:round')}))", "free")))
-    d = d.with_panel(_stat("Waiting requests", f"Sum of {M.NUM_REQUESTS_WAITING}.")
+    d = d.with_panel(_stat("Waiting requests", f"Sum of {N.waiting}.")
                      .with_target(q(f"sum({one('instance_engine:vllm_num_requests_waiting:max')})", "waiting")))
     d = d.with_panel(_stat("Preemptions / s", f"All engines (a pod scraped by two jobs counts once). {RULES}.")
                      .with_target(q(f"sum(model_name:vllm_num_preemptions:rate5m{{{FM}}})", "preemptions/s")))
-    d = d.with_panel(_stat("Engines", f"Engines reporting {M.NUM_REQUESTS_RUNNING}.")
+    d = d.with_panel(_stat("Engines", f"Engines reporting {N.running}.")
                      .with_target(q(f"count({one('instance_engine:vllm_num_requests_running:max')})", "engines")))
 
     d = d.with_row(dash.Row("Worst pods first"))
@@ -392,7 +392,7 @@ def fleet(cfg: Config = DEFAULT) -> dash.Dashboard:
     d = d.with_panel(_ts("Lowest safe headroom (10 engines)", f"Worst engines first. {RULES}.", "short", 12)
                      .with_target(q(f"bottomk(10, {who(one('instance_engine:vllm_safe_headroom_requests:floor'))})",
                                     LEGEND)))
-    d = d.with_panel(_ts("Most waiting requests (10 engines)", f"{M.NUM_REQUESTS_WAITING}.", "short", 12)
+    d = d.with_panel(_ts("Most waiting requests (10 engines)", f"{N.waiting}.", "short", 12)
                      .with_target(q(f"topk(10, {who(one('instance_engine:vllm_num_requests_waiting:max'))})",
                                     LEGEND)))
     d = d.with_panel(_ts("Free KV blocks by model", f"{RULES}.", "short", 12)

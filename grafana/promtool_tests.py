@@ -22,12 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from exporter.core.units import parse_duration
+from exporter.engines.vllm import VLLM
 from exporter.expose.collector import SCHEMA_VERSION
 
-from . import metrics as M
 from .config import DEFAULT, Config
 from .rules import ENDPOINT, KEY, LOOPBACK, Alert, alert_rule, alerts, render
 
+N = VLLM.names  # vLLM's metric names: exporter/engines/vllm/metrics.py
 INTERVALS = ("15s", "30s", "60s")
 MINUTES = 30  # simulated time of every case
 END = f"{MINUTES}m"
@@ -213,33 +214,33 @@ class Engine:
             info = {**{k: v for k, v in info.items() if k != "engine"}, **V1_08_INFO}
         else:
             info = {**info, "block_size": "32", "num_gpu_blocks": self.num_gpu_blocks, "enable_prefix_caching": "True"}
-        out = [c.series(M.CACHE_CONFIG_INFO, info, self.gated(1))] if self.info else []
-        names = {"0.32": [M.KV_CACHE_USAGE_PERC],
-                 "0.10": [M.KV_CACHE_USAGE_PERC, M.GPU_CACHE_USAGE_PERC],
-                 "0.8": [M.GPU_CACHE_USAGE_PERC], "0.8-v1": [M.GPU_CACHE_USAGE_PERC]}[self.version]
+        out = [c.series(N.cache_config, info, self.gated(1))] if self.info else []
+        names = {"0.32": [N.kv_usage],
+                 "0.10": [N.kv_usage, N.kv_usage_legacy],
+                 "0.8": [N.kv_usage_legacy], "0.8-v1": [N.kv_usage_legacy]}[self.version]
         for n in names:
             out.append(c.series(n, lb, self.gated(self.usage)))
-        out += [c.series(M.NUM_REQUESTS_RUNNING, lb, self.gated(self.running)),
-                c.series(M.NUM_REQUESTS_WAITING, lb, self.gated(self.waiting))]
+        out += [c.series(N.running, lb, self.gated(self.running)),
+                c.series(N.waiting, lb, self.gated(self.waiting))]
         if self.deferred is not None and self.version == "0.32":
             w = _f(self.waiting)
             d = self.deferred
-            out.append(c.series(M.NUM_REQUESTS_WAITING_BY_REASON, {**lb, "reason": "deferred"}, self.gated(d)))
-            out.append(c.series(M.NUM_REQUESTS_WAITING_BY_REASON, {**lb, "reason": "capacity"},
+            out.append(c.series(N.waiting_by_reason, {**lb, "reason": "deferred"}, self.gated(d)))
+            out.append(c.series(N.waiting_by_reason, {**lb, "reason": "capacity"},
                                 self.gated(lambda t: (w(t) or 0) - d)))
         if self.version == "0.32":
             for state, v in (("awake", 0 if self.asleep else 1), ("weights_offloaded", 1 if self.asleep else 0)):
-                out.append(c.series(M.ENGINE_SLEEP_STATE, {**lb, "sleep_state": state}, self.gated(v)))
-        out.append(c.series(M.NUM_PREEMPTIONS + "_total", lb,
+                out.append(c.series(N.sleep_state, {**lb, "sleep_state": state}, self.gated(v)))
+        out.append(c.series(N.preemptions, lb,
                             c.counter(self.preempt_per_s, self.reset_at, self.alive)))
-        out.append(c.series(M.REQUEST_SUCCESS_TOTAL, {**lb, "finished_reason": "length"},
+        out.append(c.series(N.request_success, {**lb, "finished_reason": "length"},
                             c.counter(self.finished_per_s, self.reset_at, self.alive)))
-        out.append(c.series(M.ITERATION_TOKENS + "_count", lb,
+        out.append(c.series(N.steps, lb,
                             c.counter(self.steps_per_s, self.reset_at, self.alive)))
         if not self.histograms:
             return out
-        for hist, le in ((M.REQUEST_PROMPT_TOKENS + "_bucket", self.prompt_le),
-                         (M.REQUEST_MAX_TOKENS + "_bucket", self.max_tokens_le)):
+        for hist, le in ((N.prompt_hist + "_bucket", self.prompt_le),
+                         (N.max_tokens_hist + "_bucket", self.max_tokens_le)):
             reached = False
             for b in BUCKETS:
                 reached = reached or b == le
@@ -477,7 +478,8 @@ def _liveness_cases() -> list[tuple[Case, Case]]:
               [], [Pod(labels=isvc, sidecar=dict(K8S_SIDECAR), no_vllm_metrics=True, api_requests=True,
                        api_handler="/v1/completions")],
               fires=[Expect("VLLMMetricsAbsent", {"namespace": "llm", "pod": "vllm-0", ENDPOINT: "10.0.0.5:8000"})]),
-         Case("a FastAPI router in the cluster (http_requests_total on /v1/completions, no vLLM series) is not vLLM", [],
+         Case("a FastAPI router in the cluster (http_requests_total on /v1/completions, no vLLM series) is not vLLM",
+              [],
               [Pod(labels=router, sidecar=None, api_requests=True, api_handler="/v1/completions")])),
         (Case("outside Kubernetes, a sidecar on host b watches hosts a and b, a's vLLM down 25 minutes: host b's "
               "false-full still pages", [Engine(up_until=300), Engine(**ff, labels=dict(host_b))],  # type: ignore[arg-type]

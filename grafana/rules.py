@@ -59,11 +59,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from exporter.core.units import parse_duration
+from exporter.engines.vllm import VLLM
 from exporter.expose.collector import SCHEMA_VERSION
+from exporter.pipeline.catalogue import ALERT_BY_VERDICT
 
-from . import metrics as M
 from .config import WINDOW, Config
 
+N = VLLM.names  # vLLM's metric names: exporter/engines/vllm/metrics.py
 R = "instance_engine:"
 ENDPOINT = "vllm_endpoint"
 # What an engine alert is about, whichever path judged it.
@@ -85,23 +87,8 @@ SIDE_WAITING = "endpoint_engine:vllm_headroom_requests_waiting:max"
 STORM = "endpoint_engine:vllm_preemption_storm:bool"
 ALONE_KEYS = "endpoint_engine:vllm_without_sidecar:bool"
 
-# Every verdict of the sidecar (exporter.pipeline.verdict.Verdict) and the alert that speaks for it; None: no
-# alert by design. tests/monitoring fails when the sidecar gains a verdict this table does not name.
-VERDICT_ALERTS: dict[str, str | None] = {
-    "ok": None,
-    "kv_full": "VLLMKVCacheFull",
-    "slots_full": "VLLMKVFalseFull",
-    "head_of_line": "VLLMKVFalseFull",
-    "deferred": "VLLMKVFalseFull",
-    "preempting": "VLLMPreemptionStorm",  # from its storm thresholds on; below them a queue behind it is KV-full
-    "stuck": "VLLMSchedulerStuck",
-    "leak": "VLLMKVBlockLeak",
-    "target_down": "VLLMHeadroomTargetDown",
-    "budget_full": "VLLMHeadroomBudgetFull",  # a false-full with a known cause: replaces VLLMKVFalseFull
-    "never_fits": "VLLMHeadroomNeverFits",  # replaces VLLMKVFalseFull, VLLMKVCacheFull, VLLMSchedulerStuck
-    "sleeping": "VLLMEngineAsleepWithQueue",  # info; every other engine alert is silent on a sleeping engine
-    "transient": None,  # one-shot (`vllm-headroom check`) only: a served sidecar never exports it as current
-}
+# Every verdict of the sidecar and the alert that speaks for it (None: none by design): the verdict catalogue's.
+VERDICT_ALERTS: dict[str, str | None] = ALERT_BY_VERDICT
 # The storm is measured from vLLM's counters on every path (ratio and count thresholds); below them, a queue that
 # stands while the sidecar says `preempting` waits for a pool that ran out: the KV-full page speaks for it.
 _BELOW_STORM = "VLLMKVCacheFull"
@@ -287,7 +274,7 @@ def engine_rules(cfg: Config) -> list[tuple[str, str]]:
     s, w = cfg.sel(), WINDOW
     extra = "," + cfg.vllm_selector if cfg.vllm_selector else ""
     demand = f"{R}vllm_num_requests_running:max * {R}vllm_worst_case_blocks_per_request:ceil"
-    running = M.NUM_REQUESTS_RUNNING + s
+    running = N.running + s
 
     def gauge(name: str, expr: str) -> tuple[str, str]:
         return name, _ident(cfg, expr)
@@ -299,8 +286,8 @@ def engine_rules(cfg: Config) -> list[tuple[str, str]]:
         return f"max by ({L.raw_me}) (max_over_time({selector}[{w}]))"
 
     # kv_cache_usage_perc from 0.9, gpu_cache_usage_perc before; 0.9-0.10 export both, equal.
-    usage_now = (f"max by ({L.raw_me}) ({now(M.KV_CACHE_USAGE_PERC + s)})\n"
-                 f"or max by ({L.raw_me}) ({now(M.GPU_CACHE_USAGE_PERC + s)})")
+    usage_now = (f"max by ({L.raw_me}) ({now(N.kv_usage + s)})\n"
+                 f"or max by ({L.raw_me}) ({now(N.kv_usage_legacy + s)})")
     free, fits = f"{R}vllm_kv_free_blocks:sub", f"{R}vllm_prompt_fits:bool"
     pressure = f"{R}vllm_kv_pressure:bool"
     r: list[tuple[str, str]] = [
@@ -310,15 +297,15 @@ def engine_rules(cfg: Config) -> list[tuple[str, str]]:
         (VLLM_INFO, _carry(VLLM_INFO, _vllm_endpoint(f"group by ({L.id}) ({running})"))),
         gauge(f"{R}vllm_num_requests_running:max", f"max by ({L.raw_me}) ({now(running)})"),
         (f"{R}vllm_num_requests_running:max_over_time{w}", f"max_over_time({R}vllm_num_requests_running:max[{w}])"),
-        gauge(f"{R}vllm_num_requests_waiting:max", f"max by ({L.raw_me}) ({now(M.NUM_REQUESTS_WAITING + s)})"),
+        gauge(f"{R}vllm_num_requests_waiting:max", f"max by ({L.raw_me}) ({now(N.waiting + s)})"),
         # Waiting minus vLLM's deferred waiters (LoRA, grammar, KV transfer; labelled from 0.20).
         (f"{R}vllm_num_requests_waiting_schedulable:max",
          f"{R}vllm_num_requests_waiting:max\n- on ({L.raw_me}) group_left ()\n"
-         f"max by ({L.raw_me}) ({now(M.NUM_REQUESTS_WAITING_BY_REASON + cfg.sel(DEFERRED))})\n"
+         f"max by ({L.raw_me}) ({now(N.waiting_by_reason + cfg.sel(DEFERRED))})\n"
          f"or\n{R}vllm_num_requests_waiting:max"),
         gauge(f"{R}vllm_kv_usage_ratio:max", usage_now),
         (f"{R}vllm_kv_usage_ratio:max_over_time{w}",
-         _ident(cfg, f"{peak(M.KV_CACHE_USAGE_PERC + s)}\nor {peak(M.GPU_CACHE_USAGE_PERC + s)}")),
+         _ident(cfg, f"{peak(N.kv_usage + s)}\nor {peak(N.kv_usage_legacy + s)}")),
         (f"{R}vllm_kv_used_blocks:round",
          f"clamp_min(\n  round(\n"
          f"    {R}vllm_kv_usage_ratio:max * ignoring (model_name) group_left () {R}vllm_kv_capacity_blocks:usable\n"
@@ -329,8 +316,8 @@ def engine_rules(cfg: Config) -> list[tuple[str, str]]:
          f"  {R}vllm_kv_used_blocks:round\n, 0)"),
         # The profile from finished requests (window, else lifetime); none while nothing ever finished.
         gauge(f"{R}vllm_request_prompt_tokens_observed:bucket_quantile",
-              _bucket_quantile(cfg, M.REQUEST_PROMPT_TOKENS)),
-        gauge(f"{R}vllm_request_max_tokens_observed:bucket_quantile", _bucket_quantile(cfg, M.REQUEST_MAX_TOKENS)),
+              _bucket_quantile(cfg, N.prompt_hist)),
+        gauge(f"{R}vllm_request_max_tokens_observed:bucket_quantile", _bucket_quantile(cfg, N.max_tokens_hist)),
         # ...else max_model_len (the top finite bucket): the risk basis, for W and the dashboards.
         (f"{R}vllm_request_prompt_tokens:bucket_quantile",
          f"{R}vllm_request_prompt_tokens_observed:bucket_quantile\nor\n{R}vllm_request_tokens:max_bucket"),
@@ -360,9 +347,9 @@ def engine_rules(cfg: Config) -> list[tuple[str, str]]:
          f"  / {R}vllm_worst_case_blocks_per_request:ceil\n)"),
         # `num_preemptions_total` in every version; the bare name covers expositions that drop the suffix.
         (f"{R}vllm_num_preemptions:rate{w}", _ident(cfg, f"max by ({L.raw_me}) (rate("
-                                                       f'{{__name__=~"{M.NUM_PREEMPTIONS}(_total)?"{extra}}}[{w}]))')),
+                                                       f'{{__name__=~"{N.preemptions_family}(_total)?"{extra}}}[{w}]))')),
         (f"{R}vllm_request_success:rate{w}", _ident(
-            cfg, f"max by ({L.raw_me}) (sum without (finished_reason) (rate({M.REQUEST_SUCCESS_TOTAL}{s}[{w}])))")),
+            cfg, f"max by ({L.raw_me}) (sum without (finished_reason) (rate({N.request_success}{s}[{w}])))")),
         # Preemptions per finished request over the window; while none finishes (long generations thrashing),
         # preemptions per running request (the most that ran at once in the window), never +Inf.
         (f"{R}vllm_preemptions_per_request:ratio{w}",
@@ -370,11 +357,11 @@ def engine_rules(cfg: Config) -> list[tuple[str, str]]:
          f"  {R}vllm_num_preemptions:rate{w} * {parse_duration(w):g}\n"
          f"  / ({R}vllm_num_requests_running:max_over_time{w} > 0)\n)"),
         (f"{R}vllm_engine_steps:rate{w}", _ident(
-            cfg, f"(max by ({L.raw_me}) (rate({M.ITERATION_TOKENS}_count{s}[{w}]))\nor\n"
-                 f"max by ({L.raw_me}) (rate({M.GENERATION_TOKENS_TOTAL}{s}[{w}])))")),
+            cfg, f"(max by ({L.raw_me}) (rate({N.steps}{s}[{w}]))\nor\n"
+                 f"max by ({L.raw_me}) (rate({N.generation_tokens}{s}[{w}])))")),
         # engine_sleep_state (0.12+): 1 while weights are offloaded or discarded (sleep mode).
         gauge(f"{R}vllm_engine_asleep:bool",
-              f"max by ({L.raw_me}) ({now(M.ENGINE_SLEEP_STATE + cfg.sel(ASLEEP))})"),
+              f"max by ({L.raw_me}) ({now(N.sleep_state + cfg.sel(ASLEEP))})"),
         # 1 where the next observed prompt fits in free blocks; also where nothing finished yet: a prompt known
         # only as max_model_len is a risk bound and decides nothing (never a KV-full page, never a false-full veto).
         # None without the length histograms: unjudged.
@@ -418,12 +405,12 @@ def config_rules(cfg: Config) -> list[tuple[str, str]]:
     # V1 0.8.x exports cache_config_info without `engine` while its gauges carry engine "0": that info is engine
     # 0's (reference §1.5, loggers.py:348-366 @0.8.5). V0's (no `engine` anywhere) stays engine-less.
     run = f"{R}vllm_num_requests_running:max"
-    engineless = raw(M.CACHE_CONFIG_INFO, V0_SERIES)
-    cache = (f"{raw(M.CACHE_CONFIG_INFO, V1_SERIES)}\nor\n{engineless} and on ({L.id}) {run}{{{V0_SERIES}}}\nor\n"
+    engineless = raw(N.cache_config, V0_SERIES)
+    cache = (f"{raw(N.cache_config, V1_SERIES)}\nor\n{engineless} and on ({L.id}) {run}{{{V0_SERIES}}}\nor\n"
              f'label_replace({engineless} and on ({L.id}) {run}{{{V1_SERIES}}}, "engine", "0", "", "")')
     top = (f"histogram_quantile(1, max by ({L.raw_me}, le) (\n"
-           f"  {raw(M.REQUEST_PROMPT_TOKENS + '_bucket', NOT_INF)} * 0\n"
-           f"  or {raw(M.REQUEST_PROMPT_TOKENS + '_bucket', INF)} * 0 + 1\n))")
+           f"  {raw(N.prompt_hist + '_bucket', NOT_INF)} * 0\n"
+           f"  or {raw(N.prompt_hist + '_bucket', INF)} * 0 + 1\n))")
     k = _j(*KEY)
     side = [(f"endpoint_engine:{name}:max", f"max by ({k}) (\n{_sidecar_ep(cfg, b(name))}\n)")
             for name in ("vllm_headroom_kv_capacity_blocks", "vllm_headroom_block_size_tokens")]
@@ -449,8 +436,8 @@ def config_rules(cfg: Config) -> list[tuple[str, str]]:
         # 1 where usage divides by num_gpu_blocks (null block counted as used): the servers that still export the
         # deprecated name (V1 <= 0.10); 0 from 0.11 and on V0 (no null block).
         (f"{R}vllm_kv_usage_counts_null_block:bool", _ident(
-            cfg, f"(max by ({L.raw_me}) ({raw(M.GPU_CACHE_USAGE_PERC)}) * 0 + 1\n"
-                 f"or\nmax by ({L.raw_me}) ({raw(M.KV_CACHE_USAGE_PERC)}) * 0)")
+            cfg, f"(max by ({L.raw_me}) ({raw(N.kv_usage_legacy)}) * 0 + 1\n"
+                 f"or\nmax by ({L.raw_me}) ({raw(N.kv_usage)}) * 0)")
          + f"\n* ignoring (model_name) group_left ()\n{R}vllm_null_block:bool"),
         # The highest finite bucket bound of the prompt histogram: vLLM sizes it to max_model_len (1-2-5 steps).
         (f"{R}vllm_request_tokens:max_bucket", _ident(cfg, top)),
@@ -736,7 +723,7 @@ def alerts(cfg: Config) -> list[Alert]:
                         judged=False),
               t_hist, "warning",
               "vLLM's prompt-length histogram is not scraped.",
-              f"{ENGINE}: no {M.REQUEST_PROMPT_TOKENS}_bucket for {_minutes(t_hist)} ({{{{ $value | humanize }}}} "
+              f"{ENGINE}: no {N.prompt_hist}_bucket for {_minutes(t_hist)} ({{{{ $value | humanize }}}} "
               "wait): no false-full or oversubscription without a sidecar. Keep the histograms in the scrape."),
         # Only while it matters: requests wait under the full-usage threshold, no stuck scheduler, no sidecar.
         Alert("VLLMKVCapacityUnknown",
@@ -744,7 +731,7 @@ def alerts(cfg: Config) -> list[Alert]:
                         f"unless {kv_full}\nunless {R}vllm_stuck:bool"),
               t_cap, "warning",
               "vLLM's KV capacity is unknown to the rules while requests wait.",
-              f"{ENGINE}: {{{{ $value | humanize }}}} requests wait, no KV capacity known (no {M.CACHE_CONFIG_INFO} "
+              f"{ENGINE}: {{{{ $value | humanize }}}} requests wait, no KV capacity known (no {N.cache_config} "
               f"number, no sidecar), for {_minutes(t_cap)}. Run the sidecar with --num-gpu-blocks."),
         # A sidecar by its scrape selector (`up` of one that never came up) or as a target that once exported
         # vllm_headroom_up; one alert per pod, none while any job gets its series.
@@ -776,7 +763,7 @@ def alerts(cfg: Config) -> list[Alert]:
         Alert("VLLMMetricsAbsent",
               f"max by (cluster, {_j(*POD)}) (\n" + _sidecar_ep(cfg, no_metrics) + "\n)",
               t_abs, "warning", "vLLM answers but exports no engine metrics (--disable-log-stats?).",
-              f"{WHERE} serves vLLM's API without {M.PREFIX}* engine metrics for {_minutes(t_abs)} "
+              f"{WHERE} serves vLLM's API without {N.prefix}* engine metrics for {_minutes(t_abs)} "
               "(--disable-log-stats?).", group="sidecar"),
         # Only where the sidecar's series name vLLM's pod: a loopback target, or outside Kubernetes (no pod label).
         Alert("VLLMHeadroomVllmNotScraped",
@@ -786,7 +773,7 @@ def alerts(cfg: Config) -> list[Alert]:
               f"  * on ({st}) group_left ({ENDPOINT}) ({SCRAPED} == 0)\n)",
               t_unscraped, "warning", "The sidecar reads vLLM's metrics, but Prometheus does not scrape vLLM.",
               f"{WHERE}: the sidecar has read vLLM's metrics for {_minutes(t_unscraped)}, Prometheus has no "
-              f"{M.PREFIX}* series of it: check the monitor's port (Helm: vllm.portName).", group="sidecar"),
+              f"{N.prefix}* series of it: check the monitor's port (Helm: vllm.portName).", group="sidecar"),
         # A sidecar of another schema (or older than build_info: "none"), or of ours lacking a series the rules read.
         Alert("VLLMHeadroomRulesSkew",
               f"max by ({cfg.dedup('target', 'schema', 'cause')}) (\n"
@@ -803,7 +790,7 @@ def alerts(cfg: Config) -> list[Alert]:
               group="bundle"),
         # Copies of one engine's series that differ only in labels outside the identity: an HA pair's replicas.
         Alert("VLLMHeadroomDuplicateSeries",
-              f"max by (cluster, namespace, pod, instance) (count by ({L.raw_me}) ({M.NUM_REQUESTS_RUNNING}"
+              f"max by (cluster, namespace, pod, instance) (count by ({L.raw_me}) ({N.running}"
               f"{cfg.sel()}) > 1)",
               t_dup, "warning", "vLLM's series arrive more than once (no de-duplication).",
               "Each series of {{ with $labels.pod }}{{ . }} at {{ end }}{{ $labels.instance }} "

@@ -505,7 +505,7 @@ def render(scores: list[Score]) -> str:
         if folder.name in STORIES:
             lines += story(folder)
     lines += ["", "Recordings of other releases (tests/fixtures/vllm-*/, the version matrix) are scored alike; their "
-              "admission rule is the release's (exporter/pipeline/vllm.py `rules`)."]
+              "admission rule is the release's (exporter/engines/vllm/releases.py `rules`)."]
     lines += ["", "## Before issue 11", "",
               "The same scorer on the same recordings with the code before issue 11 (commit 1d1bc0a): "
               "[SCORE-before.md](SCORE-before.md).", ""]

@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from ..core import defaults, units
+from ..engines.vllm import VLLM
 
 ENV_PREFIX = "VLLM_HEADROOM_"
 # Environment variables of ours that are no flag: the API key itself, and the scripts' cache folder.
@@ -337,6 +338,9 @@ def add(group: Any, flag: str, conv: Callable[[str], Any] | None = None, default
                        **kw)
 
 
+_CACHE_CONFIG = VLLM.names.cache_config
+
+
 def add_config_flags(p: argparse.ArgumentParser, verdict: bool = True) -> None:
     """Serving config vLLM does not export, the profile and (with `verdict`) the verdict knobs (serve, diagnose;
     recommend, which judges no verdict, takes no verdict knobs)."""
@@ -344,8 +348,8 @@ def add_config_flags(p: argparse.ArgumentParser, verdict: bool = True) -> None:
     add(g, "--max-num-seqs", positive_int, help="vLLM's max_num_seqs; not exported by vLLM")
     add(g, "--max-num-batched-tokens", tokens, help="vLLM's max_num_batched_tokens")
     add(g, "--max-model-len", tokens, help="vLLM's max_model_len, e.g. 32k (else from /v1/models)")
-    add(g, "--block-size", positive_int, help="KV block size in tokens (else from vllm:cache_config_info)")
-    add(g, "--num-gpu-blocks", blocks, help="KV blocks per engine, at least 2 (else from vllm:cache_config_info)")
+    add(g, "--block-size", positive_int, help=f"KV block size in tokens (else from {_CACHE_CONFIG})")
+    add(g, "--num-gpu-blocks", blocks, help=f"KV blocks per engine, at least 2 (else from {_CACHE_CONFIG})")
     add(g, "--vllm-args", help="vLLM's command line as one string, e.g. \"vllm serve M --max-num-seqs 64\"")
     add(g, "--model-config", help="the model's config.json (or folder): adds KV bytes per token, bytes free and "
         "bytes per worst-case request")

@@ -11,7 +11,7 @@ from typing import Any
 from ..core import defaults
 from ..expose import diagnosis
 from ..pipeline import oneshot
-from ..pipeline.target import TargetReport
+from ..pipeline.report import TargetReport
 from ..planning.recommend import recommend, render_text
 from .flags import (
     RuntimeFailure,

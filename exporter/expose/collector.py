@@ -11,7 +11,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from .. import __version__
-from ..pipeline.target import EngineReport, Target
+from ..engines.vllm import VLLM
+from ..pipeline.report import EngineReport, TargetStatus
+from ..pipeline.target import Target
 from ..pipeline.verdict import Verdict
 from . import headline
 
@@ -22,6 +24,7 @@ SCHEMA_VERSION = "1"
 SCRAPE_ERROR_REASONS = ("connect", "timeout", "http_status", "truncated", "malformed", "too_large",
                         "no_vllm_metrics", "invalid_value", "models", "internal_error")
 
+_NAMES = VLLM.names  # the engine whose series the help texts name
 # (name, help, value of an engine report or None when unknown)
 _ENGINE_GAUGES: list[tuple[str, str, Callable[[EngineReport], float | None]]] = [
     ("kv_capacity_blocks", "Usable KV-cache blocks of the engine (null block excluded).",
@@ -52,8 +55,8 @@ _ENGINE_GAUGES: list[tuple[str, str, Callable[[EngineReport], float | None]]] = 
      lambda e: e.preemptions_per_second),
     ("seconds_without_progress", "Seconds since vLLM's step/generation counters last moved while it had work.",
      lambda e: e.seconds_without_progress),
-    ("requests_running", "Requests running in the engine (vllm:num_requests_running).", lambda e: e.running),
-    ("requests_waiting", "Requests waiting in the engine (vllm:num_requests_waiting).", lambda e: e.waiting),
+    ("requests_running", f"Requests running in the engine ({_NAMES.running}).", lambda e: e.running),
+    ("requests_waiting", f"Requests waiting in the engine ({_NAMES.waiting}).", lambda e: e.waiting),
     ("max_num_seqs", "Configured max_num_seqs (absent when unknown).", lambda e: e.max_num_seqs),
     ("prompt_blocks", "Blocks the profile prompt needs at admission.", lambda e: e.headroom.prompt_blocks),
     ("kv_bytes_per_token", "KV-cache bytes one token takes per device, all layers (with --model-config).",
@@ -68,13 +71,10 @@ _ENGINE_GAUGES: list[tuple[str, str, Callable[[EngineReport], float | None]]] = 
 
 
 class HeadroomCollector(Collector):
-    """Yields the sidecar's families from the targets' latest reports."""
+    """Yields the sidecar's families from the targets' latest reports; reads each target's `status()` only."""
 
     def __init__(self, targets: Sequence[Target]) -> None:
         self.targets = targets
-        # Targets (by URL) seen up since this process started: lets the alerts tell a vLLM still loading its
-        # weights from one that went down after serving.
-        self.seen_up: set[str] = set()
 
     def describe(self) -> Iterable[GaugeMetricFamily]:
         return []  # collect() is cheap but needs live targets; skip registration-time collection
@@ -86,8 +86,8 @@ class HeadroomCollector(Collector):
         tl = ["target"]
         el = [*tl, "model_name", "engine"]
 
-        def tv(t: Target) -> list[str]:
-            return [t.settings.url]
+        def tv(t: TargetStatus) -> list[str]:
+            return [t.url]
 
         up = GaugeMetricFamily(P + "up", "1 if the last scrape of the vLLM target succeeded.", labels=tl)
         duration = GaugeMetricFamily(P + "scrape_duration_seconds", "Duration of the last scrape of the target.",
@@ -121,14 +121,14 @@ class HeadroomCollector(Collector):
         down_since = GaugeMetricFamily(P + "target_down_since_timestamp_seconds",
                                        "Unix time of the first failed scrape of the target's current outage (vLLM "
                                        "down or still loading); absent while the target is up.", labels=tl)
-        for t in self.targets:
+        for t in (target.status() for target in self.targets):
             r = t.last
             up.add_metric(tv(t), 1.0 if r.up else 0.0)
             if not r.up and t.down_since is not None:
                 down_since.add_metric(tv(t), t.down_since)
-            if r.up:
-                self.seen_up.add(t.settings.url)
-            seen_up.add_metric(tv(t), 1.0 if t.settings.url in self.seen_up else 0.0)
+            # Seen up since the sidecar started: lets the alerts tell a vLLM still loading its weights from one that
+            # went down after serving.
+            seen_up.add_metric(tv(t), 1.0 if t.seen_up else 0.0)
             if r.scrape_duration_seconds is not None:
                 duration.add_metric(tv(t), r.scrape_duration_seconds)
             for reason in SCRAPE_ERROR_REASONS:

@@ -6,12 +6,15 @@ becomes an object keyed by the label's value.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from .. import __version__
 from ..core import defaults
-from ..pipeline.target import EngineGap, EngineReport, TargetReport
-from ..pipeline.verdict import Verdict
+from ..engines.vllm import VLLM
+from ..pipeline import catalogue
+from ..pipeline.catalogue import Verdict
+from ..pipeline.report import EngineGap, EngineReport, TargetReport
 from ..planning import advice
 from . import headline
 
@@ -68,24 +71,29 @@ def _budget_hint(e: EngineReport) -> str:
             f"{b.max_num_batched_tokens:,})")
 
 
-def explain(e: EngineReport) -> str:
-    """One paragraph saying why requests wait (or that nothing does)."""
-    h = e.headroom
-    used = f"{_pct(h.panel_usage_ratio)} of blocks are in use"
+def _used(e: EngineReport) -> str:
+    return f"{_pct(e.headroom.panel_usage_ratio)} of blocks are in use"
+
+
+def _slots_full(e: EngineReport) -> str:
+    h, used = e.headroom, _used(e)
     slots = "" if e.max_num_seqs is None else f" of max_num_seqs={e.max_num_seqs}"
-    v = e.verdict
-    if v is Verdict.SLOTS_FULL:
-        if e.slots_inferred:
-            cap = e.max_num_seqs or e.running
-            return (f"{used}, {e.running} requests run and {e.waiting} wait although {h.kv_free_blocks} blocks are "
-                    f"free: all slots of an inferred max_num_seqs of {cap} are taken (not stated; "
-                    + ("from this one observation: the free blocks would hold the longest prompt vLLM has served, "
-                       "yet requests wait" if e.gauges_only else
-                       "the highest running count seen while requests waited beside free blocks, outside preemption")
-                    + "; supply it to confirm). Requests wait for a slot, not for memory.")
-        return (f"{used}, but all {e.max_num_seqs} slots{slots} are taken; {e.waiting} requests wait for a slot, "
-                f"not for memory ({h.kv_free_blocks} of {h.kv_capacity_blocks} blocks are free).")
-    if v is Verdict.KV_FULL and e.max_num_seqs is not None and e.running >= e.max_num_seqs:
+    if e.slots_inferred:
+        cap = e.max_num_seqs or e.running
+        return (f"{used}, {e.running} requests run and {e.waiting} wait although {h.kv_free_blocks} blocks are "
+                f"free: all slots of an inferred max_num_seqs of {cap} are taken (not stated; "
+                + ("from this one observation: the free blocks would hold the longest prompt vLLM has served, "
+                   "yet requests wait" if e.gauges_only else
+                   "the highest running count seen while requests waited beside free blocks, outside preemption")
+                + "; supply it to confirm). Requests wait for a slot, not for memory.")
+    return (f"{used}, but all {e.max_num_seqs} slots{slots} are taken; {e.waiting} requests wait for a slot, "
+            f"not for memory ({h.kv_free_blocks} of {h.kv_capacity_blocks} blocks are free).")
+
+
+def _kv_full(e: EngineReport) -> str:
+    h, used = e.headroom, _used(e)
+    if e.max_num_seqs is not None and e.running >= e.max_num_seqs:
+        slots = f" of max_num_seqs={e.max_num_seqs}"
         why = (f"{h.kv_free_blocks} free blocks cannot hold the next request's {h.prompt_blocks}"
                if h.kv_free_blocks < h.prompt_blocks else
                f"the {e.running} running requests, each growing to {h.worst_case_blocks_profile} blocks, need up to "
@@ -93,99 +101,147 @@ def explain(e: EngineReport) -> str:
                f"{h.safe_headroom_requests})")
         return (f"{used}; all {e.max_num_seqs} slots{slots} are taken and memory binds too: {why}. "
                 f"{e.waiting} requests wait for memory as much as for a slot: more slots would not admit them.")
-    if v is Verdict.KV_FULL:
-        return (f"{used}: {h.kv_free_blocks} blocks are free and the next request needs about {h.prompt_blocks} "
-                f"({_profile_text(e)}); {e.waiting} requests wait for KV cache.")
-    if v is Verdict.PREEMPTING and e.preemption_inferred:
+    return (f"{used}: {h.kv_free_blocks} blocks are free and the next request needs about {h.prompt_blocks} "
+            f"({_profile_text(e)}); {e.waiting} requests wait for KV cache.")
+
+
+def _preempting(e: EngineReport) -> str:
+    h, used = e.headroom, _used(e)
+    if e.preemption_inferred:
         how = ("no block is free while requests decode and others wait: the next block vLLM needs preempts the "
                "newest running request" if h.kv_free_blocks == 0 else
                "running fell and waiting rose while no request finished: a running request went back to the queue")
         return (f"Preemption inferred from the gauges ({how}); vLLM counts a preemption only when the preempted "
                 f"request produces its next token, so num_preemptions_total may rise a scrape or more later. "
                 f"{used}, {e.running} running, {e.waiting} waiting.")
-    if v is Verdict.PREEMPTING:
-        rate = "" if not e.preemptions_per_second else f" ({e.preemptions_per_second:.2f}/s)"
-        need = e.running * h.worst_case_blocks_profile
-        if need > h.kv_capacity_blocks:
-            why = (f"{e.running} running requests that each grow to {h.worst_case_blocks_profile} blocks need up to "
-                   f"{need} blocks, the pool has {h.kv_capacity_blocks}")
-        else:
-            # Never contradict our own numbers: the running requests fit now, so longer ones did it lately.
-            why = (f"the counter rose within the preempt window; the {e.running} requests running now need up to "
-                   f"{need} of {h.kv_capacity_blocks} blocks by the profile, so longer requests (or more of them) "
-                   "outgrew the pool moments ago")
-        return (f"vLLM is preempting running requests{rate}: {why}. Preempted requests are recomputed from "
-                "scratch.")
-    if v is Verdict.HEAD_OF_LINE:
-        return (f"{used} and {h.kv_free_blocks} blocks are free, enough for a typical request "
-                f"({h.prompt_blocks} blocks), yet {e.waiting} requests wait: the request at the head of the queue "
-                "is larger than typical (vLLM admits in order and needs its whole prompt to fit), or running "
-                "prefills use up the step's token budget (max_num_batched_tokens).")
-    if v is Verdict.DEFERRED:
-        return (f"{used}; {int(e.waiting_by_reason.get('deferred', 0))} of {e.waiting} waiting requests are deferred "
-                "by vLLM (LoRA adapter budget, grammar compilation or a KV transfer), not short of memory.")
-    if v is Verdict.STUCK:
-        return (f"{e.waiting} requests wait and the engine has made no step for {e.seconds_without_progress:.0f} s; "
-                f"{used}. The scheduler is not making progress.")
-    if v is Verdict.SLEEPING:
-        return (f"The engine is asleep (vllm:engine_sleep_state awake=0: put to sleep with POST /sleep, "
-                f"--enable-sleep-mode); it runs nothing until woken. {e.running} running, {e.waiting} waiting; "
-                f"{used} (the pool's numbers are those it kept when it fell asleep).")
-    if v is Verdict.LEAK and e.suspected:
+    rate = "" if not e.preemptions_per_second else f" ({e.preemptions_per_second:.2f}/s)"
+    need = e.running * h.worst_case_blocks_profile
+    if need > h.kv_capacity_blocks:
+        why = (f"{e.running} running requests that each grow to {h.worst_case_blocks_profile} blocks need up to "
+               f"{need} blocks, the pool has {h.kv_capacity_blocks}")
+    else:
+        # Never contradict our own numbers: the running requests fit now, so longer ones did it lately.
+        why = (f"the counter rose within the preempt window; the {e.running} requests running now need up to "
+               f"{need} of {h.kv_capacity_blocks} blocks by the profile, so longer requests (or more of them) "
+               "outgrew the pool moments ago")
+    return (f"vLLM is preempting running requests{rate}: {why}. Preempted requests are recomputed from "
+            "scratch.")
+
+
+def _head_of_line(e: EngineReport) -> str:
+    h = e.headroom
+    return (f"{_used(e)} and {h.kv_free_blocks} blocks are free, enough for a typical request "
+            f"({h.prompt_blocks} blocks), yet {e.waiting} requests wait: the request at the head of the queue "
+            "is larger than typical (vLLM admits in order and needs its whole prompt to fit), or running "
+            "prefills use up the step's token budget (max_num_batched_tokens).")
+
+
+def _deferred(e: EngineReport) -> str:
+    return (f"{_used(e)}; {int(e.waiting_by_reason.get('deferred', 0))} of {e.waiting} waiting requests are deferred "
+            "by vLLM (LoRA adapter budget, grammar compilation or a KV transfer), not short of memory.")
+
+
+def _stuck(e: EngineReport) -> str:
+    return (f"{e.waiting} requests wait and the engine has made no step for {e.seconds_without_progress:.0f} s; "
+            f"{_used(e)}. The scheduler is not making progress.")
+
+
+def _sleeping(e: EngineReport) -> str:
+    return (f"The engine is asleep ({VLLM.names.sleep_state} awake=0: put to sleep with POST /sleep, "
+            f"--enable-sleep-mode); it runs nothing until woken. {e.running} running, {e.waiting} waiting; "
+            f"{_used(e)} (the pool's numbers are those it kept when it fell asleep).")
+
+
+def _leak(e: EngineReport) -> str:
+    h = e.headroom
+    if e.suspected:
         return (f"Suspected leak: {h.kv_used_blocks} blocks are in use although nothing runs or waits. One "
                 "observation cannot show whether they stay in use; the sidecar reports a leak once it lasts "
                 "--verdict.leak-after.")
-    if v is Verdict.LEAK:
-        return (f"{h.kv_used_blocks} blocks stay in use although nothing runs or waits: blocks are not being "
-                "returned to the pool.")
-    if v is Verdict.BUDGET_FULL:
-        b = e.budget
-        per = "" if b is None or b.prefill_tokens is None else f" (a typical prompt is {b.prefill_tokens:,.0f} tokens)"
-        budget = "" if b is None else (f"{b.max_num_batched_tokens:,} tokens "
-                                       f"({'assumed: vLLM default' if b.source == 'default' else b.source})")
-        return (f"{used}, {h.kv_free_blocks} blocks and free slots, yet {e.waiting} requests wait: a running "
-                f"prefill takes the whole token budget of {budget} of each step{per} (max_num_batched_tokens). "
-                "vLLM schedules running requests first and admits waiting ones only while budget is left.")
-    if v is Verdict.NEVER_FITS:
-        wmax = h.worst_case_blocks_max_model_len
-        sure = (" One observation: it may also be the moment between two steps; a second look confirms."
-                if e.suspected else "")
-        return (f"Nothing runs and all {h.kv_capacity_blocks} blocks are free, yet {e.waiting} requests wait: the "
-                f"request at the head of the queue needs more blocks than the whole pool (max_model_len needs "
-                f"{wmax} blocks, the pool has {h.kv_capacity_blocks}). vLLM admits in order, so it and every "
-                f"request behind it wait forever.{sure}")
-    if v is Verdict.TRANSIENT and e.max_num_seqs is None and e.running > 0:
+    return (f"{h.kv_used_blocks} blocks stay in use although nothing runs or waits: blocks are not being "
+            "returned to the pool.")
+
+
+def _budget_full(e: EngineReport) -> str:
+    h, b = e.headroom, e.budget
+    per = "" if b is None or b.prefill_tokens is None else f" (a typical prompt is {b.prefill_tokens:,.0f} tokens)"
+    budget = "" if b is None else (f"{b.max_num_batched_tokens:,} tokens "
+                                   f"({'assumed: vLLM default' if b.source == 'default' else b.source})")
+    return (f"{_used(e)}, {h.kv_free_blocks} blocks and free slots, yet {e.waiting} requests wait: a running "
+            f"prefill takes the whole token budget of {budget} of each step{per} (max_num_batched_tokens). "
+            "vLLM schedules running requests first and admits waiting ones only while budget is left.")
+
+
+def _never_fits(e: EngineReport) -> str:
+    h = e.headroom
+    wmax = h.worst_case_blocks_max_model_len
+    sure = (" One observation: it may also be the moment between two steps; a second look confirms."
+            if e.suspected else "")
+    return (f"Nothing runs and all {h.kv_capacity_blocks} blocks are free, yet {e.waiting} requests wait: the "
+            f"request at the head of the queue needs more blocks than the whole pool (max_model_len needs "
+            f"{wmax} blocks, the pool has {h.kv_capacity_blocks}). vLLM admits in order, so it and every "
+            f"request behind it wait forever.{sure}")
+
+
+def _transient(e: EngineReport) -> str:
+    h, used = e.headroom, _used(e)
+    if e.max_num_seqs is None and e.running > 0:
         return (f"{used}, {h.kv_free_blocks} blocks are free (a typical request needs {h.prompt_blocks}), "
                 f"{e.running} run and {e.waiting} wait. max_num_seqs is unknown and one observation cannot infer it: "
                 f"if it is {e.running}, requests wait for a slot, not for memory; otherwise this is most often the "
                 "moment between two engine steps. Supply max_num_seqs, or watch it with `serve`.")
-    if v is Verdict.TRANSIENT:
-        return (f"{used}, {h.kv_free_blocks} blocks are free (a typical request needs {h.prompt_blocks}) and "
-                f"{e.waiting} requests wait: in one observation this is most often the moment between two engine "
-                "steps (vLLM admits them at the next step). If it persists, the head of the queue is larger than "
-                "the free blocks or prefills use up the token budget" + _budget_hint(e)
-                + ": watch it with `serve` or diagnose again.")
-    return (f"Nothing is held back: {used}, {e.running} running, {e.waiting} waiting; room for "
+    return (f"{used}, {h.kv_free_blocks} blocks are free (a typical request needs {h.prompt_blocks}) and "
+            f"{e.waiting} requests wait: in one observation this is most often the moment between two engine "
+            "steps (vLLM admits them at the next step). If it persists, the head of the queue is larger than "
+            "the free blocks or prefills use up the token budget" + _budget_hint(e)
+            + ": watch it with `serve` or diagnose again.")
+
+
+def _ok(e: EngineReport) -> str:
+    h = e.headroom
+    return (f"Nothing is held back: {_used(e)}, {e.running} running, {e.waiting} waiting; room for "
             f"{h.admission_headroom_requests} more requests now and {max(h.safe_headroom_requests, 0)} more "
             "that could each reach max_tokens without preemption.")
+
+
+def _target_down(r: TargetReport) -> str:
+    return f"the last scrape failed ({r.error_reason}): {r.error}; numbers would be stale"
+
+
+# The explanation of each verdict by its catalogue key (exporter/pipeline/catalogue.py): engine verdicts from the
+# engine's report, target_down from the failed target's.
+EXPLANATIONS: dict[str, Callable[[EngineReport], str]] = {
+    "ok": _ok, "kv_full": _kv_full, "slots_full": _slots_full, "preempting": _preempting,
+    "head_of_line": _head_of_line, "deferred": _deferred, "stuck": _stuck, "leak": _leak,
+    "budget_full": _budget_full, "never_fits": _never_fits, "transient": _transient, "sleeping": _sleeping,
+}
+TARGET_EXPLANATIONS: dict[str, Callable[[TargetReport], str]] = {"target_down": _target_down}
+
+# The fixed actions of each verdict by its catalogue key, after the advice engine's settings.
+ACTIONS: dict[str, tuple[str, ...]] = {
+    "ok": (), "kv_full": (), "slots_full": (), "preempting": (), "budget_full": (), "never_fits": (),
+    "transient": (),
+    "head_of_line": ("route very long prompts to a separate pool or lower max_model_len; the head needs its whole "
+                     "uncached prompt in free blocks (vLLM >= 0.19)",),
+    "deferred": ("raise max_loras, pre-compile grammars, or check the KV-transfer connector",),
+    "stuck": ("check the engine log; restart the pod if the engine is hung",),
+    "sleeping": ("wake the engine: POST /wake_up on the vLLM server (vLLM started with --enable-sleep-mode; the "
+                 "endpoint is served with VLLM_SERVER_DEV_MODE=1); do not restart it, it is not hung",),
+    "leak": ("report the vLLM version; restart the pod to reclaim the blocks",),
+    "target_down": ("check that vLLM is running and reachable from the sidecar",),
+}
+
+
+def explain(e: EngineReport) -> str:
+    """One paragraph saying why requests wait (or that nothing does)."""
+    return EXPLANATIONS[catalogue.entry(e.verdict).explanation](e)
 
 
 def actions(e: EngineReport, engines: list[EngineReport] | None = None) -> list[str]:
     """Concrete changes an operator can make, most useful first (settings from the one advice engine); with the
     server's other engines (data parallel), max_num_seqs is advised once for the server."""
     out = [a.text() for a in advice.advise_server(e, engines or [e])]
-    if e.verdict is Verdict.HEAD_OF_LINE:
-        out.append("route very long prompts to a separate pool or lower max_model_len; the head needs its whole "
-                   "uncached prompt in free blocks (vLLM >= 0.19)")
-    if e.verdict is Verdict.DEFERRED:
-        out.append("raise max_loras, pre-compile grammars, or check the KV-transfer connector")
-    if e.verdict is Verdict.STUCK:
-        out.append("check the engine log; restart the pod if the engine is hung")
-    if e.verdict is Verdict.SLEEPING:
-        out.append("wake the engine: POST /wake_up on the vLLM server (vLLM started with --enable-sleep-mode; the "
-                   "endpoint is served with VLLM_SERVER_DEV_MODE=1); do not restart it, it is not hung")
-    if e.verdict is Verdict.LEAK:
-        out.append("report the vLLM version; restart the pod to reclaim the blocks")
+    out += ACTIONS[catalogue.entry(e.verdict).actions]
     known = e.config.max_num_seqs
     if known is None or known.source == "inferred":
         out.append(HOW_TO_SUPPLY)
@@ -300,9 +356,10 @@ def engine_json(e: EngineReport, engines: list[EngineReport] | None = None) -> d
 
 def _down_json(r: TargetReport, model: str, engine: str) -> dict[str, Any]:
     """An engine seen before its target went down: listed with verdict target_down, as in /metrics."""
+    down = catalogue.entry(Verdict.TARGET_DOWN)
     return {"model_name": model, "engine": engine, "verdict": str(Verdict.TARGET_DOWN), "false_full": False,
-            "explanation": f"the last scrape failed ({r.error_reason}): {r.error}; numbers would be stale",
-            "actions": ["check that vLLM is running and reachable from the sidecar"], "advice": [], "notes": []}
+            "explanation": TARGET_EXPLANATIONS[down.explanation](r), "actions": list(ACTIONS[down.actions]),
+            "advice": [], "notes": []}
 
 
 def _gap_json(g: EngineGap) -> dict[str, str | None]:

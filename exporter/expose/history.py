@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..pipeline.target import EngineReport, TargetReport
+from ..pipeline.report import EngineReport, TargetReport
 from . import headline
 
 WINDOW = 900.0  # s: the page shows the last 15 minutes

@@ -15,17 +15,18 @@ from dataclasses import dataclass
 from html import escape
 
 from .. import __version__
-from ..pipeline.target import EngineGap, EngineReport, TargetReport
+from ..pipeline import catalogue
+from ..pipeline.report import EngineGap, EngineReport, TargetReport
 from . import diagnosis, headline
 from .history import SERIES, EngineHistory, History
 
-# Verdict colours: green nothing waits; amber a config limit, not memory (false-full candidates); red
-# memory; dark red the engine itself.
-VERDICT_COLOURS = {
-    "ok": "#1a7f37", "slots_full": "#b35900", "head_of_line": "#b35900", "deferred": "#b35900",
-    "kv_full": "#c62828", "preempting": "#c62828", "stuck": "#6a1b1b", "leak": "#6a1b1b", "target_down": "#555555",
-    "sleeping": "#455a64", "config_error": "#6a1b1b", "undetermined": "#555555",
-}
+# The page's shade of each catalogue colour (exporter/pipeline/catalogue.py, the dashboards' Grafana colour names),
+# dark enough to carry white text.
+SHADES = {"green": "#1a7f37", "light-blue": "#0969da", "blue": "#3b5b8c", "yellow": "#b35900", "orange": "#d9480f",
+          "red": "#c62828", "dark-red": "#6a1b1b"}
+# Badge colour of each verdict (from the catalogue) and of an engine whose capacity is not derived (page only).
+VERDICT_COLOURS = {**{str(v): SHADES[e.colour] for v, e in catalogue.CATALOGUE.items()},
+                   "config_error": SHADES["dark-red"], "undetermined": "#555555"}
 USAGE, WAITING, ADMISSION, WORST, FREE, PREEMPT = "#1f6feb", "#d62728", "#2ca02c", "#8e44ad", "#0f8b8d", "#e67e22"
 FALSE_FULL_FILL = "#ffe3a3"
 CSS = """
@@ -181,7 +182,7 @@ def _config(e: EngineReport) -> str:
 
 def _badge(verdict: str) -> str:
     return (f'<span class="badge verdict" data-verdict="{escape(verdict)}" '
-            f'style="background:{VERDICT_COLOURS.get(verdict, "#555")}">{escape(verdict)}</span>')
+            f'style="background:{VERDICT_COLOURS[verdict]}">{escape(verdict)}</span>')
 
 
 def _engine(r: TargetReport, e: EngineReport, h: EngineHistory | None) -> str:

@@ -1,7 +1,8 @@
 """The serving configuration of one vLLM engine, every value with where it came from.
 
 Precedence, highest first: our own flags/env > the vLLM command line (`--vllm-args`, or read from
-/proc/<pid>/cmdline when the pod shares its process namespace) > `vllm:cache_config_info` > `/v1/models`.
+/proc/<pid>/cmdline when the pod shares its process namespace) > the capacity facts vLLM exports
+(cache_config_info) > `/v1/models`.
 `max_num_seqs` and `max_num_batched_tokens` are in no vLLM metric and their defaults depend on version and
 hardware, so when nobody states them they stay unknown rather than assumed.
 """
@@ -16,8 +17,13 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from ..core.units import human_readable_int, parse_tokens
-from .vllm import CacheInfo
+from ..engines.base import CapacityInfo, Engine
+from ..engines.vllm import VLLM
+
+# vLLM's argv grammar lives in its wing; these names stay importable from here for tools and tests.
+from ..engines.vllm.args import parse_token_count as parse_token_count
+from ..engines.vllm.args import parse_vllm_args as parse_vllm_args
+from ..engines.vllm.args import parse_vllm_args_noting as parse_vllm_args_noting
 
 
 class Source(StrEnum):
@@ -41,14 +47,6 @@ class Known(Generic[T]):
     source: Source
 
 
-# vLLM flags we read, by their canonical name; vLLM accepts `_` and `-` alike.
-_INT_FLAGS = ("max_model_len", "max_num_seqs", "max_num_batched_tokens", "block_size", "port")
-_INT_FLAGS_ALSO = ("tensor_parallel_size", "data_parallel_size", "num_gpu_blocks_override")
-_STR_FLAGS = ("model", "served_model_name", "kv_cache_dtype", "host", "gpu_memory_utilization")
-_BOOL_FLAGS = ("enable_chunked_prefill", "enable_prefix_caching")
-_SHORT = {"-tp": "tensor_parallel_size", "-dp": "data_parallel_size", "-O": "compilation_config"}
-
-
 @dataclass(frozen=True)
 class Overrides:
     """Values the operator states with our own flags; they win over everything vLLM says."""
@@ -63,121 +61,8 @@ class Overrides:
         return {k: v for k, v in self.__dict__.items() if v is not None}
 
 
-def parse_token_count(text: str) -> int | None:
-    """vLLM's human-readable lengths (`core.units.parse_tokens`); None for 'auto', -1 or anything unreadable."""
-    try:
-        return parse_tokens(text)
-    except ValueError:
-        return None
-
-
-def _vllm_int(text: str) -> int | None:
-    """A flag vLLM 0.32.0 types as a plain `int` (max_num_seqs, block_size, tensor_parallel_size, ...): Python's
-    int(); 'None' or '' is vLLM's optional_type for "unset" (vllm/engine/arg_utils.py:172-178 @0.32.0)."""
-    if text in ("", "None"):
-        return None
-    return int(text)
-
-
-def _vllm_max_model_len(text: str) -> int | None:
-    return None if text in ("", "None") else parse_tokens(text)  # human_readable_int_or_auto
-
-
-def _vllm_human_int(text: str) -> int | None:
-    return None if text in ("", "None") else human_readable_int(text)
-
-
-# Each int flag with the type vLLM 0.32.0 parses it with (`_compute_kwargs`, vllm/engine/arg_utils.py:389-405):
-# human_readable_int only for max_num_batched_tokens (and a few we do not read), _or_auto for max_model_len.
-_INT_TYPES = {
-    "max_model_len": (_vllm_max_model_len, "a token count such as 32768, 32k or 32K, or auto"),
-    "max_num_batched_tokens": (_vllm_human_int, "a token count such as 8192, 8k or 8K"),
-    "max_num_seqs": (_vllm_int, "a whole number (vLLM reads it with int())"),
-    "block_size": (_vllm_int, "a whole number (vLLM reads it with int())"),
-    "port": (_vllm_int, "a whole number (vLLM reads it with int())"),
-    "tensor_parallel_size": (_vllm_int, "a whole number (vLLM reads it with int())"),
-    "data_parallel_size": (_vllm_int, "a whole number (vLLM reads it with int())"),
-    "num_gpu_blocks_override": (_vllm_int, "a whole number (vLLM reads it with int())"),
-}
-
-
-def parse_vllm_args(argv: list[str]) -> dict[str, Any]:
-    """Pick the flags we understand out of a vLLM command line (`vllm serve M --flag v`, `--flag=v`)."""
-    return parse_vllm_args_noting(argv)[0]
-
-
-def parse_vllm_args_noting(argv: list[str], where: str = "--vllm-args") -> tuple[dict[str, Any], list[str]]:
-    """`parse_vllm_args`, and one note per value that is ignored because vLLM would not take it (`where` names
-    the command line in the note)."""
-    out: dict[str, Any] = {}
-    notes: list[str] = []
-    # `vllm serve MODEL`: the model is the first positional after `serve`.
-    if "serve" in argv:
-        i = argv.index("serve")
-        if i + 1 < len(argv) and not argv[i + 1].startswith("-"):
-            out["model"] = argv[i + 1]
-    i = 0
-    while i < len(argv):
-        token = argv[i]
-        i += 1
-        if not token.startswith("-"):
-            continue
-        if "=" in token:
-            flag, inline = token.split("=", 1)
-        else:
-            flag, inline = token, None
-        name = _SHORT.get(flag) or flag.lstrip("-").replace("-", "_")
-        negated = name.startswith("no_") and name[3:] in _BOOL_FLAGS
-        if negated or name in _BOOL_FLAGS:
-            base = name[3:] if negated else name
-            if inline is not None:
-                out[base] = inline.lower() in ("1", "true", "yes")
-            else:
-                out[base] = not negated
-            continue
-        if name not in _INT_FLAGS + _INT_FLAGS_ALSO + _STR_FLAGS and name != "api_key":
-            continue
-        if inline is None:
-            if i >= len(argv):
-                break
-            inline = argv[i]
-            i += 1
-        if name == "api_key":
-            continue  # never keep a secret we were not asked for
-        if name in _INT_TYPES:
-            conv, grammar = _INT_TYPES[name]
-            shown = "--" + name.replace("_", "-")
-            try:
-                parsed = conv(inline)
-            except ValueError:
-                notes.append(f"{where} {shown} {inline!r} is ignored: vLLM expects {grammar}")
-                continue
-            least = 2 if name == "num_gpu_blocks_override" else 1
-            if parsed is not None and parsed < least:
-                why = ("leaves no usable block (vLLM keeps one null block, so at least 2 are needed)" if least == 2
-                       else "is not a positive number")
-                notes.append(f"{where} {shown} {inline!r} is ignored: it {why}")
-                continue
-            if parsed is not None:
-                out[name] = parsed
-        else:
-            out[name] = inline
-    return out, notes
-
-
-def unreadable(cache: CacheInfo | None) -> str | None:
-    """One sentence naming a capacity label of `vllm:cache_config_info` that is no number ("abc"), else None."""
-    if cache is None:
-        return None
-    for key in ("num_gpu_blocks", "block_size"):
-        raw = cache.labels.get(key)
-        if raw not in (None, "", "None") and getattr(cache, key) is None:
-            return f"vLLM exports {key}={raw!r} in cache_config_info, which is not a number"
-    return None
-
-
-def contradictions(overrides: Overrides, cache: CacheInfo | None, data_parallel_engines: int) -> list[str]:
-    """One note per flag of ours that contradicts what vLLM itself exports (`vllm:cache_config_info`); the flag
+def contradictions(overrides: Overrides, cache: CapacityInfo | None, data_parallel_engines: int) -> list[str]:
+    """One note per flag of ours that contradicts what vLLM itself exports (its cache_config_info); the flag
     still wins (it is the operator's word), but a typo must not pass silently."""
     if cache is None:
         return []
@@ -194,11 +79,6 @@ def contradictions(overrides: Overrides, cache: CacheInfo | None, data_parallel_
                        f"num_gpu_blocks {exported}{' per engine' if data_parallel_engines > 1 else ''}; the flag "
                        "is used")
     return out
-
-
-def _is_vllm_server(argv: list[str]) -> bool:
-    joined = " ".join(argv[:6])
-    return ("vllm" in joined) and ("serve" in argv or any("api_server" in a for a in argv[:4]))
 
 
 def is_ours(argv: list[str]) -> bool:
@@ -273,13 +153,13 @@ class FoundCmdline:
     found_by: str  # "listening socket" | "command line port"
 
 
-def find_vllm_cmdline(port: int, proc: Path = Path("/proc")) -> FoundCmdline | None:
+def find_vllm_cmdline(port: int, proc: Path = Path("/proc"), engine: Engine = VLLM) -> FoundCmdline | None:
     """The command line of the process that listens on `port` (the target's): its socket inode in
     /proc/net/tcp{,6}, the pid whose /proc/<pid>/fd holds it. Never a vllm-headroom process.
 
-    When the sockets cannot be matched to a process (another user's /proc/<pid>/fd is not readable), a vLLM
-    server process whose own `--port` equals `port` (vLLM's default 8000 when it sets none) is taken, if
-    exactly one matches; None otherwise, rather than a guess.
+    When the sockets cannot be matched to a process (another user's /proc/<pid>/fd is not readable), an engine
+    server process (`engine.is_server`) whose own `--port` equals `port` (the engine's default port when it sets
+    none: vLLM's 8000) is taken, if exactly one matches; None otherwise, rather than a guess.
     """
     owner = socket_owner(listening_inodes(port, proc), proc)
     if owner is not None:
@@ -294,7 +174,8 @@ def find_vllm_cmdline(port: int, proc: Path = Path("/proc")) -> FoundCmdline | N
         return None
     for entry in entries:
         argv = _argv(int(entry.name), proc)
-        if argv and _is_vllm_server(argv) and not is_ours(argv) and parse_vllm_args(argv).get("port", 8000) == port:
+        if (argv and engine.is_server(argv) and not is_ours(argv)
+                and engine.parse_args(argv)[0].get("port", engine.default_port) == port):
             matches.append(FoundCmdline(argv, int(entry.name), "command line port"))
     return matches[0] if len(matches) == 1 else None
 
@@ -321,7 +202,7 @@ class ServingConfig:
     model: Known[str] | None = None
     served_model_name: Known[str] | None = None
     kv_cache_dtype: Known[str] | None = None  # vLLM's --kv-cache-dtype
-    cache_dtype: Known[str] | None = None  # the cache_dtype label of vllm:cache_config_info
+    cache_dtype: Known[str] | None = None  # the cache_dtype label of vLLM's cache_config_info
     gpu_memory_utilization: Known[float] | None = None
 
     def as_json(self) -> dict[str, dict[str, Any]]:
@@ -364,7 +245,7 @@ def resolve(
     overrides: Overrides,
     vllm_args: dict[str, Any] | None,
     vllm_args_source: Source,
-    cache: CacheInfo | None,
+    cache: CapacityInfo | None,
     data_parallel_engines: int,
     models_max_model_len: int | None,
 ) -> ServingConfig:
@@ -393,7 +274,7 @@ def resolve(
         offer("kv_cache_size_tokens", cache.kv_cache_size_tokens, Source.CACHE_CONFIG_INFO)
         offer("kv_cache_max_concurrency", cache.kv_cache_max_concurrency, Source.CACHE_CONFIG_INFO)
         offer("enable_prefix_caching", cache.enable_prefix_caching, Source.CACHE_CONFIG_INFO)
-        offer("cache_dtype", cache.labels.get("cache_dtype"), Source.CACHE_CONFIG_INFO)
-        offer("gpu_memory_utilization", cache.labels.get("gpu_memory_utilization"), Source.CACHE_CONFIG_INFO)
+        offer("cache_dtype", cache.cache_dtype, Source.CACHE_CONFIG_INFO)
+        offer("gpu_memory_utilization", cache.gpu_memory_utilization, Source.CACHE_CONFIG_INFO)
     offer("max_model_len", models_max_model_len, Source.V1_MODELS)
     return ServingConfig(**values)

@@ -10,6 +10,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..engines.base import FIRST_CHUNK as FIRST_CHUNK
+from ..engines.base import FULL_PROMPT as FULL_PROMPT
+
 
 def ceil_div(a: int, b: int) -> int:
     """ceil(a / b) for non-negative integers."""
@@ -68,8 +71,8 @@ def slot_headroom(max_num_seqs: int, running: int) -> int:
     return max(0, max_num_seqs - running)
 
 
-FULL_PROMPT = "full_prompt"  # vLLM >= 0.19 (V1) and V0: the whole uncached prompt must fit
-FIRST_CHUNK = "first_chunk"  # V1 < 0.19: only the step's first prefill chunk must fit
+# The admission rules by name (engines/base.py): FULL_PROMPT (vLLM >= 0.19 and V0: the whole uncached prompt
+# must fit), FIRST_CHUNK (V1 < 0.19: only the step's first prefill chunk must fit).
 
 
 def admission_blocks(prompt: int, block_size: int, rule: str = FULL_PROMPT, token_budget: int | None = None) -> int:
@@ -131,14 +134,16 @@ class Inputs:
     max_tokens: int | None  # profile M
     kv_cache_max_concurrency: float | None = None  # vLLM ≥0.24, group-aware (hybrid/sliding window)
     kv_cache_size_tokens: int | None = None
-    admission_rule: str = FULL_PROMPT  # the release's rule (vllm.rules); see admission_blocks
+    admission_rule: str = FULL_PROMPT  # the release's rule (the engine's release rules); see admission_blocks
     max_num_batched_tokens: int | None = None  # the token budget, for FIRST_CHUNK
     prefix_hit_share: float = 0.0  # share of prompt tokens found in the prefix cache lately (0..1)
 
 
 @dataclass(frozen=True)
-class Headroom:
-    """Everything derived for one engine at one scrape."""
+class Pool:
+    """Everything derived for one engine at one scrape that does not depend on max_num_seqs: blocks, the queue
+    head's admission blocks, the worst case per request and the safe headroom. The judgement reads it; the slot
+    figures are added once the cap of the answer is known (`with_slots`)."""
 
     kv_capacity_blocks: int
     kv_capacity_tokens: int
@@ -146,19 +151,25 @@ class Headroom:
     kv_free_blocks: int
     block_size_tokens: int
     panel_usage_ratio: float
-    effective_usage_ratio: float
     prompt_blocks: int
     worst_case_blocks_profile: int
     worst_case_blocks_max_model_len: int | None
-    slot_headroom_requests: int | None
     kv_admission_headroom_requests: int
-    admission_headroom_requests: int
     safe_headroom_requests: int
     max_concurrency_profile: int
     max_concurrency_max_model_len: int | None
     hybrid: bool
     held_blocks_per_running: int | None = None  # ceil(used / running): the in-flight floor of a request's size
     worst_case_blocks_profile_only: int = 0  # W from the profile alone, before the in-flight floor
+
+
+@dataclass(frozen=True, kw_only=True)
+class Headroom(Pool):
+    """The pool's figures and the slot figures under the answer's max_num_seqs (stated, inferred or unknown)."""
+
+    effective_usage_ratio: float
+    slot_headroom_requests: int | None
+    admission_headroom_requests: int
 
 
 def is_hybrid(num_gpu_blocks: int, block_size: int, kv_size_tokens: int | None, max_conc: float | None,
@@ -170,8 +181,8 @@ def is_hybrid(num_gpu_blocks: int, block_size: int, kv_size_tokens: int | None, 
     return abs(uniform - max_conc) > 0.01 * max(uniform, 1e-9)
 
 
-def derive(x: Inputs) -> Headroom:
-    """All headroom numbers of one engine."""
+def pool(x: Inputs) -> Pool:
+    """The numbers of one engine that do not depend on max_num_seqs (`x.max_num_seqs` is not read)."""
     capacity = usable_blocks(x.num_gpu_blocks, x.has_null_block)
     used = min(capacity, used_blocks(x.usage, x.num_gpu_blocks, x.has_null_block, x.usage_counts_null_block))
     free = free_blocks(capacity, used)
@@ -201,24 +212,20 @@ def derive(x: Inputs) -> Headroom:
         # Requests in flight already hold more than the profile's worst case: a new workload the profile (of
         # finished requests) has not seen. Each will end at least this large on average.
         w = held if w_max is None else min(max(w, held), max(w_max, held))
-    slots = None if x.max_num_seqs is None else slot_headroom(x.max_num_seqs, x.running)
     kv = kv_admission_headroom(free, prompt_blocks)
     safe = safe_headroom(capacity, used, x.running, w)
     tokens = x.kv_cache_size_tokens if hybrid and x.kv_cache_size_tokens else capacity * bs
-    return Headroom(
+    return Pool(
         kv_capacity_blocks=capacity,
         kv_capacity_tokens=tokens,
         kv_used_blocks=used,
         kv_free_blocks=free,
         block_size_tokens=bs,
         panel_usage_ratio=x.usage,
-        effective_usage_ratio=effective_usage(capacity, w, slots, safe),
         prompt_blocks=prompt_blocks,
         worst_case_blocks_profile=w,
         worst_case_blocks_max_model_len=w_max,
-        slot_headroom_requests=slots,
         kv_admission_headroom_requests=kv,
-        admission_headroom_requests=admission_headroom(slots, kv),
         safe_headroom_requests=safe,
         max_concurrency_profile=max_concurrency(capacity, w),
         max_concurrency_max_model_len=None if w_max is None else max_concurrency(capacity, w_max),
@@ -226,6 +233,38 @@ def derive(x: Inputs) -> Headroom:
         held_blocks_per_running=held,
         worst_case_blocks_profile_only=w_profile,
     )
+
+
+def with_slots(p: Pool, max_num_seqs: int | None, running: int) -> Headroom:
+    """`p` with the slot figures under `max_num_seqs` (None: unknown) for `running` requests."""
+    slots = None if max_num_seqs is None else slot_headroom(max_num_seqs, running)
+    return Headroom(
+        kv_capacity_blocks=p.kv_capacity_blocks,
+        kv_capacity_tokens=p.kv_capacity_tokens,
+        kv_used_blocks=p.kv_used_blocks,
+        kv_free_blocks=p.kv_free_blocks,
+        block_size_tokens=p.block_size_tokens,
+        panel_usage_ratio=p.panel_usage_ratio,
+        prompt_blocks=p.prompt_blocks,
+        worst_case_blocks_profile=p.worst_case_blocks_profile,
+        worst_case_blocks_max_model_len=p.worst_case_blocks_max_model_len,
+        kv_admission_headroom_requests=p.kv_admission_headroom_requests,
+        safe_headroom_requests=p.safe_headroom_requests,
+        max_concurrency_profile=p.max_concurrency_profile,
+        max_concurrency_max_model_len=p.max_concurrency_max_model_len,
+        hybrid=p.hybrid,
+        held_blocks_per_running=p.held_blocks_per_running,
+        worst_case_blocks_profile_only=p.worst_case_blocks_profile_only,
+        effective_usage_ratio=effective_usage(p.kv_capacity_blocks, p.worst_case_blocks_profile, slots,
+                                              p.safe_headroom_requests),
+        slot_headroom_requests=slots,
+        admission_headroom_requests=admission_headroom(slots, p.kv_admission_headroom_requests),
+    )
+
+
+def derive(x: Inputs) -> Headroom:
+    """All headroom numbers of one engine: `pool`, then `with_slots` under `x.max_num_seqs`."""
+    return with_slots(pool(x), x.max_num_seqs, x.running)
 
 
 @dataclass(frozen=True)

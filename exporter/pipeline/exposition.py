@@ -1,9 +1,10 @@
 """Parse the Prometheus text exposition (format 0.0.4) that vLLM serves on /metrics.
 
 Only the families the sidecar uses are fully parsed (labels and values); every other sample line is checked
-for a well-formed value and then skipped, which keeps a ~53 KB vLLM scrape cheap. Ray's exporter prefixes
-(`ray_vllm:` and `ray_vllm_`) are folded into vLLM's own `vllm:` names here, once, so nothing downstream
-has to know about them.
+for a well-formed value and then skipped, which keeps a ~53 KB vLLM scrape cheap. An engine's other sample-name
+prefixes (vLLM's under Ray's exporter: `RENAMES` in engines/vllm/metrics.py) are folded into its own prefix
+here, once, so nothing downstream has to know about them. Engine-neutral: the engine's prefix and renames are
+arguments (vLLM's by default).
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+
+from ..engines.vllm import metrics as _vllm
 
 Labels = dict[str, str]
 Series = list[tuple[Labels, float]]
@@ -30,10 +33,16 @@ class ExpositionError(ValueError):
 
 @dataclass
 class Exposition:
-    """Samples of the wanted families by (normalized) sample name, plus how many vLLM lines were seen."""
+    """Samples of the wanted families by (normalized) sample name, plus how many lines of the engine's family
+    (its prefix) were seen."""
 
     samples: dict[str, Series] = field(default_factory=dict)
-    vllm_lines: int = 0
+    family_lines: int = 0
+
+    @property
+    def vllm_lines(self) -> int:
+        """`family_lines` under its former name."""
+        return self.family_lines
 
     def series(self, name: str) -> Series:
         return self.samples.get(name, [])
@@ -107,10 +116,12 @@ def _value(token: str, line_no: int) -> float:
         raise ExpositionError(f"line {line_no}: expected a float value, got {token[:40]!r}") from None
 
 
-def _fold_ray(text: str) -> str:
-    """Rename Ray's `ray_vllm:` / `ray_vllm_` sample lines to `vllm:` (HELP/TYPE comments are not read)."""
+def _fold(text: str, renames: tuple[tuple[str, str], ...]) -> str:
+    """Rename sample lines that start with another prefix of the engine (HELP/TYPE comments are not read)."""
     text = "\n" + text
-    return text.replace("\nray_vllm:", "\nvllm:").replace("\nray_vllm_", "\nvllm:")[1:]
+    for old, new in renames:
+        text = text.replace("\n" + old, "\n" + new)
+    return text[1:]
 
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")  # control characters no text exposition holds
@@ -119,7 +130,7 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")  # control characters no 
 def sniff(text: str) -> str | None:
     """One sentence naming a body that is no text exposition at all (gzip data, an HTML page), else None.
 
-    Such bodies would otherwise be reported by their symptom (no vllm: series, a line cut short), which
+    Such bodies would otherwise be reported by their symptom (no engine series, a line cut short), which
     sends people looking at vLLM's flags instead of at the URL or the file.
     """
     head = text[:512].lstrip("\ufeff \t\r\n")
@@ -143,15 +154,19 @@ def sniff(text: str) -> str | None:
 
 def blank(text: str) -> str | None:
     """One sentence for a body with nothing in it (empty, whitespace, a byte-order mark only), else None: said
-    instead of "no vllm: series", which sends people looking at vLLM's flags."""
+    instead of "no engine series", which sends people looking at vLLM's flags."""
     if text.strip("\ufeff \t\r\n"):
         return None
     return ("the body is empty" + (" (only a byte-order mark)" if "\ufeff" in text else "")
             + ": no exposition was saved or served (is this the right file, or did the fetch fail?)")
 
 
-def parse(text: str, wanted: Iterable[str] | None = None) -> Exposition:
+def parse(text: str, wanted: Iterable[str] | None = None, prefix: str = _vllm.PREFIX,
+          renames: tuple[tuple[str, str], ...] = _vllm.RENAMES) -> Exposition:
     """Parse `text`; keep samples whose normalized name is in `wanted` (all when None).
+
+    `prefix` is the engine's sample-name prefix (lines starting with it are counted in `family_lines`) and
+    `renames` the other prefixes folded into it.
 
     With `wanted`, only lines that start with a wanted name are read at all (a C-speed prefix test), which
     is what keeps a scrape cheap; lines of other families are not validated, so junk in a family we do not
@@ -163,8 +178,8 @@ def parse(text: str, wanted: Iterable[str] | None = None) -> Exposition:
         _raise_if_not_an_exposition(text)
         # The format requires a final line feed; its absence means the body was cut off.
         raise ExpositionError("the exposition ends mid-line (truncated body)", reason="truncated")
-    if "ray_vllm" in text:
-        text = _fold_ray(text)
+    if renames and _needle(renames) in text:
+        text = _fold(text, renames)
     all_lines = text.split("\n")
     if wanted is None:
         lines: Iterable[tuple[int, str]] = enumerate(all_lines, 1)
@@ -172,8 +187,8 @@ def parse(text: str, wanted: Iterable[str] | None = None) -> Exposition:
         prefixes = tuple(wanted)
         lines = [(0, ln) for ln in all_lines if ln.startswith(prefixes)]  # line numbers only for errors
     out = Exposition()
-    out.vllm_lines = text.count("\nvllm:") + text.startswith("vllm:")
-    if out.vllm_lines == 0:
+    out.family_lines = text.count("\n" + prefix) + text.startswith(prefix)
+    if out.family_lines == 0:
         _raise_if_not_an_exposition(text)
     try:
         _parse_lines(lines, out.samples, None if wanted is None else frozenset(wanted))
@@ -181,6 +196,22 @@ def parse(text: str, wanted: Iterable[str] | None = None) -> Exposition:
         _raise_if_not_an_exposition(text)
         raise
     return out
+
+
+_needles: dict[tuple[tuple[str, str], ...], str] = {}
+
+
+def _needle(renames: tuple[tuple[str, str], ...]) -> str:
+    """The prefix all of `renames`' old prefixes share (one scan of the body tells whether any is there); ""
+    when they share none, which every body contains."""
+    needle = _needles.get(renames)
+    if needle is None:
+        needle = renames[0][0]
+        for old, _new in renames[1:]:
+            while not old.startswith(needle):
+                needle = needle[:-1]
+        _needles[renames] = needle
+    return needle
 
 
 def _raise_if_not_an_exposition(text: str) -> None:

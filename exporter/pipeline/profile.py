@@ -15,7 +15,7 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
-from .vllm import Histogram
+from ..engines.base import Histogram
 
 
 @dataclass(frozen=True)

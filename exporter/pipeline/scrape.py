@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -98,3 +99,34 @@ def parse_version(body: str) -> str | None:
         return None
     version = doc.get("version") if isinstance(doc, dict) else None
     return str(version) if version else None
+
+
+def auth(api_key: str | None) -> dict[str, str] | None:
+    """The headers vLLM's --api-key asks for (on /v1/models; /metrics and /version are open)."""
+    return {"Authorization": f"Bearer {api_key}"} if api_key else None
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    """One round of /v1/models and /version: each answer, and whether /v1/models failed (kept values stay)."""
+
+    models: ModelsInfo | None
+    models_failed: bool
+    version: str | None
+    version_answered: bool
+
+
+async def server_info(client: httpx.AsyncClient, url: str, timeout: float, api_key: str | None) -> ServerInfo:
+    """GET /v1/models (needed only for max_model_len) and /version (optional: older or proxied servers lack it)."""
+    base = url.rstrip("/")
+    models: ModelsInfo | None = None
+    with contextlib.suppress(ScrapeError):
+        models = parse_models(await fetch(client, base + "/v1/models", timeout, 1024 * 1024, auth(api_key)))
+    version: str | None = None
+    answered = True
+    try:
+        version = parse_version(await fetch(client, base + "/version", timeout, 65536))
+    except ScrapeError:
+        answered = False
+    return ServerInfo(models, models is None, version, answered)
+

@@ -8,33 +8,19 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, replace
-from enum import StrEnum
 
 from ..core import defaults
-from .derive import Headroom
-
-
-class Verdict(StrEnum):
-    OK = "ok"
-    KV_FULL = "kv_full"
-    SLOTS_FULL = "slots_full"
-    PREEMPTING = "preempting"
-    HEAD_OF_LINE = "head_of_line"
-    DEFERRED = "deferred"
-    STUCK = "stuck"
-    LEAK = "leak"
-    TARGET_DOWN = "target_down"
-    BUDGET_FULL = "budget_full"  # running prefills use up the step's token budget (max_num_batched_tokens)
-    NEVER_FITS = "never_fits"  # the queue head needs more blocks than the whole pool: it can never be admitted
-    TRANSIENT = "transient"  # one-shot only: requests wait beside room, as happens for one step between steps
-    SLEEPING = "sleeping"  # vllm:engine_sleep_state{sleep_state="awake"} 0: put to sleep (--enable-sleep-mode)
-
+from . import catalogue
+from .catalogue import Verdict as Verdict
+from .derive import Pool
 
 CEILING_WINDOW = defaults.CEILING_WINDOW  # seconds of running counts that stand in for an unknown max_num_seqs
 
-# Verdicts in which requests wait although the pool has room: the panel looks fine, the queue grows.
-FALSE_FULL_VERDICTS = frozenset({Verdict.SLOTS_FULL, Verdict.HEAD_OF_LINE, Verdict.DEFERRED, Verdict.STUCK,
-                                 Verdict.BUDGET_FULL})
+# Verdicts in which requests wait although the pool has room (the panel looks fine, the queue grows), and those a
+# first look at a wait beside room keeps from the previous scrape (preempting is not kept: it holds only on its own
+# evidence, the counter or the gauges): the catalogue's families.
+FALSE_FULL_VERDICTS = catalogue.FALSE_FULL_VERDICTS
+_WAITING_VERDICTS = catalogue.WAITING_VERDICTS
 
 
 @dataclass(frozen=True)
@@ -54,11 +40,11 @@ class Observation:
 
     running: int
     waiting: int
-    deferred: int | None  # vllm:num_requests_waiting_by_reason{reason="deferred"} (≥0.20), else None
+    deferred: int | None  # waiting requests by reason "deferred" (vLLM ≥ 0.20), else None
     usage: float
     max_num_seqs: int | None  # stated, or inferred (max_num_seqs_inferred) from the running ceiling
     awake: bool | None
-    headroom: Headroom
+    headroom: Pool  # the pool's figures (those that do not depend on max_num_seqs)
     largest_prompt_blocks: int | None = None  # blocks of the longest prompt vLLM has finished (bucket bound)
     finished_total: float | None = None  # requests finished since start (count of the prompt histogram)
     budget_used: float | None = None  # share of a step one typical prefill takes: prompt / max_num_batched_tokens
@@ -185,11 +171,6 @@ def classify(o: Observation, h: History, t: Thresholds) -> Judgement:
 # the whole budget leaves none.
 BUDGET_BOUND = 1.0
 
-
-# Verdicts a first look at a wait beside room keeps from the previous scrape (preempting is not kept: it holds
-# only on its own evidence, the counter or the gauges).
-_WAITING_VERDICTS = frozenset({Verdict.SLOTS_FULL, Verdict.KV_FULL, Verdict.DEFERRED, Verdict.BUDGET_FULL,
-                               Verdict.NEVER_FITS})
 
 
 def false_full_condition(o: Observation, verdict: Verdict, t: Thresholds) -> bool:

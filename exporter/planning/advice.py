@@ -4,7 +4,7 @@ Every piece of advice states the setting, its current value (and where that came
 (raise, lower, keep, add), the target, the margin it keeps and the reason, so two commands reading the same
 exposition cannot disagree, and a decrease never reads as a raise.
 
-Rules, all from one engine's report (`pipeline.target.EngineReport`):
+Rules, all from one engine's report (`pipeline.report.EngineReport`):
 * max_num_seqs: the pool holds `fits = floor(B / W)` requests of the worst case W (profile, floored by what
   requests in flight hold); the advised range is `SHARE_LOW`–`SHARE_HIGH` of `fits`, leaving room for
   longer outliers. A raise is advised only from a profile of at least `RECOMMEND_MIN_REQUESTS` finished
@@ -26,7 +26,7 @@ from typing import Any
 from ..core import defaults
 from ..pipeline import derive
 from ..pipeline.config import value
-from ..pipeline.target import EngineReport
+from ..pipeline.report import EngineReport
 from ..pipeline.verdict import Verdict
 
 SHARE_LOW, SHARE_HIGH = 0.70, 0.80  # max_num_seqs as a share of the worst-case concurrency the pool allows

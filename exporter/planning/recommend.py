@@ -11,10 +11,12 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ..pipeline import derive, vllm
+from ..engines.base import GENERATION_LENGTHS, PROMPT_LENGTHS, Histogram
+from ..engines.vllm import VLLM
+from ..pipeline import derive
 from ..pipeline.config import value
 from ..pipeline.profile import bucket_quantile
-from ..pipeline.target import EngineReport
+from ..pipeline.report import EngineReport
 from . import advice
 
 
@@ -26,7 +28,7 @@ class LengthAdvice:
     prompts_over: float  # share of observed prompts longer than it (rejected outright)
 
 
-def share_above(hist: vllm.Histogram, tokens: int) -> float:
+def share_above(hist: Histogram, tokens: int) -> float:
     """Share of observations above `tokens`, from the first bucket bound at or above it (an upper bound)."""
     total = hist.buckets[-1][1] if hist.buckets else 0.0
     if total <= 0:
@@ -37,7 +39,7 @@ def share_above(hist: vllm.Histogram, tokens: int) -> float:
     return 0.0
 
 
-def length_advice(prompt: vllm.Histogram, gen: vllm.Histogram, q: float, block_size: int,
+def length_advice(prompt: Histogram, gen: Histogram, q: float, block_size: int,
                   cap: int | None) -> LengthAdvice:
     """A max_model_len at quantile q of prompt + generated tokens, rounded up to whole blocks."""
     half = 1.0 - (1.0 - q) / 2
@@ -54,10 +56,12 @@ def length_advice(prompt: vllm.Histogram, gen: vllm.Histogram, q: float, block_s
 
 def recommend(e: EngineReport, min_requests: int) -> dict[str, Any]:
     """Advice for one engine from its report and the lifetime length histograms it carries."""
-    prompt = e.histograms.get(vllm.PROMPT_HIST)
-    gen = e.histograms.get(vllm.GENERATION_HIST)
+    prompt = e.histograms.get(PROMPT_LENGTHS)
+    gen = e.histograms.get(GENERATION_LENGTHS)
+    names = VLLM.names
     if prompt is None or gen is None:
-        raise ValueError("the exposition has no vllm:request_prompt_tokens / request_generation_tokens histograms")
+        raise ValueError(f"the exposition has no {names.prompt_hist} / "
+                         f"{names.generation_hist.removeprefix(names.prefix)} histograms")
     n = int(prompt.count)
     if n < min_requests:
         raise ValueError(f"only {n} finished requests observed; at least {min_requests} are needed to recommend")
@@ -65,9 +69,9 @@ def recommend(e: EngineReport, min_requests: int) -> dict[str, Any]:
     bs = h.block_size_tokens
     current_len = value(e.config.max_model_len)
     out: dict[str, Any] = {"model_name": e.model_name, "engine": e.engine, "requests_observed": n,
-                           "basis": "lifetime histograms of vllm:request_prompt_tokens and "
-                                    "vllm:request_generation_tokens (observed when requests finish); the quantile "
-                                    "of their sum is bounded by the union bound",
+                           "basis": f"lifetime histograms of {names.prompt_hist} and {names.generation_hist} "
+                                    "(observed when requests finish); the quantile of their sum is bounded by the "
+                                    "union bound",
                            "current": {"max_model_len": current_len, "max_num_seqs": e.max_num_seqs,
                                        "max_concurrency_at_max_model_len": h.max_concurrency_max_model_len}}
     lengths = []

@@ -22,7 +22,8 @@ from typing import Any
 
 import httpx
 
-from exporter.pipeline import exposition, vllm
+from exporter.engines.vllm import metrics as vllm
+from exporter.pipeline import exposition
 
 from .vllm_server import VllmServer, parse_startup_capacity
 

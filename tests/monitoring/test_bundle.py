@@ -19,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.core.units import parse_duration
 from exporter.expose.server import Sidecar
+from exporter.pipeline.catalogue import ALERT_BY_VERDICT
 from exporter.pipeline.target import Settings, one_shot
 from exporter.pipeline.verdict import Verdict
 from grafana import generate
@@ -145,6 +146,7 @@ def test_annotations_read_cleanly_on_v0_and_in_every_case() -> None:
 
 def test_every_verdict_of_the_sidecar_has_a_decided_alert() -> None:
     """A verdict the sidecar gains fails here until the bundle says which alert (or none) speaks for it."""
+    assert VERDICT_ALERTS == ALERT_BY_VERDICT  # the rules' table is the verdict catalogue's
     assert set(VERDICT_ALERTS) == {str(v) for v in Verdict}
     names = {a.name for a in alerts(DEFAULT)}
     assert {a for a in VERDICT_ALERTS.values() if a} <= names

@@ -26,7 +26,6 @@ import pytest
 import yaml
 
 from exporter.core.units import parse_duration
-
 from grafana.config import DEFAULT
 from grafana.generate import to_yaml
 from grafana.rules import rule_groups

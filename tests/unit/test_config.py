@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from exporter.engines.vllm.read import CacheInfo
 from exporter.pipeline import config
 from exporter.pipeline.config import Overrides, Source
-from exporter.pipeline.vllm import CacheInfo
 
 
 def test_parse_vllm_serve_command_line() -> None:

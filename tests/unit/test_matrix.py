@@ -13,7 +13,10 @@ import math
 
 import pytest
 
-from exporter.pipeline import derive, exposition, vllm
+from exporter.engines import base
+from exporter.engines.vllm import metrics
+from exporter.engines.vllm import releases as vllm
+from exporter.pipeline import derive, exposition
 from exporter.pipeline.config import value
 from exporter.pipeline.verdict import Verdict
 from tests.e2e.support import Release, engine_truth, load_release, release_dirs, replay_scenario, samples
@@ -129,7 +132,7 @@ def _integral(x: float) -> bool:
 def test_usage_denominator_is_the_releases_convention(rel: Release) -> None:
     """u × denominator is a whole number of blocks in every frame, for the release's denominator only."""
     n = flags(rel)["num_gpu_blocks_override"]
-    rules = vllm.rules(version_of(rel), exposition.parse(loaded_snapshot(rel), vllm.WANTED))
+    rules = vllm.rules(version_of(rel), exposition.parse(loaded_snapshot(rel), metrics.WANTED))
     denominator = n - 1 if rules.has_null_block and not rules.usage_counts_null_block else n
     other = n if denominator == n - 1 else n - 1
     values = _usage_values(rel)
@@ -167,19 +170,19 @@ def test_metric_names_and_labels(rel: Release) -> None:
 
 @pytest.mark.parametrize("rel", RELEASES, ids=IDS)
 def test_rules_from_version_and_from_the_exposition_alone(rel: Release) -> None:
-    expo = exposition.parse(loaded_snapshot(rel), vllm.WANTED)
+    expo = exposition.parse(loaded_snapshot(rel), metrics.WANTED)
     r = release_of(rel)
     truth = vllm.rules(version_of(rel), expo)
     assert truth.source == "version" and truth.release == version_of(rel)
     assert truth.engine == ("V0" if is_v0(rel) else "V1")
-    assert truth.admission == (vllm.FULL_PROMPT if is_v0(rel) or r >= (0, 19, 0) else vllm.FIRST_CHUNK)
+    assert truth.admission == (base.FULL_PROMPT if is_v0(rel) or r >= (0, 19, 0) else base.FIRST_CHUNK)
     shape = vllm.rules(None, expo)
     assert shape.source == "exposition" and shape.engine == truth.engine
     # Without /version, every rule is the release's own or its conservative reading, and says so.
     if shape.usage_counts_null_block != truth.usage_counts_null_block:
         assert any(c.startswith("usage") for c in shape.conservative) and not shape.usage_counts_null_block
     if shape.admission != truth.admission:
-        assert any(c.startswith("admission") for c in shape.conservative) and shape.admission == vllm.FULL_PROMPT
+        assert any(c.startswith("admission") for c in shape.conservative) and shape.admission == base.FULL_PROMPT
     assert rel.version in truth.describe() and "from /version" in truth.describe()
 
 
@@ -243,7 +246,7 @@ def predicted_admissions(rel: Release, scenario: str, prompt: int, before_t: flo
     frames = replay_scenario(sc, version_of(rel))
     _t, text, ours = [f for f in frames if f[0] < before_t][-1]
     assert ours is not None
-    rules = vllm.rules(version_of(rel), exposition.parse(text, vllm.WANTED))
+    rules = vllm.rules(version_of(rel), exposition.parse(text, metrics.WANTED))
     budget = sc.meta.get("startup_capacity", {}).get("max_num_batched_tokens")
     blocks = derive.admission_blocks(prompt, ours.headroom.block_size_tokens, rules.admission, budget)
     slots = value(ours.config.max_num_seqs)
@@ -283,7 +286,7 @@ def test_head_of_line_follows_the_releases_admission_rule(rel: Release) -> None:
     bs = flags(rel, "head-of-line")["block_size"]
     budget = sc.meta["startup_capacity"].get("max_num_batched_tokens", CPU_DEFAULT_BUDGET)
     frames = replay_scenario(sc, version)
-    rules = vllm.rules(version, exposition.parse(frames[-1][1], vllm.WANTED))
+    rules = vllm.rules(version, exposition.parse(frames[-1][1], metrics.WANTED))
     blocks = derive.admission_blocks(HEAD_PROMPT, bs, rules.admission, budget)
     arrived = sc.meta["load"]["window"]["start_t"] + sc.meta["load"]["waves"][2]["delay_s"]
     held = []
@@ -298,7 +301,7 @@ def test_head_of_line_follows_the_releases_admission_rule(rel: Release) -> None:
     # Whether the rule lets the head in beside A, in the frames where it waited:
     predicted = [derive.kv_admission_headroom(o.headroom.kv_free_blocks, blocks) for o in held]
     preempted = sc.meta["preemptions_during_recording"]
-    if rules.admission == vllm.FULL_PROMPT:
+    if rules.admission == base.FULL_PROMPT:
         assert predicted == [0] * len(held) and preempted == 0
         assert all(o.verdict is Verdict.HEAD_OF_LINE for o in held[1:])  # named from the second look on
     else:

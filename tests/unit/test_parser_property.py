@@ -3,7 +3,7 @@
 Expositions are generated family by family (the wanted vLLM names with the types vLLM gives them, and
 other names of any type, some sharing a wanted name's prefix), with optional HELP/TYPE lines, label sets
 with every escape, NaN/±Inf values and optional timestamps, then rendered in the text format 0.0.4. Both
-parsers read the same text; the samples of every name in `exporter.vllm.WANTED` must match in order.
+parsers read the same text; the samples of every name in `exporter.engines.vllm.metrics.WANTED` must match in order.
 prometheus_client groups `_bucket/_count/_sum` under the histogram family and renames counters' families,
 so samples are compared by sample name.
 """
@@ -17,7 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.pipeline import exposition, vllm
+from exporter.engines.vllm import metrics as vllm
+from exporter.pipeline import exposition
 
 GAUGES = [vllm.RUNNING, vllm.WAITING, vllm.WAITING_BY_REASON, vllm.SWAPPED, vllm.KV_USAGE, vllm.GPU_USAGE,
           vllm.CACHE_CONFIG, vllm.SLEEP_STATE]

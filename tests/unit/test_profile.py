@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from exporter.pipeline import exposition, profile, vllm
+from exporter.engines import base
+from exporter.engines.vllm import VLLM
+from exporter.pipeline import exposition, profile
 from tests import fixtures
 
 
-def prompt_hist(text: str) -> vllm.Histogram:
-    engine = vllm.read(exposition.parse(text, vllm.WANTED)).engines[0]
-    return engine.histograms[vllm.PROMPT_HIST]
+def prompt_hist(text: str) -> base.Histogram:
+    engine = VLLM.read(exposition.parse(text, VLLM.wanted)).engines[0]
+    return engine.histograms[base.PROMPT_LENGTHS]
 
 
 FRAMES = fixtures.recording("kv-full").frames  # lifetime: 2,000+ short prompts, then 352-token ones
@@ -47,9 +49,9 @@ def test_a_counter_reset_restarts_the_window_instead_of_going_negative() -> None
 
 def test_inf_bucket_means_max_model_len() -> None:
     buckets = ((20.0, 0.0), (500.0, 0.0), (float("inf"), 3.0))
-    assert profile.histogram_quantile(vllm.Histogram(buckets, 3.0, 0.0), 0.99, 512, "window") == \
+    assert profile.histogram_quantile(base.Histogram(buckets, 3.0, 0.0), 0.99, 512, "window") == \
         profile.Quantile(512, "window", 3, 500, 512)
-    assert profile.histogram_quantile(vllm.Histogram(buckets, 3.0, 0.0), 0.99, None, "window") is None
+    assert profile.histogram_quantile(base.Histogram(buckets, 3.0, 0.0), 0.99, None, "window") is None
 
 
 def test_interpolation_inside_a_bucket_carries_its_bounds() -> None:

@@ -1,0 +1,196 @@
+"""The engine-neutral interface: what the pipeline, planning and the generator need from a serving engine.
+
+An engine (a sub-package of `exporter.engines`) provides one object satisfying `Engine`: its metric names by
+role (`MetricNames`), a reader that turns a parsed exposition into one `EngineSample` per (model_name,
+engine) plus its capacity facts and release rules (`Snapshot`), its command-line grammar, its start-up log
+parser and its derived max_model_len. Everything after the reader speaks these shapes only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+Labels = dict[str, str]
+
+
+class Samples(Protocol):
+    """A parsed exposition (`exporter.pipeline.exposition.Exposition`): samples of one sample name."""
+
+    def series(self, name: str) -> list[tuple[Labels, float]]: ...
+
+
+# How much of the queue head's prompt must fit in free blocks to be admitted (see pipeline/derive.py
+# `admission_blocks` for the formulas, each engine's release rules for which one applies).
+FULL_PROMPT = "full_prompt"  # the whole uncached prompt (vLLM >= 0.19 and V0)
+FIRST_CHUNK = "first_chunk"  # only the step's first prefill chunk (vLLM V1 < 0.19)
+
+# The request-length histograms, by role (the keys of `EngineSample.histograms`).
+PROMPT_LENGTHS = "prompt"
+MAX_TOKENS_LENGTHS = "max_tokens"
+GENERATION_LENGTHS = "generation"
+
+
+@dataclass(frozen=True)
+class MetricNames:
+    """An engine's metric names by the role they play for us (sample names; histograms by family)."""
+
+    prefix: str  # every series of the engine starts with it
+    running: str
+    waiting: str
+    waiting_by_reason: str
+    kv_usage: str
+    kv_usage_legacy: str  # the older name of the usage gauge
+    sleep_state: str
+    cache_config: str
+    preemptions_family: str
+    preemptions: str
+    steps: str
+    generation_tokens: str
+    prompt_tokens: str
+    prefix_queries: str
+    prefix_hits: str
+    request_success: str
+    prompt_hist: str
+    max_tokens_hist: str
+    generation_hist: str
+    queue_time_hist: str
+    ttft_hist: str
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """Cumulative bucket counts `(upper_bound, count)` in ascending order, the last one +Inf."""
+
+    buckets: tuple[tuple[float, float], ...]
+    count: float
+    sum: float
+
+
+@dataclass(frozen=True)
+class EngineSample:
+    """One engine's scheduler state as exported at one scrape."""
+
+    model_name: str
+    engine: str
+    running: float | None = None
+    waiting: float | None = None
+    waiting_by_reason: dict[str, float] = field(default_factory=dict)
+    swapped: float | None = None
+    usage: float | None = None
+    usage_metric: str | None = None
+    preemptions_total: float | None = None
+    steps_total: float | None = None
+    generation_tokens_total: float | None = None
+    prompt_tokens_total: float | None = None
+    prefix_queries_total: float | None = None  # tokens looked up in the prefix cache
+    prefix_hits_total: float | None = None  # tokens found there
+    awake: bool | None = None
+    histograms: dict[str, Histogram] = field(default_factory=dict)  # by role: PROMPT_LENGTHS, ...
+
+
+class CapacityInfo(Protocol):
+    """The capacity facts an engine exports about one engine's KV cache (vLLM: `cache_config_info`)."""
+
+    @property
+    def block_size(self) -> int | None: ...
+    @property
+    def num_gpu_blocks(self) -> int | None: ...
+    @property
+    def kv_cache_size_tokens(self) -> int | None: ...
+    @property
+    def kv_cache_max_concurrency(self) -> float | None: ...
+    @property
+    def enable_prefix_caching(self) -> bool | None: ...
+    @property
+    def cache_dtype(self) -> str | None: ...
+    @property
+    def gpu_memory_utilization(self) -> str | None: ...
+    def unreadable(self) -> str | None:
+        """One sentence naming an exported capacity value that is no number, else None."""
+
+
+class ReleaseRules(Protocol):
+    """Which release's rules apply to a server, and how we know (see each engine's `releases`)."""
+
+    @property
+    def source(self) -> str: ...  # "version" | "exposition" | "unknown"
+    @property
+    def release(self) -> str: ...
+    @property
+    def engine(self) -> str: ...
+    @property
+    def has_null_block(self) -> bool: ...
+    @property
+    def usage_counts_null_block(self) -> bool: ...
+    @property
+    def admission(self) -> str: ...  # FULL_PROMPT or FIRST_CHUNK
+    @property
+    def conservative(self) -> tuple[str, ...]: ...
+    def describe(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """All engines of one server at one scrape, and what the exposition tells about the release."""
+
+    engines: list[EngineSample]
+    cache_info: dict[str, CapacityInfo]
+    data_parallel_engines: int
+    usage_counts_null_block: bool | None  # None: the exposition alone cannot tell
+    has_engine_label: bool  # a per-engine label (V1's `engine`): the engine keeps a null block
+    rules: ReleaseRules | None = None  # the release's rules the numbers should be derived with
+
+
+class InvalidValue(ValueError):
+    """A gauge the verdict depends on is NaN, infinite or negative."""
+
+
+@dataclass(frozen=True)
+class LogFacts:
+    """What an engine's start-up log states about capacity; None where it says nothing."""
+
+    version: str | None = None
+    model: str | None = None
+    kv_memory_gib: tuple[float, ...] = ()  # "Available KV cache memory", one per pipeline stage (first worker's)
+    num_gpu_blocks: int | None = None  # before an override
+    override: int | None = None
+    kv_tokens: int | None = None
+    max_model_len: int | None = None
+    max_concurrency: float | None = None
+    attention_block_size: int | None = None
+    estimated_max_model_len: int | None = None
+    flags: tuple[tuple[str, str], ...] = ()
+    backend_block_size: int | None = None  # "Setting kv cache block size to N for <backend>"
+    backend: str | None = None
+    unread: tuple[str, ...] = ()  # capacity lines the log has that could not be read
+
+    def flag(self, name: str) -> str | None:
+        return dict(self.flags).get(name)
+
+
+class Engine(Protocol):
+    """One serving engine, as everything outside its own sub-package sees it."""
+
+    @property
+    def name(self) -> str: ...  # as operators write it: "vLLM"
+    @property
+    def names(self) -> MetricNames: ...
+    @property
+    def wanted(self) -> frozenset[str]: ...  # the sample names its reader needs parsed
+    @property
+    def renames(self) -> tuple[tuple[str, str], ...]: ...  # sample-name prefixes folded into `names.prefix`
+    @property
+    def default_port(self) -> int: ...
+    def read(self, expo: Samples, version: str | None = None) -> Snapshot:
+        """Group the wanted series by engine; raises InvalidValue for a NaN, infinite or negative gauge."""
+    def no_metrics(self, url: str) -> str:
+        """The sentence for an exposition with none of the engine's series."""
+    def parse_args(self, argv: list[str], where: str = ...) -> tuple[dict[str, Any], list[str]]:
+        """The flags we understand from the engine's command line, and one note per value it would refuse."""
+    def is_server(self, argv: list[str]) -> bool:
+        """`argv` starts the engine's API server."""
+    def derived_max_model_len(self, cfg: dict[str, Any], model_type: str) -> tuple[int, str, int]:
+        """(derived max_model_len, the config key it came from, the default max_model_len) of a model config."""
+    def parse_startup_log(self, text: str) -> LogFacts:
+        """The capacity facts of a pasted start-up log; ValueError when it has none."""

@@ -1,0 +1,47 @@
+"""The vLLM wing: everything the product knows about vLLM, behind `exporter.engines.base.Engine`.
+
+- `metrics`: vLLM's metric names (the one table; grafana/ imports it too);
+- `read`: the readers (a parsed exposition → `EngineSample` per engine, `CacheInfo` per engine);
+- `releases`: the release rules (null block, usage formula, admission gate, data-parallel sums) per version;
+- `args`: vLLM's command-line flags and the types vLLM parses them with;
+- `startup_log`: what a pasted start-up log states about capacity;
+- `model_len`: the max_model_len vLLM derives from a model's config.json.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..base import LogFacts, MetricNames, Samples, Snapshot
+from . import args, metrics, model_len, read, startup_log
+
+
+class VllmEngine:
+    """vLLM, 0.6 (V0) to 0.33 (V1), as the engine-neutral `Engine` protocol describes it."""
+
+    name = "vLLM"
+    names: MetricNames = metrics.NAMES
+    wanted: frozenset[str] = metrics.WANTED
+    renames: tuple[tuple[str, str], ...] = metrics.RENAMES
+    default_port = args.DEFAULT_PORT
+
+    def read(self, expo: Samples, version: str | None = None) -> Snapshot:
+        return read.read(expo, version)
+
+    def no_metrics(self, url: str) -> str:
+        return f"{url} exports no {metrics.PREFIX} series (is vLLM running with --disable-log-stats?)"
+
+    def parse_args(self, argv: list[str], where: str = "--vllm-args") -> tuple[dict[str, Any], list[str]]:
+        return args.parse_vllm_args_noting(argv, where)
+
+    def is_server(self, argv: list[str]) -> bool:
+        return args.is_vllm_server(argv)
+
+    def derived_max_model_len(self, cfg: dict[str, Any], model_type: str) -> tuple[int, str, int]:
+        return model_len.derived_max_len(cfg, model_type)
+
+    def parse_startup_log(self, text: str) -> LogFacts:
+        return startup_log.parse(text)
+
+
+VLLM = VllmEngine()

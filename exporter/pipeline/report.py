@@ -1,0 +1,150 @@
+"""What one scrape found, as presenters read it: per engine the judgement and its numbers (`EngineReport`), the
+engines whose capacity cannot be derived (`EngineGap`), per target the scrape's outcome (`TargetReport`) and the
+target's scrape bookkeeping (`TargetStatus`).
+
+The collector, the JSON/text diagnosis, the status page, the history and the advice read these only, never the
+`Target` that produced them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Set
+from dataclasses import dataclass, field
+
+from ..core import defaults
+from ..engines.base import Histogram, ReleaseRules
+from . import derive
+from .config import ServingConfig
+from .derive import Headroom
+from .profile import Quantile
+from .verdict import Verdict
+
+
+@dataclass(frozen=True)
+class EngineReport:
+    """Everything known about one (model_name, engine) after one scrape."""
+
+    model_name: str
+    engine: str
+    verdict: Verdict
+    false_full: bool
+    slots_inferred: bool
+    running: int
+    waiting: int
+    waiting_by_reason: dict[str, float]
+    headroom: Headroom
+    config: ServingConfig
+    prompt: Quantile | None
+    max_tokens: Quantile | None
+    preemptions_per_second: float | None
+    preemptions_total: float | None
+    max_num_seqs: int | None
+    gauges_only: bool
+    kv_bytes: derive.KvBytes | None = None  # absolute bytes per device, with --model-config
+    seconds_without_progress: float = 0.0  # since the engine's step and generation counters last moved
+    histograms: dict[str, Histogram] = field(default_factory=dict)  # by role (PROMPT_LENGTHS, ...), lifetime
+    preemption_inferred: bool = False  # preempting judged from the gauges; vLLM's counter has not risen yet
+    suspected: bool = False  # a one-shot verdict one observation cannot confirm (leak, never_fits, preemption)
+    profile: ProfileQuality | None = None
+    budget: BudgetUse | None = None
+    cmdline_pid: int | None = None  # the vLLM process whose /proc/<pid>/cmdline gave the `cmdline` values
+    cmdline_found_by: str | None = None
+    busy_ceiling: int | None = None  # highest running seen while requests waited, lately (sidecar only)
+    busy_frames: int = 0  # scrapes with requests waiting behind that ceiling
+
+
+@dataclass(frozen=True)
+class ProfileQuality:
+    """How far the request profile can be trusted for worst-case math and advice.
+
+    `samples` finished requests over `span` seconds (None: lifetime histograms of unknown age) back it; it is
+    `thin` below `defaults.PROFILE_MIN_REQUESTS` (worst case then at max_model_len) and `stale` when the
+    requests in flight already hold more blocks each than the profile's worst case (a new workload).
+    """
+
+    samples: int
+    basis: str  # "window" | "lifetime" | "none"
+    span: float | None
+    thin: bool
+    stale: bool
+    held_blocks_per_running: int | None  # in-flight floor: blocks in use / running requests
+    window: float | None = None  # the profile window the sidecar keeps; None for one observation (lifetime)
+
+    @property
+    def covers_window(self) -> bool:
+        """The sidecar has watched a whole window. A one-shot's lifetime histograms never do: of unknown age,
+        they cannot show that the workload now is the one they describe (issue 11: a raise before a storm)."""
+        return self.window is not None and self.span is not None and self.span >= 0.9 * self.window
+
+    @property
+    def advisable(self) -> bool:
+        """Enough current evidence to advise raising max_num_seqs: >= RECOMMEND_MIN_REQUESTS finished requests
+        over a whole profile window, and requests in flight no larger than the profile's worst case."""
+        return (not self.thin and not self.stale and self.samples >= defaults.RECOMMEND_MIN_REQUESTS
+                and self.covers_window)
+
+
+@dataclass(frozen=True)
+class BudgetUse:
+    """The step's token budget (max_num_batched_tokens), its source, and how much of it prompts took."""
+
+    max_num_batched_tokens: int
+    source: str  # a config Source, "default" when assumed
+    prefill_tokens: float | None  # one typical prefill: the profile's prompt (uncached tokens)
+
+    @property
+    def used(self) -> float | None:
+        """Share of a step one typical prefill takes (1 when it spans whole steps)."""
+        if self.prefill_tokens is None:
+            return None
+        return min(1.0, self.prefill_tokens / self.max_num_batched_tokens)
+
+
+@dataclass(frozen=True)
+class EngineGap:
+    """An engine whose capacity cannot be derived, and why: values missing (e.g. num_gpu_blocks="None" on
+    V1 0.8) or a config that makes no sense (`config_error`, one sentence)."""
+
+    model_name: str
+    engine: str
+    missing: str
+    config_error: str | None = None
+
+    @property
+    def explanation(self) -> str:
+        if self.config_error:
+            return f"cannot derive capacity: {self.config_error}"
+        return f"cannot derive capacity: {self.missing} unknown"
+
+
+@dataclass
+class TargetReport:
+    url: str
+    up: bool
+    error_reason: str | None = None
+    error: str | None = None
+    version: str | None = None
+    engines: list[EngineReport] = field(default_factory=list)
+    gaps: list[EngineGap] = field(default_factory=list)
+    scrape_duration_seconds: float | None = None
+    observed_at: float = 0.0
+    # The sidecar's scrape that produced this report: unix time it began, and its number since the sidecar started
+    # (1, 2, ..., failed scrapes included). None before the first scrape ends and for a one-shot diagnosis of a file
+    # or standard input. How fresh an answer is, and "within N scrapes" checks.
+    scraped_at: float | None = None
+    scrape_number: int | None = None
+    known_engines: list[tuple[str, str]] = field(default_factory=list)  # when down: the engines last seen up
+    notes: list[str] = field(default_factory=list)  # values ignored or contradicted (said once in the log)
+    rules: ReleaseRules | None = None  # the release's rules the numbers were derived with, and how we know
+
+
+@dataclass(frozen=True)
+class TargetStatus:
+    """A target's latest report and its scrape bookkeeping, read-only: what `/metrics` says about the target."""
+
+    url: str
+    last: TargetReport
+    errors: Mapping[str, int]  # failed scrapes by reason since start (vllm_headroom_scrape_errors_total)
+    known_engines: Set[tuple[str, str]]  # (model_name, engine) of the last successful scrape
+    down_since: float | None  # unix time of the first failed scrape of the current outage; None while up
+    seen_up: bool  # a scrape has succeeded since start (the alerts' start-up grace)

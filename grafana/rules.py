@@ -78,7 +78,7 @@ SIDECAR_FAILING = "instance:vllm_headroom_scrape_failing:bool"
 VLLM_INFO = "instance:vllm_endpoint:info"
 SIDECAR_INFO = "instance_target:vllm_headroom_endpoint:info"
 SIDECAR_SEEN = "instance:vllm_headroom_sidecar:info"
-VERDICT_SHARE = "endpoint_engine:vllm_headroom_verdict:avg_over_time5m"
+VERDICT_SHARE = "endpoint_engine:vllm_headroom_verdict:share5m"
 SIDECAR_WAITING = "instance_target_engine:vllm_headroom_requests_waiting:max"
 JUDGED = "endpoint_engine:vllm_headroom_judged:bool"
 SCRAPED = "instance_target:vllm_headroom_vllm_scraped:bool"
@@ -216,8 +216,9 @@ POD = ("namespace", "pod", ENDPOINT)
 
 
 def scraped_vllm(matcher: str) -> str:
-    """vLLM API servers Prometheus scrapes (or whose failed scrapes are still bridged)."""
-    return f"{VLLM_INFO}{{{matcher}}}" if matcher else VLLM_INFO
+    """vLLM API servers Prometheus scrapes now (its last scrape of them worked)."""
+    return f"({VLLM_INFO}{{{matcher}}} and on (job, instance) up == 1)" if matcher else \
+        f"({VLLM_INFO} and on (job, instance) up == 1)"
 
 
 def _judged(matcher: str) -> str:
@@ -469,7 +470,7 @@ def sidecar_rules(cfg: Config) -> list[tuple[str, str]]:
         (DOWN, f"time() - vllm_headroom_target_down_since_timestamp_seconds\nand on ({st}) vllm_headroom_up == 0\n"
                f'unless on ({st}) increase(vllm_headroom_scrape_errors_total{{reason="no_vllm_metrics"}}[{WINDOW}])'
                " > 0"),
-        # 1 where Prometheus also scrapes the vLLM a sidecar target names (same pod and endpoint), else 0.
+        # 1 where Prometheus scrapes the vLLM a sidecar target names (same pod and endpoint; its `up` is 1), else 0.
         (SCRAPED, f"(\n{_same('and', SIDECAR_INFO, scraped_vllm, POD)}\n) * 0 + 1\nor\n{SIDECAR_INFO} * 0"),
         (SIDECAR_WAITING, _sidecar_ep(
             cfg, f"max by ({L.target}, model_name, engine) ({_now(cfg, 'vllm_headroom_requests_waiting')})")),
@@ -574,7 +575,8 @@ def _minutes(d: str) -> str:
 
 
 # The sidecar series the rules read, by what every sidecar of our schema must export them for: itself, each target,
-# each engine it reports (vllm_headroom_requests_running). VLLMHeadroomRulesSkew says when one is missing.
+# each engine. VLLMHeadroomRulesSkew says when one is missing for a target that reports engines
+# (vllm_headroom_requests_running).
 SIDECAR_READS = {
     "sidecar": ("vllm_headroom_build_info", "vllm_headroom_up"),
     "target": ("vllm_headroom_target_seen_up", "vllm_headroom_scrape_errors_total"),
@@ -638,13 +640,11 @@ def alerts(cfg: Config) -> list[Alert]:
 
     ours = f'vllm_headroom_build_info{{schema="{SCHEMA_VERSION}"}}'
 
-    def lacking(by: str, names: tuple[str, ...], anchor: str) -> str:
-        """Sidecar targets (or engines, per `by`) that export `anchor` but not every one of `names`."""
-        return (f'(count by ({by}) (group by ({by}, __name__) ({{__name__=~"{"|".join(names)}"}}))\n'
-                f"or group by ({by}) ({anchor}) * 0) < {len(names)}")
-
-    missing = (f'{lacking(st, SIDECAR_READS["target"], "vllm_headroom_up")}\nor '
-               f'{lacking(f"{st}, model_name, engine", SIDECAR_READS["engine"], "vllm_headroom_requests_running")}')
+    # Targets of a sidecar of our schema that report engines but lack one of the per-target and per-engine series.
+    reads = (*SIDECAR_READS["target"], *SIDECAR_READS["engine"])
+    missing = (f'(count by ({st}) (group by ({st}, __name__) ({{__name__=~"{"|".join(reads)}"}}))\n'
+               f"or group by ({st}) (vllm_headroom_requests_running) * 0) < {len(reads)}\n"
+               f"and on ({st}) vllm_headroom_requests_running")
     fix_kv = "Add KV memory or replicas."
     return [
         Alert("VLLMKVFalseFull",
@@ -750,10 +750,9 @@ def alerts(cfg: Config) -> list[Alert]:
               f'"cause", "vllm_down", "", "")\n'
               f'or label_replace({down_for(after, 1)}, "cause", "sidecar_unreachable", "", "")\n)',
               t_td, "warning", "vLLM stopped answering its sidecar and is not back.",
-              f"{WHERE}: the sidecar cannot scrape vLLM ({{{{ $labels.cause }}}}: vllm_down, for "
-              f"{_minutes(cfg.startup_limit)} after it had been up and Prometheus has no series either; "
-              f"sidecar_unreachable, for {_minutes(cfg.target_down_after)} while Prometheus scrapes it). The "
-              "sidecar's /readyz says why.", group="sidecar"),
+              f"{WHERE}: the sidecar cannot scrape vLLM ({{{{ $labels.cause }}}}: vllm_down, "
+              f"{_minutes(cfg.startup_limit)} after it was up, nor can Prometheus; sidecar_unreachable, "
+              f"{_minutes(cfg.target_down_after)}, Prometheus can). The sidecar's /readyz says why.", group="sidecar"),
         Alert("VLLMStartupSlow",
               f"max by ({liveness}) (\n{down_for(limit, 0)}\nand on ({st}) vllm_headroom_target_seen_up == 0\n)",
               t_start, "warning", "vLLM has not come up since its sidecar started.",
@@ -772,8 +771,8 @@ def alerts(cfg: Config) -> list[Alert]:
               f'    or min_over_time(vllm_headroom_up{{pod=""}}[{w}]) == 1\n  )\n'
               f"  * on ({st}) group_left ({ENDPOINT}) ({SCRAPED} == 0)\n)",
               t_unscraped, "warning", "The sidecar reads vLLM's metrics, but Prometheus does not scrape vLLM.",
-              f"{WHERE}: the sidecar has read vLLM's metrics for {_minutes(t_unscraped)}, Prometheus has no "
-              f"{N.prefix}* series of it: check the monitor's port (Helm: vllm.portName).", group="sidecar"),
+              f"{WHERE}: the sidecar has read vLLM's metrics for {_minutes(t_unscraped)}, Prometheus has none: "
+              "check the monitor's port (Helm: vllm.portName).", group="sidecar"),
         # A sidecar of another schema (or older than build_info: "none"), or of ours lacking a series the rules read.
         Alert("VLLMHeadroomRulesSkew",
               f"max by ({cfg.dedup('target', 'schema', 'cause')}) (\n"
@@ -785,8 +784,8 @@ def alerts(cfg: Config) -> list[Alert]:
               t_skew, "warning", "The sidecar and the rules disagree on their series.",
               f"The sidecar {SIDECAR}{{{{ with $labels.target }}}} ({{{{ . }}}}){{{{ end }}}} and these rules (schema "
               f"{SCHEMA_VERSION}) disagree for {_minutes(t_skew)}: {{{{ with $labels.schema }}}}it exports schema "
-              "{{ . }}{{ else }}it exports only {{ $value | humanize }} of the series the rules read for a target or "
-              "engine{{ end }}. Upgrade sidecar and rules together.",
+              f"{{{{ . }}}}{{{{ else }}}}it exports {{{{ $value | humanize }}}} of the {len(reads)} series the rules "
+              "read per target{{ end }}. Upgrade sidecar and rules together.",
               group="bundle"),
         # Copies of one engine's series that differ only in labels outside the identity: an HA pair's replicas.
         Alert("VLLMHeadroomDuplicateSeries",

@@ -214,7 +214,7 @@
             "record": "instance_target:vllm_headroom_target_down:seconds"
           },
           {
-            "expr": "((instance_target:vllm_headroom_endpoint:info\nand on (cluster, namespace, pod, vllm_endpoint) instance:vllm_endpoint:info)\nor (instance_target:vllm_headroom_endpoint:info\nand on (namespace, pod, vllm_endpoint) instance:vllm_endpoint:info{cluster=\"\"})\nor (instance_target:vllm_headroom_endpoint:info\nand on (cluster, namespace, pod, vllm_endpoint) group by (namespace, pod, vllm_endpoint) (\ninstance:vllm_endpoint:info))) * 0 + 1\nor instance_target:vllm_headroom_endpoint:info * 0",
+            "expr": "((instance_target:vllm_headroom_endpoint:info\nand on (cluster, namespace, pod, vllm_endpoint) (instance:vllm_endpoint:info and on (job, instance) up == 1))\nor (instance_target:vllm_headroom_endpoint:info\nand on (namespace, pod, vllm_endpoint) (instance:vllm_endpoint:info{cluster=\"\"} and on (job, instance) up == 1))\nor (instance_target:vllm_headroom_endpoint:info\nand on (cluster, namespace, pod, vllm_endpoint) group by (namespace, pod, vllm_endpoint) (\n(instance:vllm_endpoint:info and on (job, instance) up == 1)))) * 0 + 1\nor instance_target:vllm_headroom_endpoint:info * 0",
             "record": "instance_target:vllm_headroom_vllm_scraped:bool"
           },
           {
@@ -227,10 +227,10 @@
           },
           {
             "expr": "max by (cluster, namespace, pod, vllm_endpoint, model_name, engine, verdict) (\n(avg_over_time(vllm_headroom_verdict[5m]) > 0)\n* on (cluster, job, instance, target) group_left (vllm_endpoint) instance_target:vllm_headroom_endpoint:info)",
-            "record": "endpoint_engine:vllm_headroom_verdict:avg_over_time5m"
+            "record": "endpoint_engine:vllm_headroom_verdict:share5m"
           },
           {
-            "expr": "((sum without (verdict) (endpoint_engine:vllm_headroom_verdict:avg_over_time5m{verdict!=\"target_down\"}) > 0.5)\nand endpoint_engine:vllm_headroom_requests_waiting:max)\nor label_replace((sum without (verdict) (endpoint_engine:vllm_headroom_verdict:avg_over_time5m{verdict!=\"target_down\"}) > 0.5)\nand endpoint_engine:vllm_headroom_requests_waiting:max, \"engine\", \"\", \"engine\", \"0\")",
+            "expr": "((sum without (verdict) (endpoint_engine:vllm_headroom_verdict:share5m{verdict!=\"target_down\"}) > 0.5)\nand endpoint_engine:vllm_headroom_requests_waiting:max)\nor label_replace((sum without (verdict) (endpoint_engine:vllm_headroom_verdict:share5m{verdict!=\"target_down\"}) > 0.5)\nand endpoint_engine:vllm_headroom_requests_waiting:max, \"engine\", \"\", \"engine\", \"0\")",
             "record": "endpoint_engine:vllm_headroom_judged:bool"
           },
           {
@@ -278,7 +278,7 @@
               "runbook_url": "{{ include "vllm-headroom.jsonString" .Values.prometheusRule.runbookBaseUrl }}#vllmkvfalsefull",
               "summary": "vLLM requests wait although the KV cache has room (false-full)."
             },
-            "expr": "endpoint_engine:vllm_headroom_requests_waiting:max > 0\nand sum without (verdict) (endpoint_engine:vllm_headroom_verdict:avg_over_time5m{verdict=~\"deferred|head_of_line|slots_full\"}) > 0.5\nor max without (job, instance, container) (\n(instance_engine:vllm_num_requests_waiting:max\nand instance_engine:vllm_kv_false_full:bool == 1\nunless instance_engine:vllm_stuck:bool)\nunless instance_engine:vllm_engine_asleep:bool > 0)\nand endpoint_engine:vllm_without_sidecar:bool",
+            "expr": "endpoint_engine:vllm_headroom_requests_waiting:max > 0\nand sum without (verdict) (endpoint_engine:vllm_headroom_verdict:share5m{verdict=~\"deferred|head_of_line|slots_full\"}) > 0.5\nor max without (job, instance, container) (\n(instance_engine:vllm_num_requests_waiting:max\nand instance_engine:vllm_kv_false_full:bool == 1\nunless instance_engine:vllm_stuck:bool)\nunless instance_engine:vllm_engine_asleep:bool > 0)\nand endpoint_engine:vllm_without_sidecar:bool",
             "for": "5m",
             "labels": {
               "severity": "warning"
@@ -291,7 +291,7 @@
               "runbook_url": "{{ include "vllm-headroom.jsonString" .Values.prometheusRule.runbookBaseUrl }}#vllmkvcachefull",
               "summary": "vLLM's KV cache is truly full: requests wait for blocks."
             },
-            "expr": "(endpoint_engine:vllm_headroom_requests_waiting:max > 0\nand sum without (verdict) (endpoint_engine:vllm_headroom_verdict:avg_over_time5m{verdict=~\"kv_full|preempting\"}) > 0.5\nor max without (job, instance, container) (\n(instance_engine:vllm_num_requests_waiting:max and instance_engine:vllm_kv_full:bool == 1)\nunless instance_engine:vllm_engine_asleep:bool > 0)\nand endpoint_engine:vllm_without_sidecar:bool)\nunless endpoint_engine:vllm_preemption_storm:bool",
+            "expr": "(endpoint_engine:vllm_headroom_requests_waiting:max > 0\nand sum without (verdict) (endpoint_engine:vllm_headroom_verdict:share5m{verdict=~\"kv_full|preempting\"}) > 0.5\nor max without (job, instance, container) (\n(instance_engine:vllm_num_requests_waiting:max and instance_engine:vllm_kv_full:bool == 1)\nunless instance_engine:vllm_engine_asleep:bool > 0)\nand endpoint_engine:vllm_without_sidecar:bool)\nunless endpoint_engine:vllm_preemption_storm:bool",
             "for": "10m",
             "labels": {
               "severity": "warning"
@@ -343,7 +343,7 @@
               "runbook_url": "{{ include "vllm-headroom.jsonString" .Values.prometheusRule.runbookBaseUrl }}#vllmheadroomneverfits",
               "summary": "vLLM's queue head needs more KV blocks than the pool: it never runs."
             },
-            "expr": "endpoint_engine:vllm_headroom_requests_waiting:max > 0\nand sum without (verdict) (endpoint_engine:vllm_headroom_verdict:avg_over_time5m{verdict=~\"never_fits\"}) > 0.5",
+            "expr": "endpoint_engine:vllm_headroom_requests_waiting:max > 0\nand sum without (verdict) (endpoint_engine:vllm_headroom_verdict:share5m{verdict=~\"never_fits\"}) > 0.5",
             "for": "2m",
             "labels": {
               "severity": "critical"
@@ -356,7 +356,7 @@
               "runbook_url": "{{ include "vllm-headroom.jsonString" .Values.prometheusRule.runbookBaseUrl }}#vllmheadroombudgetfull",
               "summary": "vLLM's requests wait for the step token budget, not for KV."
             },
-            "expr": "endpoint_engine:vllm_headroom_requests_waiting:max > 0\nand sum without (verdict) (endpoint_engine:vllm_headroom_verdict:avg_over_time5m{verdict=~\"budget_full\"}) > 0.5",
+            "expr": "endpoint_engine:vllm_headroom_requests_waiting:max > 0\nand sum without (verdict) (endpoint_engine:vllm_headroom_verdict:share5m{verdict=~\"budget_full\"}) > 0.5",
             "for": "10m",
             "labels": {
               "severity": "warning"
@@ -369,7 +369,7 @@
               "runbook_url": "{{ include "vllm-headroom.jsonString" .Values.prometheusRule.runbookBaseUrl }}#vllmkvblockleak",
               "summary": "vLLM keeps KV blocks in use with no request running."
             },
-            "expr": "max without (job, instance, container) (instance_engine:vllm_kv_used_blocks:round)\nand sum without (verdict) (endpoint_engine:vllm_headroom_verdict:avg_over_time5m{verdict=~\"leak\"}) > 0.5\nor max without (job, instance, container) (\n(instance_engine:vllm_kv_used_blocks:round > 0\nand instance_engine:vllm_num_requests_running:max == 0\nand instance_engine:vllm_num_requests_waiting:max == 0)\nunless instance_engine:vllm_engine_asleep:bool > 0)\nand endpoint_engine:vllm_without_sidecar:bool",
+            "expr": "max without (job, instance, container) (instance_engine:vllm_kv_used_blocks:round)\nand sum without (verdict) (endpoint_engine:vllm_headroom_verdict:share5m{verdict=~\"leak\"}) > 0.5\nor max without (job, instance, container) (\n(instance_engine:vllm_kv_used_blocks:round > 0\nand instance_engine:vllm_num_requests_running:max == 0\nand instance_engine:vllm_num_requests_waiting:max == 0)\nunless instance_engine:vllm_engine_asleep:bool > 0)\nand endpoint_engine:vllm_without_sidecar:bool",
             "for": "15m",
             "labels": {
               "severity": "warning"
@@ -413,7 +413,7 @@
               "runbook_url": "{{ include "vllm-headroom.jsonString" .Values.prometheusRule.runbookBaseUrl }}#vllmschedulerstuck",
               "summary": "vLLM has queued requests but makes no engine steps."
             },
-            "expr": "endpoint_engine:vllm_headroom_requests_waiting:max > 0\nand sum without (verdict) (endpoint_engine:vllm_headroom_verdict:avg_over_time5m{verdict=~\"stuck\"}) > 0.5\nor max without (job, instance, container) (\n(instance_engine:vllm_num_requests_waiting_schedulable:max\nand instance_engine:vllm_stuck:bool)\nunless instance_engine:vllm_engine_asleep:bool > 0)\nand endpoint_engine:vllm_without_sidecar:bool",
+            "expr": "endpoint_engine:vllm_headroom_requests_waiting:max > 0\nand sum without (verdict) (endpoint_engine:vllm_headroom_verdict:share5m{verdict=~\"stuck\"}) > 0.5\nor max without (job, instance, container) (\n(instance_engine:vllm_num_requests_waiting_schedulable:max\nand instance_engine:vllm_stuck:bool)\nunless instance_engine:vllm_engine_asleep:bool > 0)\nand endpoint_engine:vllm_without_sidecar:bool",
             "for": "5m",
             "labels": {
               "severity": "critical"
@@ -426,7 +426,7 @@
               "runbook_url": "{{ include "vllm-headroom.jsonString" .Values.prometheusRule.runbookBaseUrl }}#vllmengineasleepwithqueue",
               "summary": "vLLM is in sleep mode while requests wait (deliberate; no page)."
             },
-            "expr": "endpoint_engine:vllm_headroom_requests_waiting:max > 0\nand sum without (verdict) (endpoint_engine:vllm_headroom_verdict:avg_over_time5m{verdict=~\"sleeping\"}) > 0.5\nor max without (job, instance, container) (\ninstance_engine:vllm_num_requests_waiting:max > 0\nand instance_engine:vllm_engine_asleep:bool > 0)\nand endpoint_engine:vllm_without_sidecar:bool",
+            "expr": "endpoint_engine:vllm_headroom_requests_waiting:max > 0\nand sum without (verdict) (endpoint_engine:vllm_headroom_verdict:share5m{verdict=~\"sleeping\"}) > 0.5\nor max without (job, instance, container) (\ninstance_engine:vllm_num_requests_waiting:max > 0\nand instance_engine:vllm_engine_asleep:bool > 0)\nand endpoint_engine:vllm_without_sidecar:bool",
             "for": "10m",
             "labels": {
               "severity": "info"
@@ -466,7 +466,7 @@
           {
             "alert": "VLLMHeadroomTargetDown",
             "annotations": {
-              "description": "{{`{{ with $labels.pod }}`}}{{`{{ . }}`}} at {{`{{ end }}`}}{{`{{ $labels.vllm_endpoint }}`}}: the sidecar cannot scrape vLLM ({{`{{ $labels.cause }}`}}: vllm_down, for {{ include "vllm-headroom.durationText" .Values.prometheusRule.startupLimit }} after it had been up and Prometheus has no series either; sidecar_unreachable, for {{ include "vllm-headroom.durationText" .Values.prometheusRule.targetDownAfter }} while Prometheus scrapes it). The sidecar's /readyz says why.",
+              "description": "{{`{{ with $labels.pod }}`}}{{`{{ . }}`}} at {{`{{ end }}`}}{{`{{ $labels.vllm_endpoint }}`}}: the sidecar cannot scrape vLLM ({{`{{ $labels.cause }}`}}: vllm_down, {{ include "vllm-headroom.durationText" .Values.prometheusRule.startupLimit }} after it was up, nor can Prometheus; sidecar_unreachable, {{ include "vllm-headroom.durationText" .Values.prometheusRule.targetDownAfter }}, Prometheus can). The sidecar's /readyz says why.",
               "runbook_url": "{{ include "vllm-headroom.jsonString" .Values.prometheusRule.runbookBaseUrl }}#vllmheadroomtargetdown",
               "summary": "vLLM stopped answering its sidecar and is not back."
             },
@@ -505,7 +505,7 @@
           {
             "alert": "VLLMHeadroomVllmNotScraped",
             "annotations": {
-              "description": "{{`{{ with $labels.pod }}`}}{{`{{ . }}`}} at {{`{{ end }}`}}{{`{{ $labels.vllm_endpoint }}`}}: the sidecar has read vLLM's metrics for {{ include "vllm-headroom.durationText" .Values.prometheusRule.vllmNotScrapedAfter }}, Prometheus has no vllm:* series of it: check the monitor's port (Helm: vllm.portName).",
+              "description": "{{`{{ with $labels.pod }}`}}{{`{{ . }}`}} at {{`{{ end }}`}}{{`{{ $labels.vllm_endpoint }}`}}: the sidecar has read vLLM's metrics for {{ include "vllm-headroom.durationText" .Values.prometheusRule.vllmNotScrapedAfter }}, Prometheus has none: check the monitor's port (Helm: vllm.portName).",
               "runbook_url": "{{ include "vllm-headroom.jsonString" .Values.prometheusRule.runbookBaseUrl }}#vllmheadroomvllmnotscraped",
               "summary": "The sidecar reads vLLM's metrics, but Prometheus does not scrape vLLM."
             },
@@ -523,11 +523,11 @@
           {
             "alert": "VLLMHeadroomRulesSkew",
             "annotations": {
-              "description": "The sidecar {{`{{ with $labels.pod }}`}}of {{`{{ . }}`}} {{`{{ end }}`}}at {{`{{ $labels.instance }}`}}{{`{{ with $labels.target }}`}} ({{`{{ . }}`}}){{`{{ end }}`}} and these rules (schema 1) disagree for 15 minutes: {{`{{ with $labels.schema }}`}}it exports schema {{`{{ . }}`}}{{`{{ else }}`}}it exports only {{`{{ $value | humanize }}`}} of the series the rules read for a target or engine{{`{{ end }}`}}. Upgrade sidecar and rules together.",
+              "description": "The sidecar {{`{{ with $labels.pod }}`}}of {{`{{ . }}`}} {{`{{ end }}`}}at {{`{{ $labels.instance }}`}}{{`{{ with $labels.target }}`}} ({{`{{ . }}`}}){{`{{ end }}`}} and these rules (schema 1) disagree for 15 minutes: {{`{{ with $labels.schema }}`}}it exports schema {{`{{ . }}`}}{{`{{ else }}`}}it exports {{`{{ $value | humanize }}`}} of the 4 series the rules read per target{{`{{ end }}`}}. Upgrade sidecar and rules together.",
               "runbook_url": "{{ include "vllm-headroom.jsonString" .Values.prometheusRule.runbookBaseUrl }}#vllmheadroomrulesskew",
               "summary": "The sidecar and the rules disagree on their series."
             },
-            "expr": "max by (cluster, namespace, instance, pod, container, target, schema, cause) (\nlabel_replace(vllm_headroom_build_info{schema!=\"1\"}, \"cause\", \"schema\", \"\", \"\")\nor label_replace(((count by (cluster, job, instance, target) (group by (cluster, job, instance, target, __name__) ({__name__=~\"vllm_headroom_target_seen_up|vllm_headroom_scrape_errors_total\"}))\nor group by (cluster, job, instance, target) (vllm_headroom_up) * 0) < 2\nor (count by (cluster, job, instance, target, model_name, engine) (group by (cluster, job, instance, target, model_name, engine, __name__) ({__name__=~\"vllm_headroom_verdict|vllm_headroom_requests_waiting\"}))\nor group by (cluster, job, instance, target, model_name, engine) (vllm_headroom_requests_running) * 0) < 2)\n* on (cluster, job, instance) group_left (namespace, pod, container) vllm_headroom_build_info{schema=\"1\"}, \"cause\", \"series_missing\", \"\", \"\")\nor label_replace(vllm_headroom_build_info{schema=\"1\"} unless on (cluster, job, instance) vllm_headroom_up, \"cause\", \"series_missing\", \"\", \"\") * 0)",
+            "expr": "max by (cluster, namespace, instance, pod, container, target, schema, cause) (\nlabel_replace(vllm_headroom_build_info{schema!=\"1\"}, \"cause\", \"schema\", \"\", \"\")\nor label_replace(((count by (cluster, job, instance, target) (group by (cluster, job, instance, target, __name__) ({__name__=~\"vllm_headroom_target_seen_up|vllm_headroom_scrape_errors_total|vllm_headroom_verdict|vllm_headroom_requests_waiting\"}))\nor group by (cluster, job, instance, target) (vllm_headroom_requests_running) * 0) < 4\nand on (cluster, job, instance, target) vllm_headroom_requests_running)\n* on (cluster, job, instance) group_left (namespace, pod, container) vllm_headroom_build_info{schema=\"1\"}, \"cause\", \"series_missing\", \"\", \"\")\nor label_replace(vllm_headroom_build_info{schema=\"1\"} unless on (cluster, job, instance) vllm_headroom_up, \"cause\", \"series_missing\", \"\", \"\") * 0)",
             "for": "15m",
             "labels": {
               "severity": "warning"

@@ -40,6 +40,8 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 # sidecar derives no engine from the idle recording: nothing to compare there.
 V0_IDLE = pytest.mark.xfail(reason="V0 exports no scheduler gauge before its first request: no engine to compare",
                             strict=True)
+# vLLM's Rust frontend (vllm-rs, 0.32.0) exports no cache_config_info: the sidecar takes capacity from the recorded
+# command line's --num-gpu-blocks-override (issue 23, item 1), and the rules take the sidecar's.
 SNAPSHOTS = [pytest.param(p, marks=V0_IDLE) if p.parent.parent.name.endswith("-v0") and p.parent.name == "idle"
              else p for p in sorted(FIXTURES.glob("vllm-*/*/snapshot.prom"))]
 READ = ("vllm:cache_config_info", "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "vllm:num_requests_running",
@@ -93,10 +95,16 @@ def test_rules_agree_with_the_sidecar_on_a_recorded_exposition(snapshot: Path, t
             body = ",".join(f"{k}={_quote(v)}" for k, v in sorted(labels.items()))
             samples.append({"labels": f"{rule}{{{body}}}", "value": getattr(e.headroom, field)})
         exprs.append({"expr": rule, "eval_time": "5m", "exp_samples": samples})
+    series = _series(text)
+    if "vllm:cache_config_info" not in text:
+        # The Rust frontend exports none: the rules take the sidecar's capacity (its --num-gpu-blocks-override
+        # from vLLM's command line), as they do for V1 0.8.x's "None".
+        version = json.loads((snapshot.parent / "meta.json").read_text()).get("version", {}).get("version")
+        series += _sidecar_series(snapshot.parent, text, None, version=version)[2]
     (tmp_path / "rules.yaml").write_text(to_yaml(rule_groups(DEFAULT)))
     (tmp_path / "test.yaml").write_text(to_yaml({
         "rule_files": ["rules.yaml"], "evaluation_interval": "1m",
-        "tests": [{"interval": "1m", "input_series": _series(text), "promql_expr_test": exprs}]}))
+        "tests": [{"interval": "1m", "input_series": series, "promql_expr_test": exprs}]}))
     done = subprocess.run([require("promtool"), "test", "rules", str(tmp_path / "test.yaml")], capture_output=True,
                           text=True, env=promtool_env())
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
@@ -135,15 +143,19 @@ def _as_v1_08(text: str) -> str:
     return "\n".join(out) + "\n"
 
 
-def _sidecar_series(folder: Path, text: str, num_gpu_blocks: int | None) -> tuple[list[Any], list[Any],
-                                                                                     list[dict[str, str]]]:
-    """(engines, capacity gaps, the sidecar's own series as promtool input) of a V1 0.8.5 sidecar on `text`."""
+def _sidecar_series(folder: Path, text: str, num_gpu_blocks: int | None, keep_override: bool = True,
+                    version: str | None = "0.8.5") -> tuple[list[Any], list[Any], list[dict[str, str]]]:
+    """(engines, capacity gaps, the sidecar's own series as promtool input) of a sidecar on `text` (/version `version`);
+    without `keep_override` vLLM's --num-gpu-blocks-override is left off its command line (it gives capacity)."""
     meta = json.loads((folder / "meta.json").read_text())
     argv = [str(a) for a in meta.get("server_argv") or []]
+    if not keep_override and "--num-gpu-blocks-override" in argv:
+        i = argv.index("--num-gpu-blocks-override")
+        del argv[i:i + 2]
     # the sidecar beside vLLM in its pod: a loopback target is vLLM at the sidecar's host (POD's instance)
     t = one_shot(Settings("http://127.0.0.1:8000", overrides=Overrides(num_gpu_blocks=num_gpu_blocks),
                           vllm_args=argv or None, discover_cmdline=False))
-    t.version = "0.8.5"
+    t.version = version
     t.last = t.observe(1.0, text)
     reg = CollectorRegistry(auto_describe=False)
     reg.register(HeadroomCollector([t]))
@@ -197,7 +209,9 @@ def test_rules_take_the_sidecars_capacity_on_a_v1_0_8_exposition(snapshot: Path,
 def test_rules_and_sidecar_both_say_unknown_on_a_v1_0_8_exposition_without_a_capacity(snapshot: Path,
                                                                                       tmp_path: Path) -> None:
     text = _as_v1_08(snapshot.read_text())
-    engines, gaps, side = _sidecar_series(snapshot.parent, text, None)
+    # No capacity anywhere: not exported ("None"), not stated, and not on vLLM's command line (whose
+    # --num-gpu-blocks-override the sidecar reads, issue 23).
+    engines, gaps, side = _sidecar_series(snapshot.parent, text, None, keep_override=False)
     assert not engines and gaps and all("num_gpu_blocks" in g.missing for g in gaps)
     unknown = [{"labels": f"instance_engine:vllm_kv_capacity_unknown:bool"
                           f"{{{_body({**RECORD, 'engine': g.engine, 'model_name': g.model_name})}}}", "value": 1}

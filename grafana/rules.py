@@ -256,8 +256,8 @@ def _bucket_quantile(cfg: Config, histogram: str) -> str:
     """
     L = _Labels(cfg)
 
-    def rise(b: str, by: str) -> str:
-        return f"max by ({by}) ({_now(cfg, b)} - min_over_time({b}[{cfg.profile_window}]))"
+    def rise(b: str, by: str) -> str:  # instant `b`: the record is carried through failed scrapes (engine_rules)
+        return f"max by ({by}) ({b} - min_over_time({b}[{cfg.profile_window}]))"
 
     return (f"histogram_quantile(1, (\n  {rise(f'{histogram}_bucket{cfg.sel()}', L.raw_me + ', le')}\n"
             f"  / ignoring (le) group_left ()\n  {rise(f'{histogram}_bucket{cfg.sel(INF)}', L.raw_me)}\n"
@@ -273,12 +273,15 @@ def engine_rules(cfg: Config) -> list[tuple[str, str]]:
     """Identity and each engine's state, from vLLM's own series."""
     L = _Labels(cfg)
     s, w = cfg.sel(), WINDOW
-    extra = "," + cfg.vllm_selector if cfg.vllm_selector else ""
     demand = f"{R}vllm_num_requests_running:max * {R}vllm_worst_case_blocks_per_request:ceil"
     running = N.running + s
 
     def gauge(name: str, expr: str) -> tuple[str, str]:
         return name, _ident(cfg, expr)
+
+    def carried(name: str, expr: str) -> tuple[str, str]:
+        """A record of vLLM's instant series (a range selection of every bucket costs more than the carry)."""
+        return name, _carry(name, _ident(cfg, expr))
 
     def now(selector: str) -> str:
         return _now(cfg, selector)
@@ -316,9 +319,8 @@ def engine_rules(cfg: Config) -> list[tuple[str, str]]:
          f"clamp_min(\n  {R}vllm_kv_capacity_blocks:usable\n  - ignoring (model_name) group_right ()\n"
          f"  {R}vllm_kv_used_blocks:round\n, 0)"),
         # The profile from finished requests (window, else lifetime); none while nothing ever finished.
-        gauge(f"{R}vllm_request_prompt_tokens_observed:bucket_quantile",
-              _bucket_quantile(cfg, N.prompt_hist)),
-        gauge(f"{R}vllm_request_max_tokens_observed:bucket_quantile", _bucket_quantile(cfg, N.max_tokens_hist)),
+        carried(f"{R}vllm_request_prompt_tokens_observed:bucket_quantile", _bucket_quantile(cfg, N.prompt_hist)),
+        carried(f"{R}vllm_request_max_tokens_observed:bucket_quantile", _bucket_quantile(cfg, N.max_tokens_hist)),
         # ...else max_model_len (the top finite bucket): the risk basis, for W and the dashboards.
         (f"{R}vllm_request_prompt_tokens:bucket_quantile",
          f"{R}vllm_request_prompt_tokens_observed:bucket_quantile\nor\n{R}vllm_request_tokens:max_bucket"),
@@ -336,19 +338,14 @@ def engine_rules(cfg: Config) -> list[tuple[str, str]]:
          f"    ({R}vllm_request_prompt_tokens:bucket_quantile + {R}vllm_request_max_tokens:bucket_quantile)\n"
          f"    <= {R}vllm_request_tokens:max_bucket\n    or {R}vllm_request_tokens:max_bucket\n  )\n"
          f"  / ignoring (model_name) group_left ()\n  {R}vllm_block_size_tokens:max\n), 1)"),
-        (f"{R}vllm_max_concurrency_requests:floor",
-         f"floor(\n  ({R}vllm_kv_used_blocks:round + {R}vllm_kv_free_blocks:sub)\n"
-         f"  / {R}vllm_worst_case_blocks_per_request:ceil\n)"),
-        (f"{R}vllm_kv_admission_headroom_requests:floor",
-         f"floor({R}vllm_kv_free_blocks:sub / {R}vllm_prompt_blocks:ceil)"),
         # floor((B - max(used, running * W)) / W); negative = oversubscribed if requests grow to W (a risk).
         (f"{R}vllm_safe_headroom_requests:floor",
          f"floor(\n  (\n    {R}vllm_kv_used_blocks:round + {R}vllm_kv_free_blocks:sub\n"
          f"    - (({R}vllm_kv_used_blocks:round > {demand}) or {demand})\n  )\n"
          f"  / {R}vllm_worst_case_blocks_per_request:ceil\n)"),
-        # `num_preemptions_total` in every version; the bare name covers expositions that drop the suffix.
-        (f"{R}vllm_num_preemptions:rate{w}", _ident(cfg, f"max by ({L.raw_me}) (rate("
-                                                       f'{{__name__=~"{N.preemptions_family}(_total)?"{extra}}}[{w}]))')),
+        # `num_preemptions_total` in every recorded version (an exact name: a regex on __name__ matches every
+        # metric name at each evaluation).
+        (f"{R}vllm_num_preemptions:rate{w}", _ident(cfg, f"max by ({L.raw_me}) (rate({N.preemptions}{s}[{w}]))")),
         (f"{R}vllm_request_success:rate{w}", _ident(
             cfg, f"max by ({L.raw_me}) (sum without (finished_reason) (rate({N.request_success}{s}[{w}])))")),
         # Preemptions per finished request over the window; while none finishes (long generations thrashing),
@@ -432,8 +429,6 @@ def config_rules(cfg: Config) -> list[tuple[str, str]]:
         # From cache_config_info; where it has no number, the sidecar's usable blocks of the same pod and engine.
         (f"{R}vllm_kv_capacity_blocks:usable",
          f"({R}vllm_num_gpu_blocks:per_engine - {R}vllm_null_block:bool)\nor\n{_onto_engines(cfg, side[0][0])}"),
-        (f"{R}vllm_kv_capacity_tokens:usable",
-         f"{R}vllm_kv_capacity_blocks:usable * {R}vllm_block_size_tokens:max"),
         # 1 where usage divides by num_gpu_blocks (null block counted as used): the servers that still export the
         # deprecated name (V1 <= 0.10); 0 from 0.11 and on V0 (no null block).
         (f"{R}vllm_kv_usage_counts_null_block:bool", _ident(
@@ -819,14 +814,22 @@ def alert_rule(cfg: Config, a: Alert) -> dict[str, Any]:
 
 
 ALERT_GROUPS = ("kv", "scheduler", "sidecar", "bundle")
+SLOW_ALERT_GROUPS = ("bundle",)
 
 
 def rule_groups(cfg: Config) -> dict[str, Any]:
     """The plain rules file: recording groups first, then the alert groups that use them."""
     every = alerts(cfg)
-    return {"groups": [*recording_groups(cfg),
-                       *({"name": f"vllm-headroom.{g}.alerts",
-                          "rules": [alert_rule(cfg, a) for a in every if a.group == g]} for g in ALERT_GROUPS)]}
+
+    def group(g: str) -> dict[str, Any]:
+        # The bundle's own alerts (rule/sidecar skew, duplicate series) are about how it is deployed, held 15 minutes:
+        # evaluated with the static configuration, every config_interval.
+        head: dict[str, Any] = {"name": f"vllm-headroom.{g}.alerts"}
+        if g in SLOW_ALERT_GROUPS:
+            head["interval"] = cfg.config_interval
+        return {**head, "rules": [alert_rule(cfg, a) for a in every if a.group == g]}
+
+    return {"groups": [*recording_groups(cfg), *(group(g) for g in ALERT_GROUPS)]}
 RUNBOOK_ANNOTATION = "vllm-headroom/runbook-base-url"
 
 

@@ -185,7 +185,6 @@ def test_every_dashboard_query_returns_a_series(stack: Stack) -> None:
 
 EXACT = [
     ("instance_engine:vllm_kv_capacity_blocks:usable", "vllm_headroom_kv_capacity_blocks"),
-    ("instance_engine:vllm_kv_capacity_tokens:usable", "vllm_headroom_kv_capacity_tokens"),
     ("instance_engine:vllm_block_size_tokens:max", "vllm_headroom_block_size_tokens"),
     ("instance_engine:vllm_request_prompt_tokens:bucket_quantile",
      'vllm_headroom_request_profile_tokens{kind="prompt"}'),
@@ -194,7 +193,6 @@ EXACT = [
     ("instance_engine:vllm_prompt_blocks:ceil", "vllm_headroom_prompt_blocks"),
     ("instance_engine:vllm_worst_case_blocks_per_request:ceil",
      'vllm_headroom_worst_case_blocks_per_request{basis="profile"}'),
-    ("instance_engine:vllm_max_concurrency_requests:floor", 'vllm_headroom_max_concurrency_requests{basis="profile"}'),
 ]
 
 

@@ -59,11 +59,11 @@
             "record": "instance_engine:vllm_kv_free_blocks:sub"
           },
           {
-            "expr": "(histogram_quantile(1, (max by (cluster, namespace, job, instance, pod, container, model_name, engine, le) (last_over_time(vllm:request_prompt_tokens_bucket[{{ include "vllm-headroom.jsonString" .Values.prometheusRule.scrapeGap }}]) - min_over_time(vllm:request_prompt_tokens_bucket[{{ include "vllm-headroom.jsonString" .Values.profile.window }}]))\n/ ignoring (le) group_left ()\nmax by (cluster, namespace, job, instance, pod, container, model_name, engine) (last_over_time(vllm:request_prompt_tokens_bucket{le=\"+Inf\"}[{{ include "vllm-headroom.jsonString" .Values.prometheusRule.scrapeGap }}]) - min_over_time(vllm:request_prompt_tokens_bucket{le=\"+Inf\"}[{{ include "vllm-headroom.jsonString" .Values.profile.window }}]))) >= bool {{ .Values.profile.quantile }}) > 0)\n* on (cluster, job, instance) group_left (vllm_endpoint) instance:vllm_endpoint:info",
+            "expr": "((histogram_quantile(1, (max by (cluster, namespace, job, instance, pod, container, model_name, engine, le) (vllm:request_prompt_tokens_bucket - min_over_time(vllm:request_prompt_tokens_bucket[{{ include "vllm-headroom.jsonString" .Values.profile.window }}]))\n/ ignoring (le) group_left ()\nmax by (cluster, namespace, job, instance, pod, container, model_name, engine) (vllm:request_prompt_tokens_bucket{le=\"+Inf\"} - min_over_time(vllm:request_prompt_tokens_bucket{le=\"+Inf\"}[{{ include "vllm-headroom.jsonString" .Values.profile.window }}]))) >= bool {{ .Values.profile.quantile }}) > 0)\n* on (cluster, job, instance) group_left (vllm_endpoint) instance:vllm_endpoint:info)\nor (instance_engine:vllm_request_prompt_tokens_observed:bucket_quantile and on (job, instance) instance:vllm_scrape_failing:bool)",
             "record": "instance_engine:vllm_request_prompt_tokens_observed:bucket_quantile"
           },
           {
-            "expr": "(histogram_quantile(1, (max by (cluster, namespace, job, instance, pod, container, model_name, engine, le) (last_over_time(vllm:request_params_max_tokens_bucket[{{ include "vllm-headroom.jsonString" .Values.prometheusRule.scrapeGap }}]) - min_over_time(vllm:request_params_max_tokens_bucket[{{ include "vllm-headroom.jsonString" .Values.profile.window }}]))\n/ ignoring (le) group_left ()\nmax by (cluster, namespace, job, instance, pod, container, model_name, engine) (last_over_time(vllm:request_params_max_tokens_bucket{le=\"+Inf\"}[{{ include "vllm-headroom.jsonString" .Values.prometheusRule.scrapeGap }}]) - min_over_time(vllm:request_params_max_tokens_bucket{le=\"+Inf\"}[{{ include "vllm-headroom.jsonString" .Values.profile.window }}]))) >= bool {{ .Values.profile.quantile }}) > 0)\n* on (cluster, job, instance) group_left (vllm_endpoint) instance:vllm_endpoint:info",
+            "expr": "((histogram_quantile(1, (max by (cluster, namespace, job, instance, pod, container, model_name, engine, le) (vllm:request_params_max_tokens_bucket - min_over_time(vllm:request_params_max_tokens_bucket[{{ include "vllm-headroom.jsonString" .Values.profile.window }}]))\n/ ignoring (le) group_left ()\nmax by (cluster, namespace, job, instance, pod, container, model_name, engine) (vllm:request_params_max_tokens_bucket{le=\"+Inf\"} - min_over_time(vllm:request_params_max_tokens_bucket{le=\"+Inf\"}[{{ include "vllm-headroom.jsonString" .Values.profile.window }}]))) >= bool {{ .Values.profile.quantile }}) > 0)\n* on (cluster, job, instance) group_left (vllm_endpoint) instance:vllm_endpoint:info)\nor (instance_engine:vllm_request_max_tokens_observed:bucket_quantile and on (job, instance) instance:vllm_scrape_failing:bool)",
             "record": "instance_engine:vllm_request_max_tokens_observed:bucket_quantile"
           },
           {
@@ -87,19 +87,11 @@
             "record": "instance_engine:vllm_worst_case_blocks_per_request:ceil"
           },
           {
-            "expr": "floor((instance_engine:vllm_kv_used_blocks:round + instance_engine:vllm_kv_free_blocks:sub)\n/ instance_engine:vllm_worst_case_blocks_per_request:ceil)",
-            "record": "instance_engine:vllm_max_concurrency_requests:floor"
-          },
-          {
-            "expr": "floor(instance_engine:vllm_kv_free_blocks:sub / instance_engine:vllm_prompt_blocks:ceil)",
-            "record": "instance_engine:vllm_kv_admission_headroom_requests:floor"
-          },
-          {
             "expr": "floor((instance_engine:vllm_kv_used_blocks:round + instance_engine:vllm_kv_free_blocks:sub\n- ((instance_engine:vllm_kv_used_blocks:round > instance_engine:vllm_num_requests_running:max * instance_engine:vllm_worst_case_blocks_per_request:ceil) or instance_engine:vllm_num_requests_running:max * instance_engine:vllm_worst_case_blocks_per_request:ceil))\n/ instance_engine:vllm_worst_case_blocks_per_request:ceil)",
             "record": "instance_engine:vllm_safe_headroom_requests:floor"
           },
           {
-            "expr": "(max by (cluster, namespace, job, instance, pod, container, model_name, engine) (rate({__name__=~\"vllm:num_preemptions(_total)?\"}[5m])))\n* on (cluster, job, instance) group_left (vllm_endpoint) instance:vllm_endpoint:info",
+            "expr": "(max by (cluster, namespace, job, instance, pod, container, model_name, engine) (rate(vllm:num_preemptions_total[5m])))\n* on (cluster, job, instance) group_left (vllm_endpoint) instance:vllm_endpoint:info",
             "record": "instance_engine:vllm_num_preemptions:rate5m"
           },
           {
@@ -175,10 +167,6 @@
           {
             "expr": "(instance_engine:vllm_num_gpu_blocks:per_engine - instance_engine:vllm_null_block:bool)\nor max without (model_name) (instance_engine:vllm_num_requests_running:max * 0\n+ on (cluster, namespace, pod, vllm_endpoint, model_name, engine) group_left ()\n(endpoint_engine:vllm_headroom_kv_capacity_blocks:max or label_replace(endpoint_engine:vllm_headroom_kv_capacity_blocks:max, \"engine\", \"\", \"engine\", \"0\")))",
             "record": "instance_engine:vllm_kv_capacity_blocks:usable"
-          },
-          {
-            "expr": "instance_engine:vllm_kv_capacity_blocks:usable * instance_engine:vllm_block_size_tokens:max",
-            "record": "instance_engine:vllm_kv_capacity_tokens:usable"
           },
           {
             "expr": "((max by (cluster, namespace, job, instance, pod, container, model_name, engine) (last_over_time(vllm:gpu_cache_usage_perc[{{ include "vllm-headroom.jsonString" .Values.prometheusRule.scrapeGap }}])) * 0 + 1\nor max by (cluster, namespace, job, instance, pod, container, model_name, engine) (last_over_time(vllm:kv_cache_usage_perc[{{ include "vllm-headroom.jsonString" .Values.prometheusRule.scrapeGap }}])) * 0))\n* on (cluster, job, instance) group_left (vllm_endpoint) instance:vllm_endpoint:info\n* ignoring (model_name) group_left ()\ninstance_engine:vllm_null_block:bool",
@@ -518,6 +506,7 @@
         ]
       },
       {
+        "interval": "{{ include "vllm-headroom.jsonString" .Values.prometheusRule.configInterval }}",
         "name": "vllm-headroom.bundle.alerts",
         "rules": [
           {

@@ -2,6 +2,7 @@
 
 Recording groups, each evaluated in order (a group may read the groups above it):
 
+  vllm-headroom.profile.rules   the request profile's length quantiles (every minute: they move slowly)
   vllm-headroom.engine.rules    identity, then each engine's state from vLLM's own series (every evaluation)
   vllm-headroom.config.rules    static configuration (capacity, block size, max_model_len) every `config_interval`
   vllm-headroom.sidecar.rules   the sidecar's targets and its judgement of each engine
@@ -256,7 +257,7 @@ def _bucket_quantile(cfg: Config, histogram: str) -> str:
     """
     L = _Labels(cfg)
 
-    def rise(b: str, by: str) -> str:  # instant `b`: the record is carried through failed scrapes (engine_rules)
+    def rise(b: str, by: str) -> str:  # instant `b`: the record is carried through failed scrapes (profile_rules)
         return f"max by ({by}) ({b} - min_over_time({b}[{cfg.profile_window}]))"
 
     return (f"histogram_quantile(1, (\n  {rise(f'{histogram}_bucket{cfg.sel()}', L.raw_me + ', le')}\n"
@@ -269,6 +270,22 @@ def _ident(cfg: Config, expr: str) -> str:
     return f"({expr})\n* on ({_Labels(cfg).scrape}) group_left ({ENDPOINT}) {VLLM_INFO}"
 
 
+# The request profile's group: the length quantiles over the profile window (their buckets are the costliest series
+# the rules read) move slowly, evaluated once a minute, before the engine group that reads them.
+PROFILE_INTERVAL = "1m"
+
+
+def profile_rules(cfg: Config) -> list[tuple[str, str]]:
+    """The observed profile quantiles per engine, from the length histograms' instant buckets; carried through
+    failed scrapes (the engine group's failing condition, inlined: this group runs first)."""
+    running = N.running + cfg.sel()
+    failing = (f"(up == 0) and on (job, instance)\n"
+               f"group by (job, instance) (last_over_time({running}[{cfg.scrape_gap}]))")
+    return [(name, f"(\n{_ident(cfg, _bucket_quantile(cfg, hist))}\n)\nor\n({name} and on (job, instance) {failing})")
+            for name, hist in ((f"{R}vllm_request_prompt_tokens_observed:bucket_quantile", N.prompt_hist),
+                               (f"{R}vllm_request_max_tokens_observed:bucket_quantile", N.max_tokens_hist))]
+
+
 def engine_rules(cfg: Config) -> list[tuple[str, str]]:
     """Identity and each engine's state, from vLLM's own series."""
     L = _Labels(cfg)
@@ -278,10 +295,6 @@ def engine_rules(cfg: Config) -> list[tuple[str, str]]:
 
     def gauge(name: str, expr: str) -> tuple[str, str]:
         return name, _ident(cfg, expr)
-
-    def carried(name: str, expr: str) -> tuple[str, str]:
-        """A record of vLLM's instant series (a range selection of every bucket costs more than the carry)."""
-        return name, _carry(name, _ident(cfg, expr))
 
     def now(selector: str) -> str:
         return _now(cfg, selector)
@@ -319,8 +332,6 @@ def engine_rules(cfg: Config) -> list[tuple[str, str]]:
          f"clamp_min(\n  {R}vllm_kv_capacity_blocks:usable\n  - ignoring (model_name) group_right ()\n"
          f"  {R}vllm_kv_used_blocks:round\n, 0)"),
         # The profile from finished requests (window, else lifetime); none while nothing ever finished.
-        carried(f"{R}vllm_request_prompt_tokens_observed:bucket_quantile", _bucket_quantile(cfg, N.prompt_hist)),
-        carried(f"{R}vllm_request_max_tokens_observed:bucket_quantile", _bucket_quantile(cfg, N.max_tokens_hist)),
         # ...else max_model_len (the top finite bucket): the risk basis, for W and the dashboards.
         (f"{R}vllm_request_prompt_tokens:bucket_quantile",
          f"{R}vllm_request_prompt_tokens_observed:bucket_quantile\nor\n{R}vllm_request_tokens:max_bucket"),
@@ -529,7 +540,8 @@ def recording_groups(cfg: Config) -> list[dict[str, Any]]:
             head["interval"] = interval
         return {**head, "rules": [{"record": n, "expr": tidy(x)} for n, x in rules]}
 
-    return [group("vllm-headroom.engine.rules", engine_rules(cfg)),
+    return [group("vllm-headroom.profile.rules", profile_rules(cfg), PROFILE_INTERVAL),
+            group("vllm-headroom.engine.rules", engine_rules(cfg)),
             group("vllm-headroom.config.rules", config_rules(cfg), cfg.config_interval),
             group("vllm-headroom.sidecar.rules", sidecar_rules(cfg)),
             group("vllm-headroom.fleet.rules", fleet_rules(cfg))]

@@ -217,6 +217,28 @@ def test_recording_rule_names_are_level_metric_operation() -> None:
             assert re.fullmatch(r"[a-z_]+:[a-z0-9_]+:[a-z0-9_]+", r["record"]), r["record"]
 
 
+def test_what_keeps_the_bundle_cheap() -> None:
+    """Issue 20 item 4 (bench/b8_rules_cost measures it): no regex on __name__ but a list of names (another is
+    matched against every metric name at each evaluation); static configuration and the bundle's deployment alerts
+    evaluated every config_interval, the request profile every minute; no record that no rule and no dashboard reads
+    (the per-model records are the fleet's API)."""
+    groups = rule_groups(DEFAULT)["groups"]
+    for r in rules():  # a plain alternation of names is looked up as a set; anything else scans every name
+        for regex in re.findall(r"__name__\s*=~\s*[\"']([^\"']*)[\"']", r["expr"]):
+            assert re.fullmatch(r"[a-z_:]+(\|[a-z_:]+)*", regex), (r.get("record") or r.get("alert"), regex)
+    slow = {g["name"] for g in groups if g.get("interval") == DEFAULT.config_interval}
+    assert slow == {"vllm-headroom.config.rules", "vllm-headroom.bundle.alerts"}
+    assert next(g for g in groups if g["name"] == "vllm-headroom.profile.rules")["interval"] == "1m"
+    readers = [r["expr"] for r in rules()] + [substitute(e) for _u, _t, e in dashboard_queries()]
+    # The risk-basis prompt blocks mirror the sidecar's vllm_headroom_prompt_blocks (test_real_prometheus compares
+    # them; the promtool cases show the prompt that nothing finished is not held against the pool).
+    mirrors = {"instance_engine:vllm_prompt_blocks:ceil"}
+    unread = [r["record"] for r in rules() if "record" in r and not r["record"].startswith("model_name:")
+              and r["record"] not in mirrors
+              and not any(re.search(re.escape(r["record"]) + r"(?![\w:])", x) for x in readers)]
+    assert unread == []
+
+
 def test_every_expression_parses() -> None:
     for r in rules():
         promql_parser.parse(r["expr"])

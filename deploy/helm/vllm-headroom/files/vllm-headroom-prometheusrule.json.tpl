@@ -16,6 +16,20 @@
   "spec": {
     "groups": [
       {
+        "interval": "1m",
+        "name": "vllm-headroom.profile.rules",
+        "rules": [
+          {
+            "expr": "((histogram_quantile(1, (max by (cluster, namespace, job, instance, pod, container, model_name, engine, le) (vllm:request_prompt_tokens_bucket - min_over_time(vllm:request_prompt_tokens_bucket[{{ include "vllm-headroom.jsonString" .Values.profile.window }}]))\n/ ignoring (le) group_left ()\nmax by (cluster, namespace, job, instance, pod, container, model_name, engine) (vllm:request_prompt_tokens_bucket{le=\"+Inf\"} - min_over_time(vllm:request_prompt_tokens_bucket{le=\"+Inf\"}[{{ include "vllm-headroom.jsonString" .Values.profile.window }}]))) >= bool {{ .Values.profile.quantile }}) > 0)\n* on (cluster, job, instance) group_left (vllm_endpoint) instance:vllm_endpoint:info)\nor (instance_engine:vllm_request_prompt_tokens_observed:bucket_quantile and on (job, instance) (up == 0) and on (job, instance)\ngroup by (job, instance) (last_over_time(vllm:num_requests_running[{{ include "vllm-headroom.jsonString" .Values.prometheusRule.scrapeGap }}])))",
+            "record": "instance_engine:vllm_request_prompt_tokens_observed:bucket_quantile"
+          },
+          {
+            "expr": "((histogram_quantile(1, (max by (cluster, namespace, job, instance, pod, container, model_name, engine, le) (vllm:request_params_max_tokens_bucket - min_over_time(vllm:request_params_max_tokens_bucket[{{ include "vllm-headroom.jsonString" .Values.profile.window }}]))\n/ ignoring (le) group_left ()\nmax by (cluster, namespace, job, instance, pod, container, model_name, engine) (vllm:request_params_max_tokens_bucket{le=\"+Inf\"} - min_over_time(vllm:request_params_max_tokens_bucket{le=\"+Inf\"}[{{ include "vllm-headroom.jsonString" .Values.profile.window }}]))) >= bool {{ .Values.profile.quantile }}) > 0)\n* on (cluster, job, instance) group_left (vllm_endpoint) instance:vllm_endpoint:info)\nor (instance_engine:vllm_request_max_tokens_observed:bucket_quantile and on (job, instance) (up == 0) and on (job, instance)\ngroup by (job, instance) (last_over_time(vllm:num_requests_running[{{ include "vllm-headroom.jsonString" .Values.prometheusRule.scrapeGap }}])))",
+            "record": "instance_engine:vllm_request_max_tokens_observed:bucket_quantile"
+          }
+        ]
+      },
+      {
         "name": "vllm-headroom.engine.rules",
         "rules": [
           {
@@ -57,14 +71,6 @@
           {
             "expr": "clamp_min(instance_engine:vllm_kv_capacity_blocks:usable\n- ignoring (model_name) group_right ()\ninstance_engine:vllm_kv_used_blocks:round, 0)",
             "record": "instance_engine:vllm_kv_free_blocks:sub"
-          },
-          {
-            "expr": "((histogram_quantile(1, (max by (cluster, namespace, job, instance, pod, container, model_name, engine, le) (vllm:request_prompt_tokens_bucket - min_over_time(vllm:request_prompt_tokens_bucket[{{ include "vllm-headroom.jsonString" .Values.profile.window }}]))\n/ ignoring (le) group_left ()\nmax by (cluster, namespace, job, instance, pod, container, model_name, engine) (vllm:request_prompt_tokens_bucket{le=\"+Inf\"} - min_over_time(vllm:request_prompt_tokens_bucket{le=\"+Inf\"}[{{ include "vllm-headroom.jsonString" .Values.profile.window }}]))) >= bool {{ .Values.profile.quantile }}) > 0)\n* on (cluster, job, instance) group_left (vllm_endpoint) instance:vllm_endpoint:info)\nor (instance_engine:vllm_request_prompt_tokens_observed:bucket_quantile and on (job, instance) instance:vllm_scrape_failing:bool)",
-            "record": "instance_engine:vllm_request_prompt_tokens_observed:bucket_quantile"
-          },
-          {
-            "expr": "((histogram_quantile(1, (max by (cluster, namespace, job, instance, pod, container, model_name, engine, le) (vllm:request_params_max_tokens_bucket - min_over_time(vllm:request_params_max_tokens_bucket[{{ include "vllm-headroom.jsonString" .Values.profile.window }}]))\n/ ignoring (le) group_left ()\nmax by (cluster, namespace, job, instance, pod, container, model_name, engine) (vllm:request_params_max_tokens_bucket{le=\"+Inf\"} - min_over_time(vllm:request_params_max_tokens_bucket{le=\"+Inf\"}[{{ include "vllm-headroom.jsonString" .Values.profile.window }}]))) >= bool {{ .Values.profile.quantile }}) > 0)\n* on (cluster, job, instance) group_left (vllm_endpoint) instance:vllm_endpoint:info)\nor (instance_engine:vllm_request_max_tokens_observed:bucket_quantile and on (job, instance) instance:vllm_scrape_failing:bool)",
-            "record": "instance_engine:vllm_request_max_tokens_observed:bucket_quantile"
           },
           {
             "expr": "instance_engine:vllm_request_prompt_tokens_observed:bucket_quantile\nor instance_engine:vllm_request_tokens:max_bucket",

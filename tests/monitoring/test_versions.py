@@ -16,6 +16,7 @@ gives one, and "unknown" on both sides where nothing does.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -42,8 +43,31 @@ V0_IDLE = pytest.mark.xfail(reason="V0 exports no scheduler gauge before its fir
                             strict=True)
 # vLLM's Rust frontend (vllm-rs, 0.32.0) exports no cache_config_info: the sidecar takes capacity from the recorded
 # command line's --num-gpu-blocks-override (issue 23, item 1), and the rules take the sidecar's.
+# vLLM 0.10.2 exports both usage names, as 0.9-0.10.1 do, but its usage excludes the null block (block_pool.py
+# get_usage @0.10.2; the engine-truth recorder's free blocks agree: u x (N - 1) blocks used, exactly). The rules
+# read any exposition with both names as counting it: one block fewer than the sidecar (which knows the release
+# from /version) wherever round(u x (N - 1)) != round(u x N) - 1, which a 40-block pool hid and a 20,000-block
+# one shows (issue 22's recordings). Strict: passing there means the rules learnt it.
+RULES_NULL_BLOCK_0_10_2 = pytest.mark.xfail(
+    reason="rules count the null block on 0.10.2 expositions (both usage names); 0.10.2 excludes it", strict=True)
+
+
+def _rules_off_by_one(p: Path) -> bool:
+    if p.parent.parent.name != "vllm-0.10.2":
+        return False
+    text = p.read_text()
+    u = next(float(ln.rsplit(" ", 1)[1]) for ln in text.splitlines() if ln.startswith("vllm:kv_cache_usage_perc"))
+    n = int(re.search(r'num_gpu_blocks="(\d+)"', text).group(1))  # type: ignore[union-attr]
+    return round(u * (n - 1)) != max(0, round(u * n) - 1)  # the rule clamps at 0
+
+
+# The production-shaped recordings (prod-*, tests/e2e/production.py) share one server shape per release: two of
+# them (slots bound, LoRA) stand for the rest here, as promtool runs once per snapshot.
+PROD_SHAPE = ("prod-slots", "prod-lora")
 SNAPSHOTS = [pytest.param(p, marks=V0_IDLE) if p.parent.parent.name.endswith("-v0") and p.parent.name == "idle"
-             else p for p in sorted(FIXTURES.glob("vllm-*/*/snapshot.prom"))]
+             else pytest.param(p, marks=RULES_NULL_BLOCK_0_10_2) if _rules_off_by_one(p)
+             else p for p in sorted(FIXTURES.glob("vllm-*/*/snapshot.prom"))
+             if not p.parent.name.startswith("prod-") or p.parent.name in PROD_SHAPE]
 READ = ("vllm:cache_config_info", "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "vllm:num_requests_running",
         "vllm:num_requests_waiting", "vllm:request_prompt_tokens_bucket", "vllm:request_params_max_tokens_bucket",
         "vllm:num_preemptions_total")

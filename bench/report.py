@@ -84,6 +84,16 @@ def goals(b: dict[str, dict[str, Any] | None]) -> list[str]:
                 rows.append(f"| `/metrics` p99 ≤ 10 ms at 200 rps ({label}) | p99 {h['p99_ms']:.1f} ms, "
                             f"p50 {h['p50_ms']:.1f} ms at {h['rps']:.0f} rps, {h.get('errors', '?')} errors | "
                             f"{_ok(h['p99_ms'] <= 10 and clean)} |")
+    if (b8 := b.get("b8_rules_cost")) is not None:
+        for ph in b8["phases"]:
+            old, new = ph["bundle_cpu_ms_per_pod"]["old"], ph["bundle_cpu_ms_per_pod"]["new"]
+            rows.append(f"| rules bundle's Prometheus CPU per pod ≤ half of the old bundle's ({ph['pods']} pods) | "
+                        f"{new:.3f} ms vs {old:.3f} ms per 30 s evaluation = {new / old:.2f}× | "
+                        f"{_ok(new <= old / 2)} |")
+        sz = b8["sizes"]
+        rows.append(f"| rules file ≤ 40 KB | {sz['new']['bytes'] / 1000:.1f} KB ({sz['new']['label_replace']} "
+                    f"label_replace), old {sz['old']['bytes'] / 1000:.1f} KB ({sz['old']['label_replace']}) | "
+                    f"{_ok(sz['new']['bytes'] <= 40_000)} |")
     return rows
 
 
@@ -187,12 +197,34 @@ def details(b: dict[str, dict[str, Any] | None]) -> list[str]:
                 f"{b7['history_bytes_two_windows'] / 2**20:.2f} MiB after two (bounded ring buffers)",
                 f"- the page is built at most once per tick and only when asked: one browser refreshing it every "
                 f"interval costs {100 * b7['page_cpu_share_at_interval']:.1f} % of a core at 100 targets"]
+    if (b8 := b.get("b8_rules_cost")) is not None:
+        out += ["", "## 8. The rules bundle in a real Prometheus, old vs new (side by side)", "",
+                f"finished {b8['date']}; {b8['prometheus']}; old bundle: the rules file of {b8['old_rev']}. Three "
+                "Prometheus processes scrape the same synthetic fleet at once (recorded vLLM 0.32.0 expositions, "
+                "the five scenarios round-robin with growing counters, and our sidecar's /metrics for each): none "
+                "without rules, one per bundle. Per pod per 30 s evaluation: *bundle CPU* = process CPU minus the "
+                "no-rules Prometheus'; *rule evaluation* = the rise of prometheus_rule_group_duration_seconds_sum "
+                "(wall time of every group's evaluation, which on a shared machine includes waiting for a core).", "",
+                "| pods | load before → after | scrape only: CPU | old: bundle CPU | new: bundle CPU | new / old | "
+                "old: rule evaluation | new: rule evaluation | recorded series old / new | rule failures |",
+                "|---|---|---|---|---|---|---|---|---|---|"]
+        for ph in b8["phases"]:
+            c, e, n = ph["bundle_cpu_ms_per_pod"], ph["rule_eval_ms_per_pod"], ph["recorded_series_per_pod"]
+            out.append(f"| {ph['pods']} | {ph['load_before']} → {ph['load_after']} | "
+                       f"{ph['process_cpu_ms_per_pod']['none']:.3f} ms | {c['old']:.3f} ms | {c['new']:.3f} ms | "
+                       f"{c['new'] / c['old']:.2f}× | {e['old']:.3f} ms | {e['new']:.3f} ms | "
+                       f"{n['old']:.1f} / {n['new']:.1f} | {ph['rule_failures']['old']:g} / "
+                       f"{ph['rule_failures']['new']:g} |")
+        last = b8["phases"][-1]
+        for name in ("old", "new"):
+            groups = ", ".join(f"{g} {ms:.1f} ms" for g, ms in last["slowest_groups"][name].items())
+            out.append(f"\n- {name}, {last['pods']} pods, each group's last evaluation: {groups}")
     return out
 
 
 def main() -> None:
     names = ["b1_parse", "b2_sidecar", "b3_fleet", "b4_load", "b5_detect", "b6_vllm_cost", "fleet_variants",
-             "b7_status_page"]
+             "b7_status_page", "b8_rules_cost"]
     b = {n: _load(n) for n in names}
     m = machine()
     lines = ["# vllm-headroom benchmarks (issue #7)", "",

@@ -25,7 +25,7 @@ WINDOW = "5m"
 class Config:
     """Everything a site may want to change; the committed files use the defaults."""
 
-    # Extra matchers for vLLM's own series, e.g. 'namespace="llm"' (empty: every vllm:* series).
+    # Extra matchers for vLLM's own series, e.g. 'namespace="llm"' (empty: every vLLM series).
     vllm_selector: str = ""
     identity: tuple[str, ...] = IDENTITY
     # Same meaning as the sidecar's --verdict.full-usage and --profile.quantile / --profile.window.
@@ -37,14 +37,13 @@ class Config:
     # ...and only from this many preemptions within the window: at low traffic two preemptions in 5 minutes are a
     # large share of few requests, not a storm worth a critical page.
     storm_min_preemptions: int = 5
-    # Engine alerts from vLLM's own series keep firing this long after their condition last held: a few failed
-    # scrapes of vLLM (Prometheus writes stale markers, every series vanishes) must not resolve a page and raise it
-    # again when scrapes return. Needs Prometheus >= 2.42 (prometheus-operator >= 0.66, Thanos Ruler >= 0.34).
-    keep_firing_for: str = "5m"
-    # Instant vLLM series are read as their latest sample within this range, so missed scrapes (a stale marker on
-    # every series of the target) do not empty the flags and restart pending alerts; 4m holds four samples at 60 s
-    # (like every other window) and bridges several failed scrapes at 15-60 s.
+    # While a target's scrapes fail (its `up` 0, its series stale), the records keep their last value for up to this
+    # long after its last good scrape, so missed scrapes do not empty the flags and restart pending alerts; a target
+    # that vanishes (pod deleted: no `up` either) is dropped at once. 4m bridges several failed scrapes at 15-60 s.
     scrape_gap: str = "4m"
+    # Evaluation interval of the static-configuration group (capacity, block size, max_model_len): they change only
+    # when vLLM restarts, so they are not recomputed every evaluation. At most the lookback (5m) minus a scrape.
+    config_interval: str = "2m"
     # Matchers for the sidecar's scrape job(s), so Prometheus' own `up == 0` of a sidecar that never came up pages.
     # The shipped PodMonitor/ServiceMonitor/Helm/recipes relabel it to job "vllm-headroom"; a monitor named
     # vllm-headroom without that relabeling gives prometheus-operator's "<namespace>/vllm-headroom".
@@ -55,7 +54,7 @@ class Config:
     # The sidecar cannot reach a vLLM that Prometheus still scrapes (not a reload): a warning after this long.
     target_down_after: str = "5m"
     # The sidecar has scraped vLLM with its engine metrics for the whole window (so not while it loads or reloads, and
-    # not the --disable-log-stats case) while Prometheus holds no vllm:* series of that vLLM (its monitor's port name
+    # not the --disable-log-stats case) while Prometheus holds no vLLM series of that vLLM (its monitor's port name
     # does not match vLLM's, scrapeVllm is off and nothing else scrapes it): a warning after this much longer.
     vllm_not_scraped_after: str = "10m"
     # `for:` of alerts by name; tests against a live Prometheus shorten them.

@@ -2,9 +2,14 @@
 
 Input series look like a real vLLM exposition (tests/fixtures/vllm-0.32.0; `version` "0.10" adds the deprecated
 usage name that counts the null block, "0.8" has only that name and no `engine` label): 40 blocks of 32 tokens
-(39 usable), 1-2-5 length buckets up to max_model_len 512, counters with `_total`. Every case states exactly which
-alerts fire at the end (with labels, severity and rendered annotations) and all others must be silent, so a
-double page fails the test. Expected annotations are rendered from the templates the rules carry.
+(39 usable), 1-2-5 length buckets up to max_model_len 512, counters with `_total`. Prometheus' side of a scrape is
+modelled too: a failed scrape writes a stale marker on every series of the target and keeps its `up` at 0; a target
+that vanishes (pod deleted) loses its `up` as well. Every case states exactly which alerts fire at the end (with
+labels, severity and rendered annotations) and all others must be silent, so a double page fails the test.
+Expected annotations are rendered from the templates the rules carry.
+
+Generated at test time, not committed: `python -m grafana.promtool_tests DIR` writes the rules and the suite to DIR
+for a manual `promtool test rules DIR/vllm-headroom-rules-test.yaml`.
 """
 
 from __future__ import annotations
@@ -13,19 +18,24 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from exporter.core.units import parse_duration
+from exporter.engines.vllm import VLLM
+from exporter.expose.collector import SCHEMA_VERSION
 
-from .config import Config
-from .rules import ENDPOINT, LOOPBACK, Alert, alert_rule, alerts, render
+from .config import DEFAULT, Config
+from .rules import ENDPOINT, KEY, LOOPBACK, Alert, alert_rule, alerts, render
 
+N = VLLM.names  # vLLM's metric names: exporter/engines/vllm/metrics.py
 INTERVALS = ("15s", "30s", "60s")
 MINUTES = 30  # simulated time of every case
 END = f"{MINUTES}m"
 BUCKETS = ("1.0", "2.0", "5.0", "10.0", "20.0", "50.0", "100.0", "200.0", "500.0", "+Inf")
 
 Labels = dict[str, str]
+REPLICA_LABELS = ("prometheus_replica",)  # what tells two HA replicas' copies of a series apart here
 Value = float | None  # None: no sample (target down, series not yet exported); STALE: Prometheus' stale marker
 STALE = math.nan  # what a failed scrape writes for every series of the target: they vanish at once
 Fn = Callable[[float], Value]
@@ -36,7 +46,7 @@ BARE_SIDECAR = {"job": "vllm-headroom", "instance": "host-a:9478"}
 K8S = {"job": "llm/vllm", "namespace": "llm", "pod": "vllm-0", "container": "vllm", "instance": "10.0.0.5:8000"}
 K8S_SIDECAR = {**K8S, "job": "llm/vllm-headroom", "container": "vllm-headroom", "instance": "10.0.0.5:9478"}
 MODEL = "tiny-llama"
-# vllm:cache_config_info of V1 0.8.x: CacheConfig's fields as recorded from 0.8.5 (tests/fixtures/vllm-0.8.5-v0, the
+# cache_config_info of V1 0.8.x: CacheConfig's fields as recorded from 0.8.5 (tests/fixtures/vllm-0.8.5-v0, the
 # same class on both engines), exported by the V1 front end before the engine core starts, so num_gpu_blocks is
 # still "None" and there is no `engine` label (reference vllm-metrics-and-admission.md §1.5, vLLM issue #15538).
 # tests/monitoring/test_versions.py checks these keys against the recording.
@@ -150,14 +160,13 @@ class Engine:
     # "0.32"; "0.10" adds the deprecated usage name (null block counted); "0.8" has only that name (V0 when
     # engine=None); "0.8-v1": V1 0.8.x, that name, `engine` on the gauges, cache_config_info as V1_08_INFO.
     version: str = "0.32"
-    info: bool = True  # False: vllm:cache_config_info dropped by metricRelabelings
+    info: bool = True  # False: cache_config_info dropped by metricRelabelings
     reset_at: float | None = None
     up_from: float = 0  # seconds: series absent before (loading)
     up_until: float | None = None  # seconds: series absent from then on (down)
     # Seconds [from, to) in which Prometheus' scrapes of vLLM fail: a stale marker at the first failed scrape, then
     # nothing (what Prometheus writes), while vLLM's counters go on.
     gaps: tuple[tuple[float, float], ...] = ()
-    stale_at_stop: bool = False  # a stale marker at up_until too (the series vanish from a scrape that works)
     histograms: bool = True  # False: the length histograms' _bucket series dropped by metricRelabelings
 
     def alive(self, t: float) -> Value:
@@ -166,11 +175,7 @@ class Engine:
 
     def _stale(self, t: float, dt: float) -> bool:
         """The first missed scrape after a scraped one, where Prometheus writes a stale marker."""
-        if t - dt < 0 or self.alive(t - dt) is None:
-            return False
-        in_gap = any(a <= t < b for a, b in self.gaps)
-        stopped = self.stale_at_stop and self.up_until is not None and t >= self.up_until
-        return in_gap or stopped
+        return t - dt >= 0 and self.alive(t - dt) is not None and self.alive(t) is None
 
     def gated(self, v: float | Fn) -> Fn:
         f = _f(v)
@@ -185,47 +190,57 @@ class Engine:
 
     @property
     def alert_labels(self) -> Labels:
-        """Labels of this engine's alerts: identity without job, plus vLLM's endpoint."""
-        out = {k: v for k, v in self.engine_labels.items() if k != "job"}
+        """Labels of this engine's alerts: the engine key (cluster, namespace, pod, vLLM's endpoint, model, engine)."""
+        return {k: v for k, v in self.record_labels.items() if k in KEY}
+
+    @property
+    def record_labels(self) -> Labels:
+        """Labels of this engine's instance_engine: records: its identity (not a replica label), model, engine and
+        vLLM's endpoint."""
+        out = {k: v for k, v in self.engine_labels.items() if k not in REPLICA_LABELS}
         out[ENDPOINT] = _plain(self.labels["instance"])
         return out
 
+    @property
+    def capacity_labels(self) -> Labels:
+        """Labels of this engine's per-engine (model-less) records."""
+        return {k: v for k, v in self.record_labels.items() if k != "model_name"}
+
     def series(self, c: Clock) -> list[dict[str, str]]:
-        if self.gaps or self.stale_at_stop:
-            c = Clock(c.interval, lambda t: self._stale(t, c.interval))
+        c = Clock(c.interval, lambda t: self._stale(t, c.interval))
         lb = self.engine_labels
         info = {k: v for k, v in lb.items() if k != "model_name"}
         if self.version == "0.8-v1":
             info = {**{k: v for k, v in info.items() if k != "engine"}, **V1_08_INFO}
         else:
             info = {**info, "block_size": "32", "num_gpu_blocks": self.num_gpu_blocks, "enable_prefix_caching": "True"}
-        out = [c.series("vllm:cache_config_info", info, self.gated(1))] if self.info else []
-        names = {"0.32": ["vllm:kv_cache_usage_perc"],
-                 "0.10": ["vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"],
-                 "0.8": ["vllm:gpu_cache_usage_perc"], "0.8-v1": ["vllm:gpu_cache_usage_perc"]}[self.version]
+        out = [c.series(N.cache_config, info, self.gated(1))] if self.info else []
+        names = {"0.32": [N.kv_usage],
+                 "0.10": [N.kv_usage, N.kv_usage_legacy],
+                 "0.8": [N.kv_usage_legacy], "0.8-v1": [N.kv_usage_legacy]}[self.version]
         for n in names:
             out.append(c.series(n, lb, self.gated(self.usage)))
-        out += [c.series("vllm:num_requests_running", lb, self.gated(self.running)),
-                c.series("vllm:num_requests_waiting", lb, self.gated(self.waiting))]
+        out += [c.series(N.running, lb, self.gated(self.running)),
+                c.series(N.waiting, lb, self.gated(self.waiting))]
         if self.deferred is not None and self.version == "0.32":
             w = _f(self.waiting)
             d = self.deferred
-            out.append(c.series("vllm:num_requests_waiting_by_reason", {**lb, "reason": "deferred"}, self.gated(d)))
-            out.append(c.series("vllm:num_requests_waiting_by_reason", {**lb, "reason": "capacity"},
+            out.append(c.series(N.waiting_by_reason, {**lb, "reason": "deferred"}, self.gated(d)))
+            out.append(c.series(N.waiting_by_reason, {**lb, "reason": "capacity"},
                                 self.gated(lambda t: (w(t) or 0) - d)))
         if self.version == "0.32":
             for state, v in (("awake", 0 if self.asleep else 1), ("weights_offloaded", 1 if self.asleep else 0)):
-                out.append(c.series("vllm:engine_sleep_state", {**lb, "sleep_state": state}, self.gated(v)))
-        out.append(c.series("vllm:num_preemptions_total", lb,
+                out.append(c.series(N.sleep_state, {**lb, "sleep_state": state}, self.gated(v)))
+        out.append(c.series(N.preemptions, lb,
                             c.counter(self.preempt_per_s, self.reset_at, self.alive)))
-        out.append(c.series("vllm:request_success_total", {**lb, "finished_reason": "length"},
+        out.append(c.series(N.request_success, {**lb, "finished_reason": "length"},
                             c.counter(self.finished_per_s, self.reset_at, self.alive)))
-        out.append(c.series("vllm:iteration_tokens_total_count", lb,
+        out.append(c.series(N.steps, lb,
                             c.counter(self.steps_per_s, self.reset_at, self.alive)))
         if not self.histograms:
             return out
-        for hist, le in (("vllm:request_prompt_tokens_bucket", self.prompt_le),
-                         ("vllm:request_params_max_tokens_bucket", self.max_tokens_le)):
+        for hist, le in ((N.prompt_hist + "_bucket", self.prompt_le),
+                         (N.max_tokens_hist + "_bucket", self.max_tokens_le)):
             reached = False
             for b in BUCKETS:
                 reached = reached or b == le
@@ -245,6 +260,11 @@ class Pod:
     vllm_up_from: float = 0  # the sidecar first scrapes vLLM successfully
     vllm_up_until: float | None = None
     vllm_gap: tuple[float, float] | None = None  # seconds [from, to): vLLM does not answer (scrapes fail)
+    # Seconds [from, to) in which Prometheus' scrapes of vLLM fail (its `up` 0) while the sidecar still reads vLLM;
+    # (t, t + 1): the one scrape at t, at any interval.
+    prom_gaps: tuple[tuple[float, float], ...] = ()
+    deleted_at: float | None = None  # the pod is deleted (rolling deploy, reschedule): its targets vanish
+    sidecar_gaps: tuple[tuple[float, float], ...] = ()  # seconds [from, to) in which Prometheus' scrapes of it fail
     sidecar_scraped_until: float | None = None  # Prometheus stops reaching the sidecar
     sidecar_never_up: bool = False  # the sidecar never answered Prometheus (crash loop, image pull error)
     sidecar_jobs: tuple[str, ...] = ()  # further jobs scraping the same sidecar (a ServiceMonitor and a PodMonitor)
@@ -253,7 +273,7 @@ class Pod:
     # pod whose `sidecar_owner` is True.
     sidecar_target: str | None = None
     sidecar_owner: bool = True
-    no_vllm_metrics: bool = False  # --disable-log-stats: vLLM answers without vllm:* series
+    no_vllm_metrics: bool = False  # --disable-log-stats: vLLM answers without vLLM's series
     api_requests: bool = False  # http_requests_total for an OpenAI API handler (vLLM's, or any FastAPI app's)
     api_handler: str = "/v1/models"
     sidecar_fails: tuple[float, float] | None = None  # seconds [from, to): the sidecar's scrapes of vLLM fail
@@ -265,6 +285,8 @@ class Pod:
     # vllm_headroom_block_size_tokens), e.g. from its --num-gpu-blocks flag on V1 0.8.x
     capacity: tuple[float, float] | None = None
     vllm_scraped: bool = True  # False: no job scrapes vLLM (a monitor's port name that matches no port): no `up` either
+    schema: str = SCHEMA_VERSION  # of the sidecar's vllm_headroom_build_info
+    omit: tuple[str, ...] = ()  # sidecar series it does not export (a renamed series)
 
     def vllm_up(self, t: float) -> bool:
         gap = self.vllm_gap is not None and self.vllm_gap[0] <= t < self.vllm_gap[1]
@@ -277,8 +299,22 @@ class Pod:
             return 0.0
         return 1.0 if self.vllm_up(t) else 0.0
 
+    def exists(self, t: float) -> bool:
+        """The pod (its scrape targets) exists at `t`."""
+        return self.deleted_at is None or t < self.deleted_at
+
+    def vanished(self, t: float, dt: float) -> Value:
+        """Prometheus' last word on a target of the deleted pod: a stale marker at its first missed scrape."""
+        return STALE if t >= dt and self.exists(t - dt) else None
+
+    def _vllm_target_up(self, t: float, dt: float) -> Value:
+        if not self.exists(t):
+            return self.vanished(t, dt)
+        failing = not self.vllm_up(t) or any(a <= t < b for a, b in self.prom_gaps)
+        return 0 if failing else 1
+
     def series(self, c: Clock) -> list[dict[str, str]]:
-        out = [c.series("up", self.labels, lambda t: 1 if self.vllm_up(t) else 0)] if self.vllm_scraped else []
+        out = [c.series("up", self.labels, lambda t: self._vllm_target_up(t, c.interval))] if self.vllm_scraped else []
         if self.api_requests:
             out.append(c.series("http_requests_total", {**self.labels, "handler": self.api_handler, "method":
                                                         "GET" if self.api_handler == "/v1/models" else "POST",
@@ -291,7 +327,13 @@ class Pod:
 
     def _sidecar_series(self, c: Clock, s: Labels) -> list[dict[str, str]]:
         def answers(t: float) -> bool:
-            return not self.sidecar_never_up and (self.sidecar_scraped_until is None or t < self.sidecar_scraped_until)
+            return (not self.sidecar_never_up and self.exists(t) and not any(a <= t < b for a, b in self.sidecar_gaps)
+                    and (self.sidecar_scraped_until is None or t < self.sidecar_scraped_until))
+
+        dt = c.interval
+        up_clock = c
+        # a stale marker on every series of the sidecar at its first missed scrape (and on `up` once it vanishes)
+        c = Clock(dt, lambda t: t >= dt and answers(t - dt) and not answers(t))
 
         def scraped(v: Fn) -> Fn:
             return lambda t: v(t) if answers(t) else None
@@ -310,9 +352,12 @@ class Pod:
         first_up = None if self.no_vllm_metrics else self.vllm_up_from
         out = []
         if self.sidecar_owner:
-            out.append(c.series("up", s, lambda t: 1 if answers(t) else 0))
+            out.append(up_clock.series("up", s, lambda t: (1 if answers(t) else 0) if self.exists(t) else
+                                       self.vanished(t, dt)))
             if not self.sidecar_never_up:
                 out.append(c.series("process_start_time_seconds", s, scraped(lambda t: 0.0)))
+                out.append(c.series("vllm_headroom_build_info", {**s, "version": "0.1.0", "schema": self.schema},
+                                    scraped(lambda t: 1.0)))
         if self.sidecar_never_up:
             return out
         s = {**s, "target": self.target}
@@ -337,10 +382,17 @@ class Pod:
                     x -= d
                 return cycle[-1][0]
 
-            for v in sorted({v for v, _d in cycle} | {"ok"}):
+            def said(t: float) -> str:
+                return current(t) if self.sidecar_ok(t) else "target_down"
+
+            for v in sorted({v for v, _d in cycle} | {"ok", "target_down"}):
                 out.append(c.series("vllm_headroom_verdict", {**eng, "verdict": v},
-                                    scraped(lambda t, v=v: 1.0 if current(t) == v else 0.0)))  # type: ignore[misc]
-            out.append(c.series("vllm_headroom_requests_waiting", eng, scraped(_f(self.waiting))))
+                                    scraped(lambda t, v=v: 1.0 if said(t) == v else 0.0)))  # type: ignore[misc]
+            reported = scraped(lambda t: 1.0 if self.sidecar_ok(t) else None)  # engine gauges: only while vLLM answers
+            gauges = (("vllm_headroom_requests_waiting", self.waiting), ("vllm_headroom_requests_running", 8.0))
+            for name, value in gauges:
+                out.append(c.series(name, eng,
+                                    lambda t, value=value: value if reported(t) else None))  # type: ignore[misc]
         if self.undetermined is not None:
             out.append(c.series("vllm_headroom_capacity_undetermined", {**eng, "reason": self.undetermined},
                                 scraped(_f(1.0))))
@@ -349,7 +401,7 @@ class Pod:
             for name, n in zip(("vllm_headroom_kv_capacity_blocks", "vllm_headroom_block_size_tokens"),
                                self.capacity, strict=True):
                 out.append(c.series(name, eng, lambda t, n=n: n if ok(t) else None))  # type: ignore[misc]
-        return out
+        return [x for x in out if x["series"].split("{")[0] not in self.omit]
 
     @property
     def target(self) -> str:
@@ -399,6 +451,7 @@ class Case:
     pods: list[Pod]
     fires: list[Expect] = field(default_factory=list)  # exactly these alerts fire at END; all others are silent
     also_at: list[str] = field(default_factory=list)  # eval times where `fires` must already hold (no flapping)
+    at: dict[str, list[Expect]] = field(default_factory=dict)  # eval time -> exactly these alerts fire then
     early: dict[str, str] = field(default_factory=dict)  # alert -> a time before its `for:` has elapsed
     exprs: list[tuple[str, list[tuple[Labels, float]]]] = field(default_factory=list)  # checked at exprs_at
     exprs_at: str = END
@@ -409,7 +462,7 @@ def _liveness_cases() -> list[tuple[Case, Case]]:
     ff = {"usage": 0.26, "waiting": 50}
     k8s = Pod(labels=dict(K8S), sidecar=dict(K8S_SIDECAR)).alert_labels("sidecar")
     k8s_sidecar = Pod(labels=dict(K8S), sidecar=dict(K8S_SIDECAR)).alert_labels("sidecar_down")
-    k8s_engine = {k: v for k, v in k8s.items() if k != "target"}  # an engine alert from the sidecar's series
+    k8s_engine = {k: v for k, v in k8s.items() if k in KEY}  # an engine alert from the sidecar's series
     bare = Pod().alert_labels("sidecar")
     gone, unreachable = {"cause": "vllm_down"}, {"cause": "sidecar_unreachable"}  # VLLMHeadroomTargetDown's two rules
     router = {**K8S, "job": "llm/router", "pod": "router-0", "container": "router", "instance": "10.0.0.9:8080"}
@@ -425,7 +478,8 @@ def _liveness_cases() -> list[tuple[Case, Case]]:
               [], [Pod(labels=isvc, sidecar=dict(K8S_SIDECAR), no_vllm_metrics=True, api_requests=True,
                        api_handler="/v1/completions")],
               fires=[Expect("VLLMMetricsAbsent", {"namespace": "llm", "pod": "vllm-0", ENDPOINT: "10.0.0.5:8000"})]),
-         Case("a FastAPI router in the cluster (http_requests_total on /v1/completions, no vllm:*) is not vLLM", [],
+         Case("a FastAPI router in the cluster (http_requests_total on /v1/completions, no vLLM series) is not vLLM",
+              [],
               [Pod(labels=router, sidecar=None, api_requests=True, api_handler="/v1/completions")])),
         (Case("outside Kubernetes, a sidecar on host b watches hosts a and b, a's vLLM down 25 minutes: host b's "
               "false-full still pages", [Engine(up_until=300), Engine(**ff, labels=dict(host_b))],  # type: ignore[arg-type]
@@ -463,7 +517,7 @@ def _liveness_cases() -> list[tuple[Case, Case]]:
          Case("cluster label on vLLM's series only, slots_full verdict: the false-full page",
               [Engine(**ff, labels=dict(in_a))],  # type: ignore[arg-type]
               [Pod(labels=dict(in_a), sidecar=dict(K8S_SIDECAR), verdict="slots_full", waiting=50)],
-              fires=[Expect("VLLMKVFalseFull", Engine(labels=dict(in_a)).alert_labels, 50)])),
+              fires=[Expect("VLLMKVFalseFull", {**k8s_engine, "model_name": MODEL, "engine": "0"}, 50)])),
         (Case("sidecar scraped by two jobs (PodMonitor and ServiceMonitor), vLLM down 25 minutes: one alert",
               [Engine(labels=dict(K8S), up_until=300)],
               [Pod(labels=dict(K8S), vllm_up_until=300, **two_jobs)],  # type: ignore[arg-type]
@@ -488,8 +542,8 @@ def _capacity_cases() -> list[tuple[Case, Case]]:
     ff = {"usage": 0.26, "waiting": 50}
     rec = "instance_engine:"
     v1 = Engine(**ff, version="0.8-v1")  # type: ignore[arg-type]
-    eng, lb = v1.alert_labels, v1.engine_labels
-    cap = {**BARE, "engine": "0"}
+    eng, lb = v1.alert_labels, v1.record_labels
+    cap = v1.capacity_labels
     v0 = Engine(**ff, engine=None, version="0.8", info=False)  # type: ignore[arg-type]
     idle = {"usage": 0.0, "running": 0, "steps_per_s": 0, "finished_per_s": 0}
     return [
@@ -523,8 +577,8 @@ def _capacity_cases() -> list[tuple[Case, Case]]:
         # V0's series carry no engine label, its sidecar's engine is "0": the engine-less copy joins them.
         (Case("V0 with cache_config_info dropped by metricRelabelings: false-full on the sidecar's capacity",
               [v0], [Pod(capacity=(40, 32))], fires=[Expect("VLLMKVFalseFull", v0.alert_labels, 50)],
-              exprs=[(f"{rec}vllm_kv_capacity_blocks:usable", [(dict(BARE), 40)]),
-                     (f"{rec}vllm_kv_free_blocks:sub", [(v0.engine_labels, 30)])]),
+              exprs=[(f"{rec}vllm_kv_capacity_blocks:usable", [(v0.capacity_labels, 40)]),
+                     (f"{rec}vllm_kv_free_blocks:sub", [(v0.record_labels, 30)])]),
          Case("V0 with cache_config_info dropped, the sidecar's capacity, healthy",
               [Engine(engine=None, version="0.8", info=False)], [Pod(capacity=(40, 32))])),
         (Case("cache_config_info dropped and no sidecar: the capacity-unknown warning while 50 wait",
@@ -538,10 +592,10 @@ def _capacity_cases() -> list[tuple[Case, Case]]:
 def _verdict_window_cases() -> list[tuple[Case, Case]]:
     """The sidecar's verdict alerts page only while requests wait, and a flickering never_fits pages as the verdict
     that holds most of the window."""
-    side = {"instance": BARE_SIDECAR["instance"], "model_name": MODEL, "engine": "0", ENDPOINT: "host-a:8000"}
+    side = {"model_name": MODEL, "engine": "0", ENDPOINT: "host-a:8000"}  # a sidecar-path alert's key
     # a verdict alert is an engine alert: it keeps vLLM's endpoint, not the sidecar's target URL
     k8s_side = {k: v for k, v in Pod(labels=dict(K8S), sidecar=dict(K8S_SIDECAR)).alert_labels("sidecar").items()
-                if k != "target"}
+                if k in KEY}
     k8s_side.update({"model_name": MODEL, "engine": "0"})
     eng = Engine().alert_labels
     nothing_runs = {"usage": 0.0, "running": 0, "steps_per_s": 0, "finished_per_s": 0}
@@ -587,13 +641,13 @@ def _endpoint_cases() -> list[tuple[Case, Case]]:
              Pod(labels=b, sidecar=side_a, sidecar_target="http://localhost:8001/", sidecar_owner=False)]
     k_a, k_b = dict(K8S), {**K8S, "instance": "10.0.0.5:8001", "container": "vllm-b"}
 
-    def in_pod(**pod_a: Any) -> list[Pod]:
+    def in_pod(b_verdict: str = "slots_full", b_waiting: float = 50, **pod_a: Any) -> list[Pod]:
         """One pod, two vLLMs (8000, 8001) of the same model, one sidecar watching both over the loopback."""
         return [Pod(labels=k_a, sidecar=dict(K8S_SIDECAR), sidecar_target="http://127.0.0.1:8000", **pod_a),
                 Pod(labels=k_b, sidecar=dict(K8S_SIDECAR), sidecar_target="http://127.0.0.1:8001",
-                    sidecar_owner=False, verdict="slots_full", waiting=50)]
+                    sidecar_owner=False, verdict=b_verdict, waiting=b_waiting)]
 
-    k_side_a = {k: v for k, v in in_pod()[0].alert_labels("sidecar").items() if k != "target"}
+    k_side_a = {k: v for k, v in in_pod()[0].alert_labels("sidecar").items() if k in KEY}
     op = {**K8S, "job": "llm/my-podmonitor"}
     unscraped_k8s = Pod(labels=dict(K8S), sidecar=dict(K8S_SIDECAR), vllm_scraped=False)
     unscraped_bare = Pod(vllm_scraped=False)
@@ -621,7 +675,7 @@ def _endpoint_cases() -> list[tuple[Case, Case]]:
                      Expect("VLLMKVFalseFull", Engine(labels=k_b).alert_labels, 50)]),
          Case("two vLLMs in one pod on two ports, 8000 budget_full, 8001 healthy: the budget page alone",
               [Engine(**ff, labels=k_a), Engine(labels=k_b)],  # type: ignore[arg-type]
-              in_pod(verdict="budget_full", waiting=50),
+              in_pod("ok", 0, verdict="budget_full", waiting=50),
               fires=[Expect("VLLMHeadroomBudgetFull", {**k_side_a, "model_name": MODEL, "engine": "0"}, 50)])),
         (Case("two vLLMs in one pod on two ports, 8000 down 25 minutes: its own warning, 8001's false-full pages",
               [Engine(labels=k_a, up_until=300), Engine(**ff, labels=k_b)],  # type: ignore[arg-type]
@@ -629,7 +683,7 @@ def _endpoint_cases() -> list[tuple[Case, Case]]:
               fires=[Expect("VLLMHeadroomTargetDown", {**in_pod()[0].alert_labels("sidecar"), **gone}),
                      Expect("VLLMKVFalseFull", Engine(labels=k_b).alert_labels, 50)]),
          Case("two vLLMs in one pod on two ports, 8000 down 25 minutes, 8001 healthy",
-              [Engine(labels=k_a, up_until=300), Engine(labels=k_b)], in_pod(vllm_up_until=300),
+              [Engine(labels=k_a, up_until=300), Engine(labels=k_b)], in_pod("ok", 0, vllm_up_until=300),
               fires=[Expect("VLLMHeadroomTargetDown", {**in_pod()[0].alert_labels("sidecar"), **gone})])),
         (Case("the sidecar reads vLLM but no job scrapes vLLM (PodMonitor port name does not match): a warning",
               [], [unscraped_k8s], fires=[Expect("VLLMHeadroomVllmNotScraped", unscraped_k8s.alert_labels("sidecar"))],
@@ -661,6 +715,74 @@ def _endpoint_cases() -> list[tuple[Case, Case]]:
     ]
 
 
+def _field_cases() -> list[tuple[Case, Case]]:
+    """Issue 20's field cases (a vanished pod, an HA pair without de-duplication, rule/sidecar skew) and issue 19's
+    risk bound that must not page KV-full."""
+    ff = {"usage": 0.26, "waiting": 50}
+    eng = Engine().alert_labels
+    one = ((1500.0, 1501.0),)  # the one scrape at 25 minutes, at every interval
+    gone_at = 1500.0
+    # issue 19, kind 1: 4 of 4 slots taken, 56 waiting, 15 of 23 blocks free, nothing finished yet: the worst case at
+    # max_model_len (16 blocks) does not fit, which is a risk, not what binds now.
+    thin = {"usage": 8 / 23, "running": 4, "waiting": 56, "finished_per_s": 0, "num_gpu_blocks": "24"}
+    rec = "instance_engine:"
+    lb = Engine(**thin).record_labels  # type: ignore[arg-type]
+    ha = [{**BARE, "prometheus_replica": r} for r in ("a", "b")]
+    ha_side = [{**BARE_SIDECAR, "prometheus_replica": r} for r in ("a", "b")]
+    dup = Expect("VLLMHeadroomDuplicateSeries", {"instance": BARE["instance"]}, 2)
+    skew = {"instance": BARE_SIDECAR["instance"]}
+    return [
+        (Case("one failed scrape of vLLM at 25 minutes under a false-full page: still firing, not restarted",
+              [Engine(**ff, gaps=one)], [Pod(prom_gaps=one)],  # type: ignore[arg-type]
+              fires=[Expect("VLLMKVFalseFull", eng, 50)], also_at=["24m", "25m", "26m", "27m"]),
+         Case("the pod is deleted at 25 minutes (rolling deploy) under a false-full page: resolved within 2 minutes",
+              [Engine(**ff, up_until=gone_at)], [Pod(deleted_at=gone_at)],  # type: ignore[arg-type]
+              at={"24m": [Expect("VLLMKVFalseFull", eng, 50)], "27m": []})),
+        (Case("one failed scrape of vLLM and of its sidecar at 25 minutes under a budget page: still firing",
+              [Engine(**ff, gaps=one)], [Pod(prom_gaps=one, sidecar_gaps=one, verdict="budget_full",  # type: ignore[arg-type]
+                                            waiting=50)],
+              fires=[Expect("VLLMHeadroomBudgetFull", eng, 50)], also_at=["24m", "25m", "26m", "27m"]),
+         Case("the pod is deleted at 25 minutes (reschedule) under the sidecar's budget page: resolved in 2 minutes",
+              [Engine(**ff, up_until=gone_at)],  # type: ignore[arg-type]
+              [Pod(deleted_at=gone_at, verdict="budget_full", waiting=50)],
+              at={"24m": [Expect("VLLMHeadroomBudgetFull", eng, 50)], "27m": []})),
+        (Case("nothing finished, 4 of 4 slots, 56 waiting, 15 of 23 blocks free: false-full, never KV-full from the "
+              "max_model_len worst case (a risk: the info note)",
+              [Engine(**thin)], [Pod(sidecar=None)],  # type: ignore[arg-type]
+              fires=[Expect("VLLMKVFalseFull", eng, 56), Expect("VLLMKVOversubscribed", eng, -3, "info")],
+              exprs=[(f"{rec}vllm_kv_free_blocks:sub", [(lb, 15)]), (f"{rec}vllm_prompt_blocks:ceil", [(lb, 16)]),
+                     (f"{rec}vllm_prompt_fits:bool", [(lb, 1)]), (f"{rec}vllm_kv_full:bool", [(lb, 0)])]),
+         Case("nothing finished, 4 of 4 slots, 15 of 23 blocks free, nothing waits: the risk note alone",
+              [Engine(**{**thin, "waiting": 0})], [Pod(sidecar=None)],  # type: ignore[arg-type]
+              fires=[Expect("VLLMKVOversubscribed", eng, -3, "info")])),
+        (Case("nothing finished, the same frame, the sidecar says slots_full: its false-full page, no KV-full",
+              [Engine(**thin)], [Pod(verdict="slots_full", waiting=56)],  # type: ignore[arg-type]
+              fires=[Expect("VLLMKVFalseFull", eng, 56), Expect("VLLMKVOversubscribed", eng, -3, "info")]),
+         Case("nothing finished, the same frame, the sidecar says ok: no page (it judges), the risk note",
+              [Engine(**thin)], [Pod(verdict="ok", waiting=56)],  # type: ignore[arg-type]
+              fires=[Expect("VLLMKVOversubscribed", eng, -3, "info")])),
+        (Case("an HA pair without de-duplication, 6 preemptions per 5 minutes of 8 running, nothing finishes: one "
+              "storm page, and the duplicate warning",
+              [Engine(labels=lb_, preempt_per_s=6 / 300, finished_per_s=0) for lb_ in ha],
+              [Pod(labels=lb_, sidecar=side) for lb_, side in zip(ha, ha_side, strict=True)],
+              fires=[Expect("VLLMPreemptionStorm", eng, 0.75), dup]),
+         Case("an HA pair without de-duplication, 3 preemptions per 5 minutes: not a storm (not 6), the over-commit "
+              "warning and the duplicate warning",
+              [Engine(labels=lb_, preempt_per_s=3 / 300, finished_per_s=0) for lb_ in ha],
+              [Pod(labels=lb_, sidecar=side) for lb_, side in zip(ha, ha_side, strict=True)],
+              fires=[Expect("VLLMKVOversubscribed", eng, -6, "warning"), dup])),
+        (Case("a sidecar of another schema: the skew warning", [Engine()], [Pod(schema="2")],
+              fires=[Expect("VLLMHeadroomRulesSkew", {**skew, "schema": "2", "cause": "schema"}, 1)]),
+         Case("a sidecar of the rules' schema: quiet", [Engine()], [Pod(verdict="ok")])),
+        (Case("a sidecar of the rules' schema without vllm_headroom_verdict (renamed): the skew warning",
+              [Engine()], [Pod(verdict="ok", omit=("vllm_headroom_verdict",))],
+              fires=[Expect("VLLMHeadroomRulesSkew", {**skew, "target": Pod().target, "cause": "series_missing"},
+                            3)]),  # 3 of the 4 series it must export per target
+         Case("a sidecar of the rules' schema without an engine report (capacity missing): quiet", [Engine()],
+              [Pod(undetermined="missing")])),
+    ]
+
+
 def _cases() -> list[tuple[Case, Case]]:
     """(firing, quiet) twins."""
     ff = {"usage": 0.26, "waiting": 50}
@@ -671,8 +793,8 @@ def _cases() -> list[tuple[Case, Case]]:
 
     e_ff = Engine(**ff)  # type: ignore[arg-type]
     eng = e_ff.alert_labels
-    side = {"instance": BARE_SIDECAR["instance"], "model_name": MODEL, "engine": "0", ENDPOINT: "host-a:8000"}
-    cap = {**BARE, "engine": "0"}
+    side = {"model_name": MODEL, "engine": "0", ENDPOINT: "host-a:8000"}  # a sidecar-path alert's key
+    cap = e_ff.capacity_labels
     two_cluster = [{**K8S, "cluster": c} for c in ("a", "b")]
     two_models = [{**K8S, "instance": f"10.0.0.5:{p}", "container": f"vllm-{m}"}
                   for p, m in ((8000, "m1"), (8001, "m2"))]
@@ -681,25 +803,23 @@ def _cases() -> list[tuple[Case, Case]]:
     unreachable = {**Pod().alert_labels("sidecar"), "cause": "sidecar_unreachable"}  # VLLMHeadroomTargetDown's rule
     e_k8s = Engine(**ff, labels=dict(K8S))  # type: ignore[arg-type]
     local = {k: v for k, v in Pod(labels=dict(K8S), sidecar=dict(K8S_SIDECAR), sidecar_target="http://localhost:8000")
-             .alert_labels("sidecar").items() if k != "target"}  # the sidecar's own pod IP and vLLM's port
+             .alert_labels("sidecar").items() if k in KEY}  # the sidecar's own pod IP and vLLM's port
     return [
         *_liveness_cases(),
         *_capacity_cases(),
         *_verdict_window_cases(),
         *_endpoint_cases(),
+        *_field_cases(),
         (Case("false-full: 26 % used, 50 waiting, all slots taken", [e_ff], [Pod()],
               fires=[Expect("VLLMKVFalseFull", eng, 50)], early={"VLLMKVFalseFull": "4m"},
               exprs=[(f"{rec}vllm_kv_capacity_blocks:usable", [(cap, 39)]),
-                     (f"{rec}vllm_kv_capacity_tokens:usable", [(cap, 39 * 32)]),
-                     (f"{rec}vllm_kv_used_blocks:round", [(e_ff.engine_labels, 10)]),
-                     (f"{rec}vllm_kv_free_blocks:sub", [(e_ff.engine_labels, 29)]),
-                     (f"{rec}vllm_request_prompt_tokens:bucket_quantile", [(e_ff.engine_labels, 20)]),
-                     (f"{rec}vllm_worst_case_blocks_per_request:ceil", [(e_ff.engine_labels, 4)]),
-                     (f"{rec}vllm_max_concurrency_requests:floor", [(e_ff.engine_labels, 9)]),
-                     (f"{rec}vllm_kv_admission_headroom_requests:floor", [(e_ff.engine_labels, 29)]),
-                     (f"{rec}vllm_safe_headroom_requests:floor", [(e_ff.engine_labels, 1)]),
-                     (f"{rec}vllm_kv_false_full:bool", [(e_ff.engine_labels, 1)]),
-                     (f"{rec}vllm_kv_full:bool", [(e_ff.engine_labels, 0)])]),
+                     (f"{rec}vllm_kv_used_blocks:round", [(e_ff.record_labels, 10)]),
+                     (f"{rec}vllm_kv_free_blocks:sub", [(e_ff.record_labels, 29)]),
+                     (f"{rec}vllm_request_prompt_tokens:bucket_quantile", [(e_ff.record_labels, 20)]),
+                     (f"{rec}vllm_worst_case_blocks_per_request:ceil", [(e_ff.record_labels, 4)]),
+                     (f"{rec}vllm_safe_headroom_requests:floor", [(e_ff.record_labels, 1)]),
+                     (f"{rec}vllm_kv_false_full:bool", [(e_ff.record_labels, 1)]),
+                     (f"{rec}vllm_kv_full:bool", [(e_ff.record_labels, 0)])]),
          Case("healthy busy server: 60 % used, nothing waits", [Engine()], [Pod()])),
         # Seen live (CI, vLLM 0.32.0, 30 s scrapes): a server that had served 500-token prompts earlier, then only
         # 16-token ones; increase() extrapolated the +Inf bucket further than the le=20 one (their counters began
@@ -708,15 +828,15 @@ def _cases() -> list[tuple[Case, Case]]:
         (Case("false-full after earlier long prompts: the window's prompts, not the lifetime's",
               [Engine(usage=0.7, waiting=50, earlier_long_prompts=5000)], [Pod()],
               fires=[Expect("VLLMKVFalseFull", eng, 50)], also_at=["7m"],
-              exprs=[(f"{rec}vllm_kv_free_blocks:sub", [(e_ff.engine_labels, 12)]),
-                     (f"{rec}vllm_request_prompt_tokens:bucket_quantile", [(e_ff.engine_labels, 20)]),
-                     (f"{rec}vllm_prompt_blocks:ceil", [(e_ff.engine_labels, 1)])]),
+              exprs=[(f"{rec}vllm_kv_free_blocks:sub", [(e_ff.record_labels, 12)]),
+                     (f"{rec}vllm_request_prompt_tokens:bucket_quantile", [(e_ff.record_labels, 20)]),
+                     (f"{rec}vllm_prompt_blocks:ceil", [(e_ff.record_labels, 1)])]),
          Case("earlier long prompts, nothing waits", [Engine(earlier_long_prompts=5000)], [Pod()])),
         (Case("nothing finished for the whole window: false-full on the max_model_len basis",
               [Engine(**ff, finished_per_s=0)], [Pod()],  # type: ignore[arg-type]
               fires=[Expect("VLLMKVFalseFull", eng, 50), Expect("VLLMKVOversubscribed", eng, -6, "info")],
-              exprs=[(f"{rec}vllm_prompt_blocks:ceil", [(e_ff.engine_labels, 16)]),
-                     (f"{rec}vllm_worst_case_blocks_per_request:ceil", [(e_ff.engine_labels, 16)])]),
+              exprs=[(f"{rec}vllm_prompt_blocks:ceil", [(e_ff.record_labels, 16)]),
+                     (f"{rec}vllm_worst_case_blocks_per_request:ceil", [(e_ff.record_labels, 16)])]),
          Case("nothing finished, nothing waits: W on the max_model_len basis, an over-commit note only",
               [Engine(usage=0.26, finished_per_s=0)], [Pod()],
               fires=[Expect("VLLMKVOversubscribed", eng, -6, "info")])),
@@ -792,7 +912,7 @@ def _cases() -> list[tuple[Case, Case]]:
               [Engine(**ff, engine=None, version="0.8")], [Pod()],  # type: ignore[arg-type]
               fires=[Expect("VLLMKVFalseFull", Engine(engine=None).alert_labels, 50)],
               # no engine label: V0's convention, a pool without a null block (all 40 usable)
-              exprs=[(f"{rec}vllm_kv_capacity_blocks:usable", [(dict(BARE), 40)])]),
+              exprs=[(f"{rec}vllm_kv_capacity_blocks:usable", [(Engine(engine=None).capacity_labels, 40)])]),
          Case("0.8-style exposition, healthy", [Engine(engine=None, version="0.8")], [Pod()])),
         (Case("double scrape: one pod, two jobs, false-full pages once",
               [Engine(**ff, labels=dict(K8S)), Engine(**ff, labels={**K8S, "job": "vllm"})],  # type: ignore[arg-type]
@@ -807,8 +927,8 @@ def _cases() -> list[tuple[Case, Case]]:
               [Pod(labels=two_cluster[0], sidecar={**K8S_SIDECAR, "cluster": "a"}),
                Pod(labels=two_cluster[1], sidecar={**K8S_SIDECAR, "cluster": "b"})],
               fires=[Expect("VLLMKVFalseFull", Engine(labels=two_cluster[0]).alert_labels, 50)],
-              exprs=[(f"{rec}vllm_kv_free_blocks:sub", [(Engine(labels=two_cluster[0]).engine_labels, 29),
-                                                         (Engine(labels=two_cluster[1]).engine_labels, 16)])]),
+              exprs=[(f"{rec}vllm_kv_free_blocks:sub", [(Engine(labels=two_cluster[0]).record_labels, 29),
+                                                         (Engine(labels=two_cluster[1]).record_labels, 16)])]),
          Case("two clusters, same pod IP, both healthy", [Engine(labels=two_cluster[0]), Engine(labels=two_cluster[1])],
               [Pod(labels=two_cluster[0], sidecar={**K8S_SIDECAR, "cluster": "a"}),
                Pod(labels=two_cluster[1], sidecar={**K8S_SIDECAR, "cluster": "b"})])),
@@ -825,7 +945,7 @@ def _cases() -> list[tuple[Case, Case]]:
                Engine(**ff, labels=dp, engine="1", num_gpu_blocks="80")],  # type: ignore[arg-type]
               [k8s_pod], fires=[Expect("VLLMKVFalseFull", Engine(labels=dp, engine="1").alert_labels, 50)],
               exprs=[(f"{rec}vllm_kv_capacity_blocks:usable",
-                      [({**dp, "engine": "0"}, 39), ({**dp, "engine": "1"}, 39)])]),
+                      [(Engine(labels=dp).capacity_labels, 39), (Engine(labels=dp, engine="1").capacity_labels, 39)])]),
          Case("two data-parallel engines, healthy",
               [Engine(labels=dp, num_gpu_blocks="80"), Engine(labels=dp, engine="1", num_gpu_blocks="80")],
               [k8s_pod])),
@@ -874,7 +994,7 @@ def _cases() -> list[tuple[Case, Case]]:
         (Case("length histograms dropped by metricRelabelings: 97 % used, 50 waiting: KV-full still pages",
               [Engine(usage=0.97, waiting=50, histograms=False)], [Pod()],
               fires=[Expect("VLLMKVCacheFull", eng, 50), Expect("VLLMKVHistogramsMissing", eng, 50)],
-              exprs=[(f"{rec}vllm_kv_full:bool", [(e_ff.engine_labels, 1)])]),
+              exprs=[(f"{rec}vllm_kv_full:bool", [(e_ff.record_labels, 1)])]),
          Case("length histograms dropped, 97 % used, nothing waits: no KV page, the histogram warning only",
               [Engine(usage=0.97, histograms=False)], [Pod()],
               fires=[Expect("VLLMKVHistogramsMissing", eng, 0)])),
@@ -893,11 +1013,11 @@ def _cases() -> list[tuple[Case, Case]]:
               [Engine(usage=0.97, waiting=5, preempt_per_s=0.1, finished_per_s=0, prompt_le="200.0",
                       max_tokens_le="500.0")], [Pod()],
               fires=[Expect("VLLMPreemptionStorm", eng, 3.75)],
-              exprs=[(f"{rec}vllm_preemptions_per_request:ratio5m", [(e_ff.engine_labels, 3.75)])]),
+              exprs=[(f"{rec}vllm_preemptions_per_request:ratio5m", [(e_ff.record_labels, 3.75)])]),
          Case("nothing finishes and nothing is preempted: no storm, an over-commit note only",
               [Engine(usage=0.5, finished_per_s=0)], [Pod()],
               fires=[Expect("VLLMKVOversubscribed", eng, -6, "info")],
-              exprs=[(f"{rec}vllm_preemptions_per_request:ratio5m", [(e_ff.engine_labels, 0)])])),
+              exprs=[(f"{rec}vllm_preemptions_per_request:ratio5m", [(e_ff.record_labels, 0)])])),
         (Case("a 3-minute scrape gap of vLLM (stale markers) under a standing false-full queue: one page, kept firing",
               [Engine(**ff, gaps=((900, 1080),))], [Pod(vllm_gap=(900, 1080))],  # type: ignore[arg-type]
               fires=[Expect("VLLMKVFalseFull", eng, 50)], also_at=["10m", "15m", "16m", "17m", "18m", "20m", "22m"]),
@@ -905,7 +1025,7 @@ def _cases() -> list[tuple[Case, Case]]:
               [Engine(gaps=((900, 1080),))], [Pod(vllm_gap=(900, 1080))])),
         (Case("model renamed across a restart (vLLM labels the first --served-model-name): one false-full, "
               "capacity counted once",
-              [Engine(**ff, model="old-name", up_until=900, stale_at_stop=True),  # type: ignore[arg-type]
+              [Engine(**ff, model="old-name", up_until=900),  # type: ignore[arg-type]
                Engine(**ff, model="new-name", num_gpu_blocks="41", up_from=960)],  # type: ignore[arg-type]
               [Pod(vllm_gap=(900, 960))],
               fires=[Expect("VLLMKVFalseFull", Engine(model="new-name").alert_labels, 50)],
@@ -913,9 +1033,9 @@ def _cases() -> list[tuple[Case, Case]]:
               exprs_at="20m",
               exprs=[("model_name:vllm_kv_capacity_blocks:sum", [({"model_name": "new-name"}, 40)]),
                      ("model_name:vllm_num_requests_waiting:sum", [({"model_name": "new-name"}, 50)]),
-                     (f"{rec}vllm_kv_false_full:bool", [(Engine(model="new-name").engine_labels, 1)])]),
+                     (f"{rec}vllm_kv_false_full:bool", [(Engine(model="new-name").record_labels, 1)])]),
          Case("model renamed across a restart, nothing waits: quiet",
-              [Engine(model="old-name", up_until=900, stale_at_stop=True),
+              [Engine(model="old-name", up_until=900),
                Engine(model="new-name", num_gpu_blocks="41", up_from=960)], [Pod(vllm_gap=(900, 960))])),
         # V0's series carry no engine label; its sidecar calls the one engine "0". The verdict must still join.
         (Case("V0 budget_full: the sidecar's verdict replaces false-full on an engine-less exposition",
@@ -924,19 +1044,19 @@ def _cases() -> list[tuple[Case, Case]]:
          Case("V0, same raw state, the sidecar says slots_full: the false-full page",
               [Engine(**ff, engine=None, version="0.8")],  # type: ignore[arg-type]
               [Pod(verdict="slots_full", waiting=50)],
-              fires=[Expect("VLLMKVFalseFull", Engine(engine=None).alert_labels, 50)])),
+              fires=[Expect("VLLMKVFalseFull", side, 50)])),  # the sidecar's judgement, its engine "0"
         # One failed scrape of vLLM (a stale marker on every series) every 5 minutes: at 60 s that is one scrape in
         # five, at 15 s four. Each used to empty the flags and restart the 5-minute for:, so it never paged.
         (Case("false-full with a failed scrape of vLLM every 5 minutes: it still pages",
-              [Engine(**ff, gaps=GAPS_EVERY_5M)], [Pod()],  # type: ignore[arg-type]
+              [Engine(**ff, gaps=GAPS_EVERY_5M)], [Pod(prom_gaps=GAPS_EVERY_5M)],  # type: ignore[arg-type]
               fires=[Expect("VLLMKVFalseFull", eng, 50)]),
          Case("a failed scrape every 5 minutes, nothing waits: quiet", [Engine(gaps=GAPS_EVERY_5M)],
-              [Pod()])),
+              [Pod(prom_gaps=GAPS_EVERY_5M)])),
         (Case("KV-full with a failed scrape of vLLM every 5 minutes: it still pages",
-              [Engine(usage=0.95, waiting=20, gaps=GAPS_EVERY_5M)], [Pod()],
+              [Engine(usage=0.95, waiting=20, gaps=GAPS_EVERY_5M)], [Pod(prom_gaps=GAPS_EVERY_5M)],
               fires=[Expect("VLLMKVCacheFull", eng, 20)]),
          Case("95 % used, a failed scrape every 5 minutes, nothing waits: quiet",
-              [Engine(usage=0.95, gaps=GAPS_EVERY_5M)], [Pod()])),
+              [Engine(usage=0.95, gaps=GAPS_EVERY_5M)], [Pod(prom_gaps=GAPS_EVERY_5M)])),
         # --- issue 12, third review: a sidecar that cannot reach a served vLLM, multi-target hosts, flickering
         # verdicts.
         (Case("the sidecar cannot reach a vLLM that Prometheus scrapes (NetworkPolicy), scheduler stuck: the "
@@ -992,21 +1112,26 @@ def _labels(metric: str, lb: Labels) -> str:
     return metric + "{" + ",".join(f'{k}="{v}"' for k, v in sorted(lb.items())) + "}"
 
 
-def promtool_tests(cfg: Config, rule_file: str, intervals: tuple[str, ...] = INTERVALS) -> dict[str, Any]:
+def promtool_tests(cfg: Config, rule_file: str, intervals: tuple[str, ...] = INTERVALS,
+                   only: Callable[[Case], bool] | None = None) -> dict[str, Any]:
+    """The suite: every case (or those `only` keeps) at every interval."""
     all_alerts = alerts(cfg)
     names = sorted({a.name for a in all_alerts})
     tests: list[dict[str, Any]] = []
     for interval in intervals:
         clock = Clock(parse_duration(interval))
         for c in cases():
+            if only is not None and not only(c):
+                continue
             series = [s for e in c.engines for s in e.series(clock)] + [s for p in c.pods for s in p.series(clock)]
             checks: list[dict[str, Any]] = []
             for name, t in c.early.items():
                 checks.append({"eval_time": t, "alertname": name, "exp_alerts": []})
-            for t in [*c.also_at, END]:
+            moments = {t: c.fires for t in [*c.also_at, END]} | c.at
+            for t, fires in sorted(moments.items(), key=lambda kv: parse_duration(kv[0])):
                 for name in names:
-                    exp = [_expected(cfg, all_alerts, e) for e in c.fires if e.alert == name]
-                    if t == END or exp:
+                    exp = [_expected(cfg, all_alerts, e) for e in fires if e.alert == name]
+                    if t == END or t in c.at or exp:
                         checks.append({"eval_time": t, "alertname": name, "exp_alerts": exp})
             test: dict[str, Any] = {"name": f"{c.name} [scrape {interval}]", "interval": interval,
                                     "input_series": series, "alert_rule_test": checks}
@@ -1017,3 +1142,39 @@ def promtool_tests(cfg: Config, rule_file: str, intervals: tuple[str, ...] = INT
                     for expr, samples in c.exprs]
             tests.append(test)
     return {"rule_files": [rule_file], "evaluation_interval": "1m", "tests": tests}
+
+
+RULES_FILE, SUITE_FILE = "vllm-headroom-rules.yaml", "vllm-headroom-rules-test.yaml"
+
+
+def write(folder: Path, cfg: Config = DEFAULT, intervals: tuple[str, ...] = INTERVALS, parts: int = 1) -> list[Path]:
+    """The rules and the suite (split into `parts` files, cases dealt round-robin) in `folder`; the suite files."""
+    from .generate import RULES_WIDTH, to_yaml
+    from .rules import rule_groups
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / RULES_FILE).write_text(to_yaml(rule_groups(cfg), width=RULES_WIDTH))
+    suite = promtool_tests(cfg, RULES_FILE, intervals)
+    out = []
+    for i in range(parts):
+        path = folder / (SUITE_FILE if parts == 1 else f"part{i}-{SUITE_FILE}")
+        path.write_text(to_yaml({**suite, "tests": suite["tests"][i::parts]}))
+        out.append(path)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m grafana.promtool_tests",
+                                 description="Write the rules and their promtool suite to a folder.")
+    ap.add_argument("folder", type=Path)
+    ap.add_argument("--interval", action="append", choices=INTERVALS, help="only these scrape intervals")
+    args = ap.parse_args(argv)
+    for path in write(args.folder, intervals=tuple(args.interval or INTERVALS)):
+        print(f"wrote {path}: promtool test rules {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

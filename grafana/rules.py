@@ -1,34 +1,54 @@
-"""Prometheus recording and alerting rules of the bundle, computed from vLLM's own metrics inside Prometheus.
+"""Prometheus recording and alerting rules of the bundle, in groups per concern (as kubernetes-mixin splits them).
 
-The recording rules mirror exporter/pipeline/derive.py where raw vLLM data allows it:
+Recording groups, each evaluated in order (a group may read the groups above it):
 
-  N  = num_gpu_blocks of one engine  = label of vllm:cache_config_info / engines of the API server; where it has no
+  vllm-headroom.profile.rules   the request profile's length quantiles (every minute: they move slowly)
+  vllm-headroom.engine.rules    identity, then each engine's state from vLLM's own series (every evaluation)
+  vllm-headroom.config.rules    static configuration (capacity, block size, max_model_len) every `config_interval`
+  vllm-headroom.sidecar.rules   the sidecar's targets and its judgement of each engine
+  vllm-headroom.fleet.rules     per model
+
+Alert groups: vllm-headroom.kv.alerts, .scheduler.alerts, .sidecar.alerts, .bundle.alerts.
+
+Identity, recorded once. `instance:vllm_endpoint:info` gives each vLLM API server (its identity labels cluster,
+namespace, job, instance, pod, container) its `vllm_endpoint`, the host:port every alert about that vLLM carries
+(`instance` without a default port); every instance_engine: record takes it from there. For the sidecar,
+`instance_target:vllm_headroom_endpoint:info` gives each of its targets the endpoint of the vLLM it watches (the
+target URL's host:port; a loopback target is the sidecar's own host with the target's port). A vLLM and its
+sidecar's report about it share namespace, pod and vllm_endpoint; `cluster` is matched when both carry it.
+
+One judgement. Engine alerts carry (cluster, namespace, pod, vllm_endpoint, model_name, engine). Where a sidecar
+judges an engine (its verdicts cover most of the window and it reports the engine now), the alert is the
+sidecar's verdict held over most of the window (endpoint_engine:vllm_headroom_verdict...); elsewhere the rules judge
+from vLLM's series alone, a small path that mirrors the sidecar's rule (each description says which). Risk (the
+worst case at the profile or at max_model_len) never raises a KV-full page: a prompt size known only as
+max_model_len (nothing finished yet) neither vetoes false-full nor counts as "the next prompt does not fit".
+
+Failed scrapes. A failed scrape marks every series of the target stale while Prometheus keeps its `up` at 0;
+a vanished target (pod deleted) loses `up` too. The records that read vLLM's (or the sidecar's) instant series keep
+their last value while the target's `up` is 0, for at most `scrape_gap` after its last good scrape
+(instance:vllm_scrape_failing:bool), so a failed scrape does not restart a pending alert, and drop a vanished
+target's series at the next evaluation, so its alerts resolve then (no keep_firing_for).
+
+De-duplication. Every aggregation takes the maximum over copies of one series before it sums, so two copies of a
+series that differ only in a label outside the identity (two Prometheus replicas' `prometheus_replica`/`replica`
+seen through a querier without de-duplication) count once: rates and alerts are not doubled.
+VLLMHeadroomDuplicateSeries says that such copies arrive (dashboards and other rules sum them twice).
+
+Formulas (exporter/pipeline/derive.py where raw vLLM data allows it):
+
+  N  = num_gpu_blocks of one engine  = label of cache_config_info / engines of the API server; where it has no
                                        number (V1 0.8.x: "None") or is not scraped, B is the sidecar's
                                        vllm_headroom_kv_capacity_blocks of the same pod and engine, else unknown
-                                       (instance_engine:vllm_kv_capacity_unknown:bool, VLLMKVCapacityUnknown)
-  B  = usable blocks                 = N - 1 (block 0 is V1's null block); N on V0 (no null block; its series
-                                       carry no `engine` label, every V1's do)
-  used = round(u * (B + c)) - c      c = 1 where usage counts the null block (V1 <= 0.10, recognised by the
-                                     deprecated vllm:gpu_cache_usage_perc beside it), else 0; free = B - used
+  B  = usable blocks                 = N - 1 (block 0 is V1's null block); N on V0 (no `engine` label)
+  used = round(u * (B + c)) - c      c = 1 where usage counts the null block (V1 <= 0.10), else 0; free = B - used
   P, M = profile prompt / max_tokens = upper bound of the histogram bucket holding the q-quantile over the window,
-                                       else over the server's lifetime, else the top finite bucket (max_model_len)
+                                       else over the server's lifetime ("observed"), else the top finite bucket
+                                       (max_model_len: a risk bound, not an observation)
   W  = worst-case blocks per request = ceil(min(P + M, top finite bucket) / bs)
 
-Identity: every aggregation keeps cluster, namespace, job, instance, pod and container (whichever are present), and
-every join matches on all of them, so one pod scraped by two jobs, two clusters with the same pod IP, two API
-servers in one pod and data-parallel engines never collide. Alerts drop `job` (`max without`), so a pod scraped by
-two jobs pages once, and carry `vllm_endpoint`, the host:port of the vLLM they are about: vLLM's own `instance`, or
-the sidecar's `target` URL (its host:port; a loopback target is the sidecar's own host with the target's port). It is
-the label an engine alert shares with its sidecar's alerts: alone outside Kubernetes, beside namespace and pod inside.
-Two vLLMs on one machine (or in one pod) on ports 8000 and 8001 are two endpoints and never silence each other.
-
-Windows: every range is WINDOW (5m), at least four samples at a 60 s scrape interval. Usage is classified on
-max_over_time over that window (hysteresis), so usage hovering at the threshold does not flip false-full and
-KV-full on every evaluation.
-
-Label values become numbers with histogram_quantile: a pair of buckets {le="<value>"} = 1 and {le="+Inf"} = 1
-has its 1.0-quantile exactly at <value>. The same trick turns "first bucket whose cumulative share reaches q"
-into that bucket's upper bound: feed histogram_quantile(1, ...) the 0/1 indicator `share >= bool q`.
+Label values become numbers with histogram_quantile: buckets {le="<value>"} = 0 and {le="+Inf"} = 1 have their
+1.0-quantile at <value>; "first bucket whose share reaches q" is histogram_quantile(1, share >= bool q).
 """
 
 from __future__ import annotations
@@ -40,116 +60,108 @@ from dataclasses import dataclass
 from typing import Any
 
 from exporter.core.units import parse_duration
+from exporter.engines.vllm import VLLM
+from exporter.expose.collector import SCHEMA_VERSION
+from exporter.pipeline.catalogue import ALERT_BY_VERDICT
 
 from .config import WINDOW, Config
 
-# ---------------------------------------------------------------------------------------------------------------
-# Recording rules
-
+N = VLLM.names  # vLLM's metric names: exporter/engines/vllm/metrics.py
 R = "instance_engine:"
-INF, NOT_INF = 'le="+Inf"', 'le!="+Inf"'
-DEFERRED = 'reason="deferred"'
-ASLEEP = 'sleep_state!="awake"'
-PREEMPTIONS = '__name__=~"vllm:num_preemptions(_total)?"'
+ENDPOINT = "vllm_endpoint"
+# What an engine alert is about, whichever path judged it.
+KEY = ("cluster", "namespace", "pod", ENDPOINT, "model_name", "engine")
 V1_SERIES, V0_SERIES = 'engine!=""', 'engine=""'  # V1 labels every series with its engine, V0 none
+INF, NOT_INF = 'le="+Inf"', 'le!="+Inf"'
+DEFERRED, ASLEEP = 'reason="deferred"', 'sleep_state!="awake"'
+FAILING = "instance:vllm_scrape_failing:bool"
+SIDECAR_FAILING = "instance:vllm_headroom_scrape_failing:bool"
+VLLM_INFO = "instance:vllm_endpoint:info"
+SIDECAR_INFO = "instance_target:vllm_headroom_endpoint:info"
+SIDECAR_SEEN = "instance:vllm_headroom_sidecar:info"
+VERDICT_SHARE = "endpoint_engine:vllm_headroom_verdict:share5m"
+SIDECAR_WAITING = "instance_target_engine:vllm_headroom_requests_waiting:max"
+JUDGED = "endpoint_engine:vllm_headroom_judged:bool"
+SCRAPED = "instance_target:vllm_headroom_vllm_scraped:bool"
+DOWN = "instance_target:vllm_headroom_target_down:seconds"
+SIDE_WAITING = "endpoint_engine:vllm_headroom_requests_waiting:max"
+STORM = "endpoint_engine:vllm_preemption_storm:bool"
+ALONE_KEYS = "endpoint_engine:vllm_without_sidecar:bool"
+
+# Every verdict of the sidecar and the alert that speaks for it (None: none by design): the verdict catalogue's.
+VERDICT_ALERTS: dict[str, str | None] = ALERT_BY_VERDICT
+# The storm is measured from vLLM's counters on every path (ratio and count thresholds); below them, a queue that
+# stands while the sidecar says `preempting` waits for a pool that ran out: the KV-full page speaks for it.
+_BELOW_STORM = "VLLMKVCacheFull"
+
+
+def verdicts_of(alert: str) -> list[str]:
+    """The sidecar verdicts whose held share raises `alert` on the sidecar path."""
+    out = [v for v, a in VERDICT_ALERTS.items() if a == alert and a != "VLLMPreemptionStorm"]
+    if alert == _BELOW_STORM:
+        out += [v for v, a in VERDICT_ALERTS.items() if a == "VLLMPreemptionStorm"]
+    return sorted(out)
+
+
+def _j(*labels: str) -> str:
+    return ", ".join(labels)
+
+
+@dataclass(frozen=True)
+class _Labels:
+    """The label lists of one Config."""
+
+    cfg: Config
+
+    @property
+    def id(self) -> str:
+        return _j(*self.cfg.identity)
+
+    @property
+    def ide(self) -> str:
+        return _j(*self.cfg.identity, ENDPOINT)
+
+    @property
+    def e(self) -> str:
+        return _j(*self.cfg.identity, ENDPOINT, "engine")
+
+    @property
+    def me(self) -> str:
+        return _j(*self.cfg.identity, ENDPOINT, "model_name", "engine")
+
+    @property
+    def raw_me(self) -> str:  # vLLM's own series, before the identity join
+        return _j(*self.cfg.identity, "model_name", "engine")
+
+    @property
+    def target(self) -> str:
+        return _j(*self.cfg.identity, "target")
+
+    @property
+    def scrape(self) -> str:
+        """What tells one scrape of one target from another (namespace, pod, container come with the address)."""
+        return _j(*(lbl for lbl in self.cfg.identity if lbl in ("cluster", "job", "instance")))
+
+
+def _carry(name: str, expr: str, failing: str = FAILING) -> str:
+    """`expr`, or record `name`'s previous value while its target's scrapes fail (see the module docstring)."""
+    return f"(\n{expr}\n)\nor\n({name} and on (job, instance) {failing})"
+
+
+def _per_key(cfg: Config, *extra: str) -> str:
+    """The aggregation from records (identity, endpoint, model, engine: no other label) to engine keys."""
+    return f"max without ({_j(*(lbl for lbl in cfg.identity if lbl not in KEY), *extra)})"
 
 
 def _now(cfg: Config, selector: str) -> str:
-    """`selector`'s latest sample within the scrape-gap bridge: a failed scrape makes Prometheus write a stale marker
-    on every series of the target, and without this one failed scrape (at a 60 s interval, one in five) would
-    empty every flag and restart every pending alert's `for:`. The price: a vanished target's series stay in the
-    sums for up to `cfg.scrape_gap`."""
+    """`selector`'s latest sample within the scrape gap. Joined to the endpoint info, which exists only while the
+    target is scraped or its failed scrapes are bridged, this keeps a value through failed scrapes and drops a
+    vanished target's at once."""
     return f"last_over_time({selector}[{cfg.scrape_gap}])"
 
 
-def _cache_info(cfg: Config) -> str:
-    """vllm:cache_config_info per API server and engine. V1 0.8.x exports it without `engine` while its gauges carry
-    engine "0" (reference §1.5, `loggers.py:348-366 @0.8.5`): that info is engine 0's, relabelled so it joins. V0's
-    (no `engine` anywhere) stays engine-less."""
-    info = _now(cfg, f"vllm:cache_config_info{cfg.sel()}")
-    engineless = _now(cfg, f"vllm:cache_config_info{cfg.sel(V0_SERIES)}")
-    v1 = f"group by ({cfg.by()}) ({_now(cfg, 'vllm:num_requests_running' + cfg.sel(V1_SERIES))})"
-    relabelled = f'label_replace(\n{engineless}\nand on ({cfg.by()})\n{v1}\n, "engine", "0", "engine", "")'
-    return f"(\n{relabelled}\nor\n(\n{info}\nunless on ({cfg.by()})\n{relabelled}\n)\n)"
-
-
-def _label_value(cfg: Config, label: str) -> str:
-    """A numeric label of vllm:cache_config_info as a sample value, per API server and engine: the largest, when a
-    restart with another config leaves the old info series within the scrape-gap bridge for a few minutes. No
-    sample where the label is not a number (V1 0.8.x exports num_gpu_blocks="None") or missing: histogram_quantile
-    of the lone +Inf bucket is NaN, dropped by `>= 0`, so a fallback can take its place."""
-    info = _cache_info(cfg)
-    return (
-        f"(histogram_quantile(1, max by ({cfg.by('engine', 'le')}) (\n"
-        f'  label_replace({info}, "le", "$1", "{label}", "([0-9]+)") * 0\n'
-        f'  or label_replace({info}, "le", "+Inf", "engine", ".*") * 0 + 1\n'
-        f")) >= 0)"
-    )
-
-
-def _from_sidecar(cfg: Config, metric: str) -> str:
-    """The sidecar's per-engine `metric` (e.g. vllm_headroom_kv_capacity_blocks) moved onto vLLM's own series of the
-    same pod and engine: per API server (full identity) and engine, like the rules it stands in for. The three
-    joins are _pod_matches' (cluster on both sides, on vLLM's only, on the sidecar's only) with the sidecar's
-    value carried over. V0's series have no engine label while its sidecar calls the one engine "0": an engine-less
-    copy joins them."""
-    on = ", ".join((*POD_JOIN, "model_name", "engine"))
-    vllm = _endpoint(f"max by ({cfg.by('model_name', 'engine')}) ({_now(cfg, 'vllm:num_requests_running' + cfg.sel())})"
-                 " * 0")
-
-    def side(matcher: str, by: str) -> str:
-        s = _now(cfg, f"{metric}{{{matcher}}}" if matcher else metric)
-        return f"max by ({by}) (\n" + _endpoint(f'{s}\nor\nlabel_replace({s}, "engine", "", "engine", "0")') + "\n)"
-
-    pairs = [(f"cluster, {on}", side("", f"cluster, {on}")), (on, side('cluster=""', on)),
-             (f"cluster, {on}", side("", on))]
-    joined = "\nor\n".join(f"(\n{vllm}\n+ on ({o}) group_left ()\n{r}\n)" for o, r in pairs)
-    return f"max by ({cfg.by('engine')}) (\n{joined}\n)"
-
-
-def _top_bucket(cfg: Config, histogram: str) -> str:
-    """The highest finite bucket bound of a length histogram: vLLM sizes them to max_model_len (1-2-5 steps)."""
-    by = cfg.by("model_name", "engine", "le")
-    return (
-        f"histogram_quantile(1, max by ({by}) (\n"
-        f"  {_now(cfg, histogram + '_bucket' + cfg.sel(NOT_INF))} * 0\n"
-        f"  or {_now(cfg, histogram + '_bucket' + cfg.sel(INF))} * 0 + 1\n"
-        f"))"
-    )
-
-
-def _bucket_quantile(cfg: Config, histogram: str) -> str:
-    """Upper bound of the bucket holding the profile quantile over the window; lifetime when nothing finished in
-    it; the top finite bucket (max_model_len) when nothing ever finished.
-
-    The window's counts are each bucket's rise over the samples in the window (`x - min_over_time(x[w])`), not
-    increase(): increase() extrapolates each series on its own, and buckets whose counters began apart (a server
-    that served other prompts before Prometheus' first scrape) come out with unequal factors. Seen live on vLLM
-    0.32.0: the le=20 share of 16-token prompts fell under 0.99 and the prompt read as the top bucket (500).
-    A counter reset inside the window counts from the lowest sample, the same for every bucket."""
-    by = cfg.by("model_name", "engine")
-    inf = cfg.sel(INF)
-
-    def rise(series: str, rng: str) -> str:
-        return f"({_now(cfg, series)} - min_over_time({series}[{rng}]))"
-
-    def over(rng: str) -> str:
-        if rng:
-            buckets = f"sum by ({by}, le) {rise(histogram + '_bucket' + cfg.sel(), rng)}"
-            total = f"sum by ({by}) {rise(histogram + '_bucket' + inf, rng)}"
-        else:
-            buckets = f"sum by ({by}, le) ({_now(cfg, histogram + '_bucket' + cfg.sel())})"
-            total = f"sum by ({by}) ({_now(cfg, histogram + '_bucket' + inf)})"
-        return (
-            f"histogram_quantile(1, (\n"
-            f"  {buckets}\n"
-            f"  / ignoring (le) group_left ()\n"
-            f"  {total}\n"
-            f") >= bool {cfg.profile_quantile})"
-        )
-
-    return f"(\n{over(cfg.profile_window)} > 0\n)\nor\n(\n{over('')} > 0\n)\nor\n{_top_bucket(cfg, histogram)}"
-
+# ---------------------------------------------------------------------------------------------------------------
+# Endpoints
 
 # A sidecar target on the loopback interface (localhost, 127.0.0.0/8, [::1]; 0.0.0.0 connects there too) is vLLM in
 # the sidecar's own network namespace: the same pod or machine. RE2 has no lookahead, hence the joined helper label.
@@ -157,218 +169,339 @@ LOOPBACK = r"(?:localhost|127(?:\.[0-9]+){3}|0\.0\.0\.0|\[::1\])"
 _LOOPBACK_PROMQL = LOOPBACK.replace("\\", "\\\\")  # inside a PromQL string literal: backslashes doubled
 _SCHEME = "[A-Za-z][A-Za-z0-9+.-]*"  # of a target URL
 _PORT = "(?::[0-9]+)?"  # optional, of a host
-# A sidecar target URL on the loopback interface, as a PromQL regex literal.
-LOCAL_TARGET = f"{_SCHEME}://{_LOOPBACK_PROMQL}{_PORT}(?:/.*)?"
-ENDPOINT = "vllm_endpoint"
+LOCAL_TARGET = f"{_SCHEME}://{_LOOPBACK_PROMQL}{_PORT}(?:/.*)?"  # a loopback target URL, as a PromQL regex literal
 _TMP = "vllm_headroom_endpoint_tmp"
+_NO_DEFAULT_PORT = "(.*?)(?::(?:80|443))?"  # Prometheus 2 adds the default port to a port-less instance, 3 does not
 
 
-def _endpoint(expr: str) -> str:
-    """`expr` with a `vllm_endpoint` label: host:port of the vLLM a series is about.
+def _vllm_endpoint(expr: str) -> str:
+    return f'label_replace(\n{expr}\n, "{ENDPOINT}", "$1", "instance", "{_NO_DEFAULT_PORT}")'
 
-    vLLM's own series: their `instance`. The sidecar's: its `target` (the vLLM URL it scrapes; every per-target series
-    carries it), scheme and path dropped, so one sidecar's report about host a's vLLM never lands on the host the
-    sidecar runs on, nor one vLLM's on another vLLM of the same machine. A loopback target (localhost, 127.0.0.0/8,
-    [::1]) is the sidecar's own pod or machine: the sidecar's instance host with the target's port, which is what
-    vLLM's series carry (a Kubernetes pod IP and vLLM's port), never `localhost`; a sidecar instance without a port
-    (relabeled to the pod's name) is taken whole, as vLLM's then is. A default port (:80, :443) is
-    dropped on both sides: Prometheus 2 adds it to a port-less instance, Prometheus 3 and a URL do not."""
-    by_instance = f'label_replace(\n{expr}\n, "{ENDPOINT}", "$1", "instance", "(.+)")'
-    by_target = f'label_replace(\n{by_instance}\n, "{ENDPOINT}", "$1", "target", "{_SCHEME}://([^/]+)(?:/.*)?")'
+
+def _sidecar_endpoint(expr: str) -> str:
+    """`expr` (sidecar series with `target`) with the `vllm_endpoint` of the vLLM each target URL names: its
+    host:port; a loopback target is the sidecar's own instance host with the target's port (what vLLM's series
+    carry: the pod IP and vLLM's port), a port-less sidecar instance (relabeled to a name) taken whole."""
+    by_target = f'label_replace(\n{expr}\n, "{ENDPOINT}", "$1", "target", "{_SCHEME}://([^/]+)(?:/.*)?")'
     joined = f'label_join(\n{by_target}\n, "{_TMP}", "@", "{ENDPOINT}", "instance")'
-    # A port-less sidecar instance (relabeled to a pod or host name) means vLLM's is port-less too: taken as is.
     bare = f'label_replace(\n{joined}\n, "{ENDPOINT}", "$1", "{_TMP}", "{_LOOPBACK_PROMQL}{_PORT}@(.+)")'
     back = (f'label_replace(\n{bare}\n, "{ENDPOINT}", "${{2}}${{1}}", "{_TMP}", '
             f'"{_LOOPBACK_PROMQL}(:[0-9]+)?@(.+?):[0-9]+")')
-    plain = f'label_replace(\n{back}\n, "{ENDPOINT}", "$1", "{ENDPOINT}", "(.*[^:]):(?:80|443)")'
+    plain = f'label_replace(\n{back}\n, "{ENDPOINT}", "$1", "{ENDPOINT}", "{_NO_DEFAULT_PORT}")'
     return f'label_replace(\n{plain}\n, "{_TMP}", "", "{_TMP}", ".*")'
 
 
-# Labels a vLLM series and its sidecar's series about the same vLLM always share: namespace and pod in Kubernetes,
-# the endpoint everywhere. `cluster` is matched when both sides carry it; a per-job relabeling often adds it on one
-# side only.
-POD_JOIN = ("namespace", "pod", ENDPOINT)
+def _sidecar_ep(cfg: Config, expr: str) -> str:
+    """Sidecar series (identity and target) with their vllm_endpoint, from the recorded target info."""
+    return f"({expr})\n* on ({_Labels(cfg).scrape}, target) group_left ({ENDPOINT}) {SIDECAR_INFO}"
 
 
-def _pod_matches(rhs: Callable[[str], str], *extra: str) -> list[tuple[str, str]]:
-    """(`on` list, right-hand side) pairs that match a series to the other side's series of the same pod whether
-    or not each side carries `cluster`. `rhs(matcher)` is the right-hand expression with `matcher` added to its
-    selector ('' for none)."""
-    on = ", ".join((*POD_JOIN, *extra))
-    return [(f"cluster, {on}", rhs("")),  # same cluster, or neither side has one
-            (on, rhs('cluster=""')),  # the right side has none: any cluster on the left
-            (f"cluster, {on}", f'group by ({on}) (\n{rhs("")}\n)')]  # the left has none: any cluster on the right
+def _same(op: str, lhs: str, rhs: Callable[[str], str], on: tuple[str, ...], alike: bool = False) -> str:
+    """`lhs op rhs` matched on `on` (without cluster) and on `cluster` where both sides carry one: a per-job
+    relabeling often adds it to one side only. `rhs(matcher)` is the right side with `matcher` added to its
+    selectors ('' for none); `op` is "and" or "unless"."""
+    o = _j(*on)
+    variants = [("" if alike else f"cluster, {o}", rhs("")),  # the same cluster, or neither has one
+                (o, rhs('cluster=""')),  # the right has none: any cluster on the left
+                (f"cluster, {o}", f"group by ({o}) (\n{rhs('')}\n)")]  # the left has none: any on the right
+    if op == "unless":
+        return lhs + "".join(f"\nunless {_on(on_)}{r}" for on_, r in variants)
+    return "\nor\n".join(f"(\n{lhs}\nand {_on(on_)}{r}\n)" for on_, r in variants)
 
 
-def _unless_same_pod(lhs: str, rhs: Callable[[str], str], *extra: str) -> str:
-    return lhs + "".join(f"\nunless on ({on})\n{r}" for on, r in _pod_matches(rhs, *extra))
+def _on(labels: str) -> str:
+    return f"on ({labels}) " if labels else ""
 
 
-def _and_same_pod(lhs: str, rhs: Callable[[str], str], *extra: str) -> str:
-    return "\nor\n".join(f"(\n{lhs}\nand on ({on})\n{r}\n)" for on, r in _pod_matches(rhs, *extra))
+POD = ("namespace", "pod", ENDPOINT)
 
 
-def scraped_vllm(cfg: Config, matcher: str) -> str:
-    """vLLM's own engine series, present: Prometheus scrapes it (not down, not reloading)."""
-    return (f"group by (cluster, {', '.join(POD_JOIN)}) (\n"
-            + _endpoint(f"vllm:num_requests_running{cfg.sel(matcher)}") + "\n)")
+def scraped_vllm(matcher: str) -> str:
+    """vLLM API servers Prometheus scrapes now (its last scrape of them worked)."""
+    return f"({VLLM_INFO}{{{matcher}}} and on (job, instance) up == 1)" if matcher else \
+        f"({VLLM_INFO} and on (job, instance) up == 1)"
 
 
-def recording_rules(cfg: Config) -> list[dict[str, str]]:
-    """`level:metric:operation` rules; instance_engine: = per API server (full identity) and engine."""
-    s = cfg.sel()
-    e = cfg.by("engine")
-    me = cfg.by("model_name", "engine")
-    w = WINDOW
-    extra = "," + cfg.vllm_selector if cfg.vllm_selector else ""
+def _judged(matcher: str) -> str:
+    return f"{JUDGED}{{{matcher}}}" if matcher else JUDGED
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Recording rules
+
+
+def _label_value(cfg: Config, info: str, label: str) -> str:
+    """A numeric label of the recorded cache info as a sample value per engine; the largest, when a restart with
+    another config leaves two; none where it is not a number (V1 0.8.x: num_gpu_blocks="None")."""
+    return (f"(histogram_quantile(1, max by ({_Labels(cfg).e}, le) (\n"
+            f'  label_replace({info}, "le", "$1", "{label}", "([0-9]+)") * 0\n'
+            f'  or label_replace({info}, "le", "+Inf", "", "") * 0 + 1\n'
+            f")) >= 0)")
+
+
+def _onto_engines(cfg: Config, record: str) -> str:
+    """A sidecar `record` per engine key (see config_rules) on vLLM's own records of the same pod, endpoint and
+    engine (cluster matched where both carry one), per engine. V0's series have no engine label while its sidecar
+    calls the one engine "0": an engine-less copy joins them."""
+    return (f"max without (model_name) (\n{R}vllm_num_requests_running:max * 0\n+ on ({_j(*KEY)}) group_left ()\n"
+            f'({record} or label_replace({record}, "engine", "", "engine", "0"))\n)')
+
+
+def _bucket_quantile(cfg: Config, histogram: str) -> str:
+    """Upper bound of the bucket holding the profile quantile of the requests that finished in the profile window;
+    none when nothing finished in it (the lifetime is no evidence of what runs now, issue 19).
+
+    The window's counts are each bucket's rise over its samples in the window (`x - min_over_time(x[w])`), not
+    increase(): increase() extrapolates each series on its own, and buckets whose counters began apart (a server
+    that served other prompts before Prometheus' first scrape) come out with unequal factors (seen live on 0.32.0).
+    """
+    L = _Labels(cfg)
+
+    def rise(b: str, by: str) -> str:  # instant `b`: the record is carried through failed scrapes (profile_rules)
+        return f"max by ({by}) ({b} - min_over_time({b}[{cfg.profile_window}]))"
+
+    return (f"histogram_quantile(1, (\n  {rise(f'{histogram}_bucket{cfg.sel()}', L.raw_me + ', le')}\n"
+            f"  / ignoring (le) group_left ()\n  {rise(f'{histogram}_bucket{cfg.sel(INF)}', L.raw_me)}\n"
+            f") >= bool {cfg.profile_quantile}) > 0")
+
+
+def _ident(cfg: Config, expr: str) -> str:
+    """vLLM series aggregated to their identity (and model, engine), with the recorded vllm_endpoint."""
+    return f"({expr})\n* on ({_Labels(cfg).scrape}) group_left ({ENDPOINT}) {VLLM_INFO}"
+
+
+# The request profile's group: the length quantiles over the profile window (their buckets are the costliest series
+# the rules read) move slowly, evaluated once a minute, before the engine group that reads them.
+PROFILE_INTERVAL = "1m"
+
+
+def profile_rules(cfg: Config) -> list[tuple[str, str]]:
+    """The observed profile quantiles per engine, from the length histograms' instant buckets; carried through
+    failed scrapes (the engine group's failing condition, inlined: this group runs first)."""
+    running = N.running + cfg.sel()
+    failing = (f"(up == 0) and on (job, instance)\n"
+               f"group by (job, instance) (last_over_time({running}[{cfg.scrape_gap}]))")
+    return [(name, f"(\n{_ident(cfg, _bucket_quantile(cfg, hist))}\n)\nor\n({name} and on (job, instance) {failing})")
+            for name, hist in ((f"{R}vllm_request_prompt_tokens_observed:bucket_quantile", N.prompt_hist),
+                               (f"{R}vllm_request_max_tokens_observed:bucket_quantile", N.max_tokens_hist))]
+
+
+def engine_rules(cfg: Config) -> list[tuple[str, str]]:
+    """Identity and each engine's state, from vLLM's own series."""
+    L = _Labels(cfg)
+    s, w = cfg.sel(), WINDOW
     demand = f"{R}vllm_num_requests_running:max * {R}vllm_worst_case_blocks_per_request:ceil"
+    running = N.running + s
+
+    def gauge(name: str, expr: str) -> tuple[str, str]:
+        return name, _ident(cfg, expr)
 
     def now(selector: str) -> str:
         return _now(cfg, selector)
 
+    def peak(selector: str) -> str:
+        return f"max by ({L.raw_me}) (max_over_time({selector}[{w}]))"
+
+    # kv_cache_usage_perc from 0.9, gpu_cache_usage_perc before; 0.9-0.10 export both, equal.
+    usage_now = (f"max by ({L.raw_me}) ({now(N.kv_usage + s)})\n"
+                 f"or max by ({L.raw_me}) ({now(N.kv_usage_legacy + s)})")
+    free, fits = f"{R}vllm_kv_free_blocks:sub", f"{R}vllm_prompt_fits:bool"
+    pressure = f"{R}vllm_kv_pressure:bool"
     r: list[tuple[str, str]] = [
-        # Engines, not info series: across a restart that changed the config, the old info series is still within
-        # the scrape-gap bridge beside the new one.
-        ("instance:vllm_engines:count", f"count by ({cfg.by()}) (max by ({e}) ({_cache_info(cfg)}))"),
-        # From 0.9 num_gpu_blocks is the sum over the data-parallel engines of one API server. Absent where
-        # cache_config_info has no number (V1 0.8.x: "None"), lacks the label, or is not scraped.
-        (f"{R}vllm_num_gpu_blocks:per_engine",
-         _label_value(cfg, "num_gpu_blocks") + f"\n/ on ({cfg.by()}) group_left ()\ninstance:vllm_engines:count"),
-        # cache_config_info's, else the sidecar's (its --block-size flag or vLLM's command line).
-        (f"{R}vllm_block_size_tokens:max",
-         f"{_label_value(cfg, 'block_size')}\nor on ({e})\n{_from_sidecar(cfg, 'vllm_headroom_block_size_tokens')}"),
-        # 1 where block 0 is vLLM's null block (V1: its series carry `engine`, V1 0.8.x's cache_config_info does
-        # not); 0 on V0, whose pool has none.
-        (f"{R}vllm_null_block:bool",
-         f"max by ({e}) ({now('vllm:num_requests_running' + cfg.sel(V1_SERIES))} * 0 + 1)\n"
-         f"or\nmax by ({e}) ({now('vllm:num_requests_running' + cfg.sel(V0_SERIES))} * 0)"),
-        # From cache_config_info; where it has no number, the sidecar's usable blocks (null block already out) of
-        # the same pod and engine, which it takes from its --num-gpu-blocks flag. Neither: capacity unknown below.
-        (f"{R}vllm_kv_capacity_blocks:usable",
-         f"(\n{R}vllm_num_gpu_blocks:per_engine\n- on ({e})\n{R}vllm_null_block:bool\n)\n"
-         f"or on ({e})\n{_from_sidecar(cfg, 'vllm_headroom_kv_capacity_blocks')}"),
-        (f"{R}vllm_kv_capacity_tokens:usable",
-         f"{R}vllm_kv_capacity_blocks:usable\n* on ({e}) group_left ()\n{R}vllm_block_size_tokens:max"),
-        # vllm:kv_cache_usage_perc from 0.9, vllm:gpu_cache_usage_perc before (both in 0.9-0.10: the new one wins).
-        (f"{R}vllm_kv_usage_ratio:max",
-         f"max by ({me}) ({now('vllm:kv_cache_usage_perc' + s)})\n"
-         f"or\nmax by ({me}) ({now('vllm:gpu_cache_usage_perc' + s)})"),
-        (f"{R}vllm_kv_usage_ratio:max_over_time{w}",
-         f"max by ({me}) (max_over_time(vllm:kv_cache_usage_perc{s}[{w}]))\n"
-         f"or\nmax by ({me}) (max_over_time(vllm:gpu_cache_usage_perc{s}[{w}]))"),
-        # 1 where usage divides by num_gpu_blocks (null block counted as used): the servers that still export the
-        # deprecated name (V1 <= 0.10); 0 from 0.11 and on V0 (no null block).
-        (f"{R}vllm_kv_usage_counts_null_block:bool",
-         f"(\n  max by ({me}) ({now('vllm:gpu_cache_usage_perc' + s)} * 0 + 1)\n"
-         f"  or\n  max by ({me}) ({now('vllm:kv_cache_usage_perc' + s)} * 0)\n)"
-         f"\n* on ({e}) group_left ()\n{R}vllm_null_block:bool"),
-        (f"{R}vllm_num_requests_running:max", f"max by ({me}) ({now('vllm:num_requests_running' + s)})"),
-        (f"{R}vllm_num_requests_running:max_over_time{w}",
-         f"max by ({me}) (max_over_time(vllm:num_requests_running{s}[{w}]))"),
-        (f"{R}vllm_num_requests_waiting:max", f"max by ({me}) ({now('vllm:num_requests_waiting' + s)})"),
+        # vLLM targets whose last scrape failed (`up` 0) within the scrape gap of their last good one.
+        (FAILING, f"(up == 0) + 1\nand on (job, instance)\n"
+                  f"group by (job, instance) (last_over_time({running}[{cfg.scrape_gap}]))"),
+        (VLLM_INFO, _carry(VLLM_INFO, _vllm_endpoint(f"group by ({L.id}) ({running})"))),
+        gauge(f"{R}vllm_num_requests_running:max", f"max by ({L.raw_me}) ({now(running)})"),
+        (f"{R}vllm_num_requests_running:max_over_time{w}", f"max_over_time({R}vllm_num_requests_running:max[{w}])"),
+        gauge(f"{R}vllm_num_requests_waiting:max", f"max by ({L.raw_me}) ({now(N.waiting + s)})"),
         # Waiting minus vLLM's deferred waiters (LoRA, grammar, KV transfer; labelled from 0.20).
         (f"{R}vllm_num_requests_waiting_schedulable:max",
-         f"(\n  {R}vllm_num_requests_waiting:max\n  - on ({me})\n"
-         f"  max by ({me}) ({now('vllm:num_requests_waiting_by_reason' + cfg.sel(DEFERRED))})\n)\n"
+         f"{R}vllm_num_requests_waiting:max\n- on ({L.raw_me}) group_left ()\n"
+         f"max by ({L.raw_me}) ({now(N.waiting_by_reason + cfg.sel(DEFERRED))})\n"
          f"or\n{R}vllm_num_requests_waiting:max"),
+        gauge(f"{R}vllm_kv_usage_ratio:max", usage_now),
+        (f"{R}vllm_kv_usage_ratio:max_over_time{w}",
+         _ident(cfg, f"{peak(N.kv_usage + s)}\nor {peak(N.kv_usage_legacy + s)}")),
         (f"{R}vllm_kv_used_blocks:round",
          f"clamp_min(\n  round(\n"
-         f"    {R}vllm_kv_usage_ratio:max * on ({e}) group_left () {R}vllm_kv_capacity_blocks:usable\n"
+         f"    {R}vllm_kv_usage_ratio:max * ignoring (model_name) group_left () {R}vllm_kv_capacity_blocks:usable\n"
          f"    + {R}vllm_kv_usage_ratio:max * {R}vllm_kv_usage_counts_null_block:bool\n  )\n"
          f"  - {R}vllm_kv_usage_counts_null_block:bool\n, 0)"),
         (f"{R}vllm_kv_free_blocks:sub",
-         f"clamp_min(\n  {R}vllm_kv_capacity_blocks:usable\n  - on ({e}) group_right ()\n"
+         f"clamp_min(\n  {R}vllm_kv_capacity_blocks:usable\n  - ignoring (model_name) group_right ()\n"
          f"  {R}vllm_kv_used_blocks:round\n, 0)"),
-        (f"{R}vllm_request_prompt_tokens:bucket_quantile", _bucket_quantile(cfg, "vllm:request_prompt_tokens")),
-        (f"{R}vllm_request_max_tokens:bucket_quantile", _bucket_quantile(cfg, "vllm:request_params_max_tokens")),
-        (f"{R}vllm_request_tokens:max_bucket", _top_bucket(cfg, "vllm:request_prompt_tokens")),
+        # The profile from finished requests (window, else lifetime); none while nothing ever finished.
+        # ...else max_model_len (the top finite bucket): the risk basis, for W and the dashboards.
+        (f"{R}vllm_request_prompt_tokens:bucket_quantile",
+         f"{R}vllm_request_prompt_tokens_observed:bucket_quantile\nor\n{R}vllm_request_tokens:max_bucket"),
+        (f"{R}vllm_request_max_tokens:bucket_quantile",
+         f"{R}vllm_request_max_tokens_observed:bucket_quantile\nor\n{R}vllm_request_tokens:max_bucket"),
+        (f"{R}vllm_prompt_blocks_observed:ceil",
+         f"clamp_min(ceil(\n  {R}vllm_request_prompt_tokens_observed:bucket_quantile\n"
+         f"  / ignoring (model_name) group_left ()\n  {R}vllm_block_size_tokens:max\n), 1)"),
         (f"{R}vllm_prompt_blocks:ceil",
          f"clamp_min(ceil(\n  {R}vllm_request_prompt_tokens:bucket_quantile\n"
-         f"  / on ({e}) group_left ()\n  {R}vllm_block_size_tokens:max\n), 1)"),
+         f"  / ignoring (model_name) group_left ()\n  {R}vllm_block_size_tokens:max\n), 1)"),
         # ceil(min(P + M, max_model_len) / bs), max_model_len read as the top finite bucket.
         (f"{R}vllm_worst_case_blocks_per_request:ceil",
          f"clamp_min(ceil(\n  (\n"
          f"    ({R}vllm_request_prompt_tokens:bucket_quantile + {R}vllm_request_max_tokens:bucket_quantile)\n"
          f"    <= {R}vllm_request_tokens:max_bucket\n    or {R}vllm_request_tokens:max_bucket\n  )\n"
-         f"  / on ({e}) group_left ()\n  {R}vllm_block_size_tokens:max\n), 1)"),
-        (f"{R}vllm_max_concurrency_requests:floor",
-         f"floor(\n  ({R}vllm_kv_used_blocks:round + {R}vllm_kv_free_blocks:sub)\n"
-         f"  / {R}vllm_worst_case_blocks_per_request:ceil\n)"),
-        (f"{R}vllm_kv_admission_headroom_requests:floor",
-         f"floor({R}vllm_kv_free_blocks:sub / {R}vllm_prompt_blocks:ceil)"),
-        # floor((B - max(used, running * W)) / W); negative = oversubscribed, preemption ahead.
+         f"  / ignoring (model_name) group_left ()\n  {R}vllm_block_size_tokens:max\n), 1)"),
+        # floor((B - max(used, running * W)) / W); negative = oversubscribed if requests grow to W (a risk).
         (f"{R}vllm_safe_headroom_requests:floor",
          f"floor(\n  (\n    {R}vllm_kv_used_blocks:round + {R}vllm_kv_free_blocks:sub\n"
-         f"    - (\n      ({R}vllm_kv_used_blocks:round\n"
-         f"        > {demand})\n"
-         f"      or {demand}\n"
-         "    )\n  )\n"
+         f"    - (({R}vllm_kv_used_blocks:round > {demand}) or {demand})\n  )\n"
          f"  / {R}vllm_worst_case_blocks_per_request:ceil\n)"),
-        # `vllm:num_preemptions_total` in every version; the bare name covers expositions that drop the suffix.
-        (f"{R}vllm_num_preemptions:rate{w}",
-         f"sum by ({me}) (rate({{{PREEMPTIONS}{extra}}}[{w}]))"),
-        (f"{R}vllm_request_success:rate{w}", f"sum by ({me}) (rate(vllm:request_success_total{s}[{w}]))"),
+        # `num_preemptions_total` in every recorded version (an exact name: a regex on __name__ matches every
+        # metric name at each evaluation).
+        (f"{R}vllm_num_preemptions:rate{w}", _ident(cfg, f"max by ({L.raw_me}) (rate({N.preemptions}{s}[{w}]))")),
+        (f"{R}vllm_request_success:rate{w}", _ident(
+            cfg, f"max by ({L.raw_me}) (sum without (finished_reason) (rate({N.request_success}{s}[{w}])))")),
         # Preemptions per finished request over the window; while none finishes (long generations thrashing),
-        # preemptions per running request (the most that ran at once in the window), never +Inf. Nothing ran and
-        # nothing finished: no ratio.
+        # preemptions per running request (the most that ran at once in the window), never +Inf.
         (f"{R}vllm_preemptions_per_request:ratio{w}",
          f"(\n  {R}vllm_num_preemptions:rate{w}\n  / ({R}vllm_request_success:rate{w} > 0)\n)\nor\n(\n"
          f"  {R}vllm_num_preemptions:rate{w} * {parse_duration(w):g}\n"
          f"  / ({R}vllm_num_requests_running:max_over_time{w} > 0)\n)"),
-        (f"{R}vllm_engine_steps:rate{w}",
-         f"sum by ({me}) (rate(vllm:iteration_tokens_total_count{s}[{w}]))\n"
-         f"or\nsum by ({me}) (rate(vllm:generation_tokens_total{s}[{w}]))"),
-        # vllm:engine_sleep_state (0.12+): 1 while weights are offloaded or discarded (sleep mode).
-        (f"{R}vllm_engine_asleep:bool",
-         f"max by ({me}) ({now('vllm:engine_sleep_state' + cfg.sel(ASLEEP))})"),
-        # The sidecar's false-full condition from raw data: requests wait, usage stayed under full_usage over the
-        # window, the next profile prompt fits in free blocks, and no preemption in the window.
+        (f"{R}vllm_engine_steps:rate{w}", _ident(
+            cfg, f"(max by ({L.raw_me}) (rate({N.steps}{s}[{w}]))\nor\n"
+                 f"max by ({L.raw_me}) (rate({N.generation_tokens}{s}[{w}])))")),
+        # engine_sleep_state (0.12+): 1 while weights are offloaded or discarded (sleep mode).
+        gauge(f"{R}vllm_engine_asleep:bool",
+              f"max by ({L.raw_me}) ({now(N.sleep_state + cfg.sel(ASLEEP))})"),
+        # 1 where the next observed prompt fits in free blocks; also where nothing finished yet: a prompt known
+        # only as max_model_len is a risk bound and decides nothing (never a KV-full page, never a false-full veto).
+        # None without the length histograms: unjudged.
+        (f"{R}vllm_prompt_fits:bool", f"{free} >= bool {R}vllm_prompt_blocks_observed:ceil\n"
+                                      f"or ({free} * 0 + 1 and {R}vllm_request_tokens:max_bucket)"),
+        # 1 where usage reached full_usage within the window or vLLM preempted in it (the pool ran out between two
+        # samples): the pool binds now.
+        (pressure, f"({R}vllm_kv_usage_ratio:max_over_time{w} >= bool {cfg.full_usage})\n"
+                   f"+ ({R}vllm_num_preemptions:rate{w} > bool 0) > bool 0"),
+        # The sidecar's false-full condition from vLLM's series alone: requests wait, no pressure, the prompt fits.
         (f"{R}vllm_kv_false_full:bool",
-         f"({R}vllm_num_requests_waiting:max > bool 0)\n"
-         f"* ({R}vllm_kv_usage_ratio:max_over_time{w} < bool {cfg.full_usage})\n"
-         f"* ({R}vllm_kv_free_blocks:sub >= bool {R}vllm_prompt_blocks:ceil)\n"
-         f"* ({R}vllm_num_preemptions:rate{w} == bool 0)"),
-        # Truly full: requests wait and the pool is what holds them (usage reached full_usage within the window,
-        # the next prompt does not fit, or a preemption in the window: the pool ran out between two samples). Usage
-        # (and preemptions) alone decide where the length histograms are not scraped (dropped by metricRelabelings):
-        # no prompt size, but a full pool needs none.
+         f"({R}vllm_num_requests_waiting:max > bool 0) * (1 - {pressure}) * {fits}"),
+        # Truly full: requests wait and the pool holds them: usage reached full_usage within the window, a
+        # preemption in it (the pool ran out between two samples), or the next prompt does not fit.
         (f"{R}vllm_kv_full:bool",
          f"({R}vllm_num_requests_waiting:max > bool 0)\n"
-         "* (\n  (\n"
-         f"    ({R}vllm_kv_usage_ratio:max_over_time{w} >= bool {cfg.full_usage})\n"
-         f"    + ({R}vllm_kv_free_blocks:sub < bool {R}vllm_prompt_blocks:ceil)\n"
-         f"    + ({R}vllm_num_preemptions:rate{w} > bool 0)\n"
-         "  ) > bool 0\n"
-         f"  or\n  (\n    ({R}vllm_kv_usage_ratio:max_over_time{w} >= bool {cfg.full_usage})\n"
-         f"    + ({R}vllm_num_preemptions:rate{w} > bool 0)\n  ) > bool 0\n"
-         f"  or\n  ({R}vllm_kv_usage_ratio:max_over_time{w} >= bool {cfg.full_usage})\n)"),
-        # 1 where the rules have no KV capacity or block size for an engine, 0 where they have both: V1 0.8.x
-        # (num_gpu_blocks="None") or a cache_config_info dropped by metricRelabelings (or without the label), and no
-        # sidecar of the pod that knows the number. Free blocks, false-full, headroom and leak are then unjudged;
-        # KV-full falls back to usage alone. For dashboards, and VLLMKVCapacityUnknown while requests wait.
-        (f"{R}vllm_kv_capacity_unknown:bool",
-         f"(\n  {R}vllm_num_requests_running:max * 0 + 1\n  unless on ({e})\n"
-         f"  ({R}vllm_kv_capacity_blocks:usable and on ({e}) {R}vllm_block_size_tokens:max)\n)\n"
-         f"or\n{R}vllm_num_requests_running:max * 0"),
-        # Scheduler makes no step while schedulable requests wait, and the engine is not asleep.
+         f"* (({pressure} + (1 - {fits}) > bool 0) or {pressure})"),
+        # The scheduler makes no step while schedulable requests wait, and the engine is not asleep.
         (f"{R}vllm_stuck:bool",
-         f"(\n  ({R}vllm_num_requests_waiting_schedulable:max > 0)\n  and on ({me})\n"
-         f"  ({R}vllm_engine_steps:rate{w} == 0)\n  unless on ({me})\n  ({R}vllm_engine_asleep:bool > 0)\n) * 0 + 1"),
-        # The sidecar could not scrape its vLLM once in the window (down, or never up yet) and Prometheus has no
-        # vLLM series of that endpoint either: vLLM is truly down. `vllm_endpoint` joins it to the engine's alerts.
-        # A single failed scrape does not count: it would restart every engine alert's `for:`. A sidecar that cannot
-        # reach a vLLM Prometheus scrapes fine (wrong port, NetworkPolicy, TLS) says nothing about the engine: the
-        # engine alerts, from vLLM's own series, still page then (beside VLLMHeadroomTargetDown).
-        ("instance:vllm_headroom_target_down:bool",
-         _unless_same_pod(_endpoint(f"max_over_time(vllm_headroom_up[{w}]) == 0"), lambda m: scraped_vllm(cfg, m))),
+         f"(\n  ({R}vllm_num_requests_waiting_schedulable:max > 0)\n  and\n"
+         f"  ({R}vllm_engine_steps:rate{w} == 0)\n  unless\n  ({R}vllm_engine_asleep:bool > 0)\n) * 0 + 1"),
+        # Preemptions per request over the storm ratio and at least storm_min_preemptions in the window, per key.
+        (STORM, f"{_per_key(cfg)} (\n  {R}vllm_preemptions_per_request:ratio{w} >= {cfg.preemption_ratio:g}\n"
+                f"  and {R}vllm_num_preemptions:rate{w} * {parse_duration(w):g}"
+                f" >= {cfg.storm_min_preemptions}\n)"),
     ]
-    # Per model; a pod scraped by two jobs counts once (max over the identity without job).
+    return r
+
+
+def config_rules(cfg: Config) -> list[tuple[str, str]]:
+    """Static configuration per engine (capacity, block size, max_model_len): read every config_interval."""
+    L = _Labels(cfg)
+    info = f"{R}vllm_cache_config:info"
+
+    def b(selector: str) -> str:
+        return _now(cfg, selector)
+
+    def raw(metric: str, *matchers: str) -> str:
+        return b(metric + cfg.sel(*matchers))
+
+    # V1 0.8.x exports cache_config_info without `engine` while its gauges carry engine "0": that info is engine
+    # 0's (reference §1.5, loggers.py:348-366 @0.8.5). V0's (no `engine` anywhere) stays engine-less.
+    run = f"{R}vllm_num_requests_running:max"
+    engineless = raw(N.cache_config, V0_SERIES)
+    cache = (f"{raw(N.cache_config, V1_SERIES)}\nor\n{engineless} and on ({L.id}) {run}{{{V0_SERIES}}}\nor\n"
+             f'label_replace({engineless} and on ({L.id}) {run}{{{V1_SERIES}}}, "engine", "0", "", "")')
+    top = (f"histogram_quantile(1, max by ({L.raw_me}, le) (\n"
+           f"  {raw(N.prompt_hist + '_bucket', NOT_INF)} * 0\n"
+           f"  or {raw(N.prompt_hist + '_bucket', INF)} * 0 + 1\n))")
+    k = _j(*KEY)
+    side = [(f"endpoint_engine:{name}:max", f"max by ({k}) (\n{_sidecar_ep(cfg, b(name))}\n)")
+            for name in ("vllm_headroom_kv_capacity_blocks", "vllm_headroom_block_size_tokens")]
+    return [
+        # The sidecar's capacity and block size (its flags or vLLM's command line) per engine key: the fallback.
+        *side,
+        (info, _ident(cfg, f"max by ({L.id}, engine, block_size, num_gpu_blocks) (\n{cache}\n)")),
+        # From 0.9 num_gpu_blocks is the sum over the data-parallel engines of one API server.
+        (f"{R}vllm_num_gpu_blocks:per_engine",
+         f"{_label_value(cfg, info, 'num_gpu_blocks')}\n/ on ({L.ide}) group_left ()\n"
+         f"count without (engine) (max without (model_name) ({run}))"),
+        # cache_config_info's, else the sidecar's (its --block-size flag or vLLM's command line).
+        (f"{R}vllm_block_size_tokens:max",
+         f"{_label_value(cfg, info, 'block_size')}\nor\n{_onto_engines(cfg, side[1][0])}"),
+        # 1 where block 0 is vLLM's null block (V1: its series carry `engine`); 0 on V0, whose pool has none.
+        (f"{R}vllm_null_block:bool", f"max without (model_name) ({run}{{{V1_SERIES}}}) * 0 + 1\n"
+                                     f"or\nmax without (model_name) ({run}{{{V0_SERIES}}}) * 0"),
+        # From cache_config_info; where it has no number, the sidecar's usable blocks of the same pod and engine.
+        (f"{R}vllm_kv_capacity_blocks:usable",
+         f"({R}vllm_num_gpu_blocks:per_engine - {R}vllm_null_block:bool)\nor\n{_onto_engines(cfg, side[0][0])}"),
+        # 1 where usage divides by num_gpu_blocks (null block counted as used): the servers that still export the
+        # deprecated name (V1 <= 0.10); 0 from 0.11 and on V0 (no null block).
+        (f"{R}vllm_kv_usage_counts_null_block:bool", _ident(
+            cfg, f"(max by ({L.raw_me}) ({raw(N.kv_usage_legacy)}) * 0 + 1\n"
+                 f"or\nmax by ({L.raw_me}) ({raw(N.kv_usage)}) * 0)")
+         + f"\n* ignoring (model_name) group_left ()\n{R}vllm_null_block:bool"),
+        # The highest finite bucket bound of the prompt histogram: vLLM sizes it to max_model_len (1-2-5 steps).
+        (f"{R}vllm_request_tokens:max_bucket", _ident(cfg, top)),
+        # 1 where the rules have no KV capacity or block size for an engine: V1 0.8.x (num_gpu_blocks="None") or a
+        # cache_config_info dropped by metricRelabelings, and no sidecar of the pod that knows the number.
+        (f"{R}vllm_kv_capacity_unknown:bool",
+         f"(\n  {R}vllm_num_requests_running:max * 0 + 1\n  unless ignoring (model_name)\n"
+         f"  ({R}vllm_kv_capacity_blocks:usable and {R}vllm_block_size_tokens:max)\n)\n"
+         f"or\n{R}vllm_num_requests_running:max * 0"),
+    ]
+
+
+def sidecar_rules(cfg: Config) -> list[tuple[str, str]]:
+    """The sidecar's targets and its judgement of each engine."""
+    L = _Labels(cfg)
+    st = f"{L.scrape}, target"
+    k = _j(*KEY)
+    seen = VERDICT_SHARE + '{verdict!="target_down"}'
+    judged = (f"(\n  sum without (verdict) ({seen}) > 0.5\n)\n"
+              f"and {SIDE_WAITING}")
+    return [
+        (SIDECAR_FAILING, f"(up == 0) + 1\nand on (job, instance)\n"
+                          f"group by (job, instance) (last_over_time(vllm_headroom_up[{cfg.scrape_gap}]))"),
+        # Every sidecar (its identity) while its scrape target exists: a sidecar that stops answering is one.
+        (SIDECAR_SEEN, f"group by ({L.id}) (vllm_headroom_up)\nor\n({SIDECAR_SEEN} and on (job, instance) up)"),
+        (SIDECAR_INFO, _carry(SIDECAR_INFO, _sidecar_endpoint(f"group by ({L.target}) (vllm_headroom_up)"),
+                              SIDECAR_FAILING)),
+        # How long the sidecar has failed to scrape a target (not --disable-log-stats: vLLM answers then).
+        (DOWN, f"time() - vllm_headroom_target_down_since_timestamp_seconds\nand on ({st}) vllm_headroom_up == 0\n"
+               f'unless on ({st}) increase(vllm_headroom_scrape_errors_total{{reason="no_vllm_metrics"}}[{WINDOW}])'
+               " > 0"),
+        # 1 where Prometheus scrapes the vLLM a sidecar target names (same pod and endpoint; its `up` is 1), else 0.
+        (SCRAPED, f"(\n{_same('and', SIDECAR_INFO, scraped_vllm, POD)}\n) * 0 + 1\nor\n{SIDECAR_INFO} * 0"),
+        (SIDECAR_WAITING, _sidecar_ep(
+            cfg, f"max by ({L.target}, model_name, engine) ({_now(cfg, 'vllm_headroom_requests_waiting')})")),
+        (SIDE_WAITING, f"{_per_key(cfg, 'target')} ({SIDECAR_WAITING})"),
+        # Each verdict's share of the window (the sidecar exports 1 for its current verdict, 0 for the others).
+        (VERDICT_SHARE, f"max by ({k}, verdict) (\n"
+                        + _sidecar_ep(cfg, f"avg_over_time(vllm_headroom_verdict[{WINDOW}]) > 0") + "\n)"),
+        # Engines the sidecar judges: its verdicts cover most of the window (target_down is no judgement) and it
+        # reports the engine now. V0's series have no engine label, its sidecar's engine is "0": an engine-less copy.
+        (JUDGED, f'(\n{judged}\n)\nor\nlabel_replace(\n{judged}\n, "engine", "", "engine", "0")'),
+        # vLLM's engines that no sidecar judges: the rules judge them from vLLM's series alone.
+        (ALONE_KEYS, _same("unless", f"{_per_key(cfg)} ({R}vllm_num_requests_running:max) * 0 + 1", _judged,
+                           KEY[1:], alike=True)),
+    ]
+
+
+def fleet_rules(cfg: Config) -> list[tuple[str, str]]:
+    """Per model; one copy of each engine however many jobs or replicas carry it (max over the identity)."""
     fleet_by = ", ".join(lbl for lbl in cfg.identity if lbl in ("cluster", "namespace")) + ", model_name"
 
     def per_model(expr: str) -> str:
-        return f"sum by ({fleet_by}) (max by ({cfg.dedup('model_name', 'engine')}) ({expr}))"
+        return f"sum by ({fleet_by}) (max without (job) ({expr}))"
 
-    r += [
+    w = WINDOW
+    return [
         ("model_name:vllm_kv_capacity_blocks:sum",
          per_model(f"{R}vllm_kv_used_blocks:round + {R}vllm_kv_free_blocks:sub")),
         ("model_name:vllm_kv_free_blocks:sum", per_model(f"{R}vllm_kv_free_blocks:sub")),
@@ -377,7 +510,45 @@ def recording_rules(cfg: Config) -> list[dict[str, str]]:
         ("model_name:vllm_kv_full_engines:sum", per_model(f"{R}vllm_kv_full:bool")),
         (f"model_name:vllm_num_preemptions:rate{w}", per_model(f"{R}vllm_num_preemptions:rate{w}")),
     ]
-    return [{"record": name, "expr": expr} for name, expr in r]
+
+
+def tidy(expr: str) -> str:
+    """The generated PromQL laid out compactly: no indentation, an opening parenthesis or a lone operator joined to
+    the line after it, a closing one to the line before."""
+    out: list[str] = []
+    carry = ""
+    for line in (x.strip() for x in expr.splitlines()):
+        if not line:
+            continue
+        if carry:
+            line, carry = f"{carry} {line}" if carry[-1] != "(" else carry + line, ""
+        if line == "(" or line in ("or", "and", "unless") or (line.endswith("(") and len(line) < 40):
+            carry = line
+        elif out and (line[0] == ")" or line[0] == ","):
+            out[-1] += line
+        else:
+            out.append(line)
+    if carry:
+        out.append(carry)
+    return "\n".join(out)
+
+
+def recording_groups(cfg: Config) -> list[dict[str, Any]]:
+    def group(name: str, rules: list[tuple[str, str]], interval: str = "") -> dict[str, Any]:
+        head: dict[str, Any] = {"name": name}
+        if interval:
+            head["interval"] = interval
+        return {**head, "rules": [{"record": n, "expr": tidy(x)} for n, x in rules]}
+
+    return [group("vllm-headroom.profile.rules", profile_rules(cfg), PROFILE_INTERVAL),
+            group("vllm-headroom.engine.rules", engine_rules(cfg)),
+            group("vllm-headroom.config.rules", config_rules(cfg), cfg.config_interval),
+            group("vllm-headroom.sidecar.rules", sidecar_rules(cfg)),
+            group("vllm-headroom.fleet.rules", fleet_rules(cfg))]
+
+
+def recording_rules(cfg: Config) -> list[dict[str, str]]:
+    return [r for g in recording_groups(cfg) for r in g["rules"]]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -392,19 +563,17 @@ class Alert:
     severity: str
     summary: str
     description: str  # Prometheus template: $labels, if/else/end, $value | humanize / humanizePercentage
-    keep_firing_for: str = ""  # "": resolve as soon as the condition stops
     labels: tuple[tuple[str, str], ...] = ()  # static labels beside severity (two rules of one alert apart)
+    group: str = "kv"
 
 
-# Which vLLM: namespace/pod and its endpoint in Kubernetes (a pod may run two vLLMs), the endpoint elsewhere (vLLM's
-# host:port, also in a sidecar's alert, whose own instance is the sidecar's address).
-WHERE = ("{{ if $labels.pod }}{{ $labels.namespace }}/{{ $labels.pod }} at {{ $labels.vllm_endpoint }}"
-         "{{ else }}{{ $labels.vllm_endpoint }}{{ end }}")
+# Which vLLM: its pod and endpoint in Kubernetes (a pod may run two vLLMs; the namespace is a label), the endpoint
+# elsewhere.
+WHERE = "{{ with $labels.pod }}{{ . }} at {{ end }}{{ $labels.vllm_endpoint }}"
 # Which sidecar: its own pod and address.
-SIDECAR = "{{ if $labels.pod }}of {{ $labels.namespace }}/{{ $labels.pod }} {{ end }}at {{ $labels.instance }}"
+SIDECAR = "{{ with $labels.pod }}of {{ . }} {{ end }}at {{ $labels.instance }}"
 # Which engine: V0 (vLLM <= 0.10 with VLLM_USE_V1=0) labels no engine, so the part is left out there.
-ENGINE = (f"{WHERE} ({{{{ $labels.model_name }}}}"
-          "{{ if $labels.engine }}, engine {{ $labels.engine }}{{ end }})")
+ENGINE = WHERE + " ({{ $labels.model_name }}{{ with $labels.engine }}, engine {{ . }}{{ end }})"
 
 
 def _minutes(d: str) -> str:
@@ -412,62 +581,51 @@ def _minutes(d: str) -> str:
     return f"{s / 60:g} minutes" if s >= 60 else f"{s:g} seconds"
 
 
+# The sidecar series the rules read, by what every sidecar of our schema must export them for: itself, each target,
+# each engine. VLLMHeadroomRulesSkew says when one is missing for a target that reports engines
+# (vllm_headroom_requests_running).
+SIDECAR_READS = {
+    "sidecar": ("vllm_headroom_build_info", "vllm_headroom_up"),
+    "target": ("vllm_headroom_target_seen_up", "vllm_headroom_scrape_errors_total"),
+    "engine": ("vllm_headroom_verdict", "vllm_headroom_requests_waiting"),
+}
+
+
 def alerts(cfg: Config) -> list[Alert]:
     """The alerts, each with its own `unless` against the alert that explains it (one fault, one page)."""
-    me = cfg.by("model_name", "engine")
-    ded = cfg.dedup("model_name", "engine", ENDPOINT)
-    pod = f"cluster, namespace, pod, {ENDPOINT}"
-    w = WINDOW
+    L = _Labels(cfg)
+    k, w = _j(*KEY), WINDOW
+    sk, st = L.scrape, f"{L.scrape}, target"  # enough to match set operations
+    per_key = _per_key(cfg)
     full = f"{cfg.full_usage:g}"
 
     def f(name: str, default: str) -> str:
         return cfg.for_.get(name, default)
 
-    def held(names: str, matcher: str = "") -> str:
-        """The sidecar's verdict (a regex of names) held for most of the window: the condition both of the verdict's
-        own alert and of the suppression it puts on the engine alerts it explains. A verdict that flickers
-        (budget_full 3 minutes, slots_full 1, repeating) thus silences the engine alert exactly while its own alert
-        is eligible, never both: a standing queue always has one page."""
-        sel = ",".join(x for x in (matcher, f'verdict=~"{names}"') if x)
-        return f"avg_over_time(vllm_headroom_verdict{{{sel}}}[{w}]) > 0.5"
+    def share(alert: str) -> str:
+        """The sidecar's verdicts that speak for `alert`, their share of the window per engine key, above half."""
+        return f'sum without (verdict) ({VERDICT_SHARE}{{verdict=~"{"|".join(verdicts_of(alert))}"}}) > 0.5'
 
-    def verdict(names: str, matcher: str = "", windowed: bool = True) -> str:
-        """The sidecar's verdict (a regex of names) per pod and engine, joinable to engine alerts; `windowed`: held
-        for most of the window, else the current one."""
-        sel = ",".join(x for x in (matcher, f'verdict=~"{names}"') if x)
-        said = held(names, matcher) if windowed else f"vllm_headroom_verdict{{{sel}}} == 1"
-        # V0's series have no engine label while its sidecar calls the one engine "0": an engine-less copy of
-        # engine 0's verdict joins them (a V1 alert always has its engine, so the copy never matches one).
-        return (f"max by ({pod}, model_name, engine) (\n"
-                + _endpoint(f'{said}\nor\nlabel_replace({said}, "engine", "", "engine", "0")') + "\n)")
+    def vllm_path(expr: str, judged: bool = True, sleeping: bool = True) -> str:
+        """`expr` from vLLM's records per engine key, unless the engine sleeps or (`judged`) a sidecar judges it."""
+        if sleeping:
+            expr = f"(\n{expr}\n)\nunless {R}vllm_engine_asleep:bool > 0"
+        out = f"{per_key} (\n{expr}\n)"
+        return f"{out}\nand {ALONE_KEYS}" if judged else out
 
-    def engine(expr: str, explained_by: str = "", awake: bool = True) -> str:
-        """Per engine, one series per pod whatever the number of scraping jobs, with `vllm_endpoint`, unless the sidecar
-        says the target is down, the sidecar's verdict `explained_by` (a regex) held over the window, or the engine
-        sleeps (sleep mode is deliberate: only VLLMEngineAsleepWithQueue, an info, speaks of it)."""
-        if awake:
-            expr = f"(\n{expr}\n)\nunless on ({me})\n({R}vllm_engine_asleep:bool > 0)"
-        out = _unless_same_pod(f"max by ({ded}) (\n{_endpoint(expr)}\n)",
-                               lambda m: f"instance:vllm_headroom_target_down:bool{{{m}}}" if m
-                               else "instance:vllm_headroom_target_down:bool")
-        if explained_by:
-            out = _unless_same_pod(out, lambda m: verdict(explained_by, m), "model_name", "engine")
-        if awake:
-            out = _unless_same_pod(out, lambda m: verdict("sleeping", m, windowed=False), "model_name", "engine")
-        return out
+    def sidecar_path(alert: str, value: str = f"{SIDE_WAITING} > 0") -> str:
+        return f"{value}\nand {share(alert)}"
 
-    def sidecar(v: str) -> str:
-        """Waiting requests of an engine whose sidecar verdict `v` held over the window, as an engine alert; only
-        while requests wait, like every verdict alert (a verdict the sidecar still holds after the queue drained is
-        no page)."""
-        return engine("vllm_headroom_requests_waiting > 0\nand ignoring (verdict)\n"
-                      f'({held(v)})', awake=False)
+    def either(alert: str, alone: str, **kw: bool) -> str:
+        return f"{sidecar_path(alert)}\nor\n{vllm_path(alone, **kw)}"
 
-    storm = (f"({R}vllm_preemptions_per_request:ratio{w} >= {cfg.preemption_ratio:g}\n"
-             f"  and on ({me}) {R}vllm_num_preemptions:rate{w} * {parse_duration(w):g} >= {cfg.storm_min_preemptions})")
-    pressure = (f"(\n  ({R}vllm_kv_usage_ratio:max_over_time{w} >= {full})\n  or on ({me})\n"
-                f"  ({R}vllm_num_preemptions:rate{w} > 0)\n)")
-    no_metrics = ('increase(vllm_headroom_scrape_errors_total{reason="no_vllm_metrics"}[' + w + "]) > 0")
+    def how(alert: str, alone: str) -> str:
+        """How the alert judges: the sidecar's verdict, or vLLM's series alone where no sidecar judges."""
+        return f"sidecar verdict {'/'.join(verdicts_of(alert))} held, else vLLM's series: {alone}"
+
+    pressure = f"{R}vllm_kv_pressure:bool == 1"
+    kv_full = f"{R}vllm_kv_full:bool == 1"
+    no_metrics = f'increase(vllm_headroom_scrape_errors_total{{reason="no_vllm_metrics"}}[{w}]) > 0'
     t_ff, t_full, t_storm, t_over = (f("VLLMKVFalseFull", "5m"), f("VLLMKVCacheFull", "10m"),
                                      f("VLLMPreemptionStorm", "5m"), f("VLLMKVOversubscribed", "15m"))
     t_stuck, t_sleep, t_leak = f("VLLMSchedulerStuck", "5m"), f("VLLMEngineAsleepWithQueue", "10m"), \
@@ -478,223 +636,174 @@ def alerts(cfg: Config) -> list[Alert]:
                                 f("VLLMHeadroomCapacityConfigError", "10m"))
     t_hist, t_cap = f("VLLMKVHistogramsMissing", "15m"), f("VLLMKVCapacityUnknown", "15m")
     t_unscraped = f("VLLMHeadroomVllmNotScraped", cfg.vllm_not_scraped_after)
-    keep = cfg.keep_firing_for
-    kv_full = f"({R}vllm_kv_full:bool == 1)"
+    t_skew, t_dup = f("VLLMHeadroomRulesSkew", "15m"), f("VLLMHeadroomDuplicateSeries", "15m")
     limit, after = parse_duration(cfg.startup_limit), parse_duration(cfg.target_down_after)
-    by_t = cfg.by("target")
+    liveness = cfg.dedup("target", ENDPOINT)
 
-    def down_for(seconds: float) -> str:
-        """The sidecar has failed to scrape vLLM for more than `seconds` (not for --disable-log-stats)."""
-        return (f"(\n  (vllm_headroom_up == 0)\n  and on ({by_t})\n"
-                f"  (time() - vllm_headroom_target_down_since_timestamp_seconds > {seconds:g})\n"
-                f"  unless on ({by_t})\n  ({no_metrics})\n)")
+    def down_for(seconds: float, scraped: int) -> str:
+        """The sidecar has failed to scrape vLLM for more than `seconds`, and Prometheus does (`scraped` 1) or does
+        not (0) scrape that vLLM."""
+        return f"({DOWN} > {seconds:g})\n* on ({st}) group_left ({ENDPOINT}) ({SCRAPED} == {scraped})"
 
-    def scraped(matcher: str) -> str:
-        return scraped_vllm(cfg, matcher)
-    a = [
+    ours = f'vllm_headroom_build_info{{schema="{SCHEMA_VERSION}"}}'
+
+    # Targets of a sidecar of our schema that report engines but lack one of the per-target and per-engine series.
+    reads = (*SIDECAR_READS["target"], *SIDECAR_READS["engine"])
+    missing = (f'(count by ({st}) (group by ({st}, __name__) ({{__name__=~"{"|".join(reads)}"}}))\n'
+               f"or group by ({st}) (vllm_headroom_requests_running) * 0) < {len(reads)}\n"
+               f"and on ({st}) vllm_headroom_requests_running")
+    fix_kv = "Add KV memory or replicas."
+    return [
         Alert("VLLMKVFalseFull",
-              engine(f"{R}vllm_num_requests_waiting:max\nand on ({me})\n({R}vllm_kv_false_full:bool == 1)\n"
-                     f"unless on ({me})\n{R}vllm_stuck:bool", "never_fits|budget_full"),
-              t_ff, "warning",
-              "vLLM requests wait although the KV cache has room (false-full).",
-              f"{ENGINE}: {{{{ $value | humanize }}}} requests have waited for {_minutes(t_ff)} while KV usage stayed "
-              f"under {full} and the next request's prompt fits in free blocks. Memory is not what holds them back: "
-              "look at max_num_seqs slots, max_num_batched_tokens, deferred (LoRA/grammar) requests; "
-              "the sidecar's vllm_headroom_verdict names the cause.", keep),
+              either("VLLMKVFalseFull", f"{R}vllm_num_requests_waiting:max\nand {R}vllm_kv_false_full:bool == 1\n"
+                                        f"unless {R}vllm_stuck:bool"),
+              t_ff, "warning", "vLLM requests wait although the KV cache has room (false-full).",
+              f"{ENGINE}: {{{{ $value | humanize }}}} requests have waited {_minutes(t_ff)} beside free KV blocks ("
+              + how("VLLMKVFalseFull", f"usage under {full}, no preemption, the prompt fits") +
+              ")."),
         Alert("VLLMKVCacheFull",
-              engine(f"{R}vllm_num_requests_waiting:max\nand on ({me})\n{kv_full}\n"
-                     f"unless on ({me})\n{storm}", "never_fits"),
-              t_full, "warning",
-              "vLLM's KV cache is truly full: requests wait for blocks.",
-              f"{ENGINE}: {{{{ $value | humanize }}}} requests have waited for {_minutes(t_full)} while KV usage "
-              f"reached {full}, the next prompt does not fit in free blocks, or vLLM preempted running requests (the "
-              "pool ran out between samples). Add KV memory or replicas, or lower max_model_len / max_num_seqs.",
-              keep),
-        Alert("VLLMPreemptionStorm", engine(f"{R}vllm_preemptions_per_request:ratio{w}\nand\n{storm}"),
+              f"(\n{either('VLLMKVCacheFull', f'{R}vllm_num_requests_waiting:max and {kv_full}')}\n)\n"
+              f"unless {STORM}",
+              t_full, "warning", "vLLM's KV cache is truly full: requests wait for blocks.",
+              f"{ENGINE}: {{{{ $value | humanize }}}} requests have waited {_minutes(t_full)} for KV blocks ("
+              + how("VLLMKVCacheFull", f"usage at {full}, a preemption, or the observed prompt does not fit") +
+              f"). {fix_kv}"),
+        Alert("VLLMPreemptionStorm",
+              f"{per_key} ({R}vllm_preemptions_per_request:ratio{w})\nand {STORM}",
               t_storm, "critical", "vLLM preempts a large share of its requests (KV thrash).",
-              f"{ENGINE}: {{{{ $value | humanizePercentage }}}} preemptions per finished request over {w} (per "
-              f"running request while none finishes; threshold {cfg.preemption_ratio:g}, from "
-              f"{cfg.storm_min_preemptions} preemptions per {w}), for {_minutes(t_storm)}. "
-              "Running requests outgrow the KV pool and are recomputed; latency and throughput collapse.", keep),
+              f"{ENGINE}: {{{{ $value | humanizePercentage }}}} preemptions per finished (else running) request over "
+              f"{w}, at least {cfg.storm_min_preemptions}, for {_minutes(t_storm)}. " + fix_kv),
         Alert("VLLMKVOversubscribed",
-              engine(f"{R}vllm_safe_headroom_requests:floor < 0\nand on ({me})\n{pressure}\nunless on ({me})\n{storm}"
-                     f"\nunless on ({me})\n{kv_full}"),
-              t_over, "warning", "vLLM's running requests outgrow the KV pool under pressure: preemption ahead.",
-              f"{ENGINE}: safe headroom {{{{ $value | humanize }}}} requests (running × worst-case blocks exceed the "
-              f"pool) with KV usage at {full} or preemptions, for {_minutes(t_over)}. Lower max_num_seqs or "
-              "max_tokens, or add KV memory.", keep),
+              vllm_path(f"{R}vllm_safe_headroom_requests:floor < 0\nand {pressure}\nunless {kv_full}", judged=False)
+              + f"\nunless {STORM}",
+              t_over, "warning", "vLLM's running requests may outgrow the KV pool, under pressure.",
+              f"{ENGINE}: safe headroom {{{{ $value | humanize }}}} requests (a risk: running × worst case exceeds "
+              f"the pool) with usage at {full} or preemptions, for {_minutes(t_over)}."),
         Alert("VLLMKVOversubscribed",
-              engine(f"{R}vllm_safe_headroom_requests:floor < 0\nunless on ({me})\n{pressure}"),
+              vllm_path(f"{R}vllm_safe_headroom_requests:floor < 0\nunless {pressure}", judged=False),
               t_over, "info", "vLLM over-commits its KV pool (normal; no pressure yet).",
-              f"{ENGINE}: safe headroom {{{{ $value | humanize }}}} requests: if every running request reached "
-              f"max_tokens vLLM would preempt. No pressure now (usage under {full}, no preemptions).", keep),
+              f"{ENGINE}: safe headroom {{{{ $value | humanize }}}} requests: a risk, no pressure yet (usage under "
+              f"{full}, no preemptions)."),
         Alert("VLLMSchedulerStuck",
-              engine(f"{R}vllm_num_requests_waiting_schedulable:max\nand on ({me})\n{R}vllm_stuck:bool", "never_fits"),
+              either("VLLMSchedulerStuck",
+                     f"{R}vllm_num_requests_waiting_schedulable:max\nand {R}vllm_stuck:bool"),
               t_stuck, "critical", "vLLM has queued requests but makes no engine steps.",
-              f"{ENGINE}: {{{{ $value | humanize }}}} schedulable requests wait and the engine made no step for "
-              f"{_minutes(f'{parse_duration(w) + parse_duration(t_stuck):g}s')} (vllm:iteration_tokens_total_count "
-              "flat). Requests will time out.", keep),
+              f"{ENGINE}: {{{{ $value | humanize }}}} requests wait and the engine made no step for "
+              f"{_minutes(f'{parse_duration(w) + parse_duration(t_stuck):g}s')} ("
+              + how("VLLMSchedulerStuck", "flat step counters") + ").",
+              group="scheduler"),
         Alert("VLLMEngineAsleepWithQueue",
-              engine(f"{R}vllm_num_requests_waiting:max > 0\nand on ({me})\n({R}vllm_engine_asleep:bool > 0)",
-                     awake=False),
+              either("VLLMEngineAsleepWithQueue",
+                     f"{R}vllm_num_requests_waiting:max > 0\nand {R}vllm_engine_asleep:bool > 0", sleeping=False),
               t_sleep, "info", "vLLM is in sleep mode while requests wait (deliberate; no page).",
-              f"{ENGINE}: {{{{ $value | humanize }}}} requests wait while the engine sleeps (vllm:engine_sleep_state), "
-              f"for {_minutes(t_sleep)}. Sleep mode is put on deliberately (POST /sleep); if these requests should "
-              "run, wake it (POST /wake_up) or route elsewhere. No other engine alert fires on a sleeping engine.",
-              keep),
-        Alert("VLLMHeadroomNeverFits", sidecar("never_fits"), t_never, "critical",
-              "The request at the head of vLLM's queue can never be admitted: it needs more KV blocks than the pool.",
-              f"{ENGINE}: {{{{ $value | humanize }}}} requests wait behind a head request that needs more KV blocks "
-              f"than the whole pool holds, for {_minutes(t_never)} (sidecar verdict never_fits). It will never run "
-              "and, first-come-first-served, the queue behind it barely moves. Lower max_model_len to what the pool "
-              "holds, or start vLLM with --no-scheduler-reserve-full-isl; cancel the request now."),
-        Alert("VLLMHeadroomBudgetFull", sidecar("budget_full"), t_budget, "warning",
-              "vLLM's running prefills use up max_num_batched_tokens: requests wait beside free KV.",
-              f"{ENGINE}: {{{{ $value | humanize }}}} requests have waited for {_minutes(t_budget)} while running "
-              "prefills used the whole step token budget (max_num_batched_tokens; sidecar verdict budget_full). "
-              "The KV cache has room: raise max_num_batched_tokens or enable chunked prefill with a larger budget."),
-        # `instance` (the sidecar's) kept from before `vllm_endpoint` named the vLLM in the text.
+              f"{ENGINE}: {{{{ $value | humanize }}}} requests wait while the engine sleeps, for {_minutes(t_sleep)}. "
+              "Wake it (POST /wake_up).",
+              group="scheduler"),
+        Alert("VLLMHeadroomNeverFits", sidecar_path("VLLMHeadroomNeverFits"), t_never, "critical",
+              "vLLM's queue head needs more KV blocks than the pool: it never runs.",
+              f"{ENGINE}: {{{{ $value | humanize }}}} requests wait behind a head larger than the pool, for "
+              f"{_minutes(t_never)} (sidecar verdict never_fits). Lower max_model_len to what the pool holds."),
+        Alert("VLLMHeadroomBudgetFull", sidecar_path("VLLMHeadroomBudgetFull"), t_budget, "warning",
+              "vLLM's requests wait for the step token budget, not for KV.",
+              f"{ENGINE}: {{{{ $value | humanize }}}} requests have waited {_minutes(t_budget)} for the step token "
+              "budget (sidecar verdict budget_full). Raise max_num_batched_tokens."),
         Alert("VLLMHeadroomCapacityConfigError",
-              f"max by ({pod}, instance, model_name, engine) (\n"
-              + _endpoint('vllm_headroom_capacity_undetermined{reason="config_error"} == 1') + "\n)",
-              t_cfg, "warning", "The sidecar cannot derive an engine's KV capacity: its configuration makes no sense.",
-              f"The sidecar of {WHERE} reports vllm_headroom_capacity_undetermined{{reason=\"config_error\"}} = "
-              f"{{{{ $value | humanize }}}} for {{{{ $labels.model_name }}}}"
-              "{{ if $labels.engine }} engine {{ $labels.engine }}{{ end }}, for "
-              f"{_minutes(t_cfg)} (e.g. num_gpu_blocks < 2): no verdict, headroom or capacity panel for it. "
-              "/api/v1/diagnosis of the sidecar names the value."),
+              f"max by ({k}) (\n"
+              + _sidecar_ep(cfg, 'vllm_headroom_capacity_undetermined{reason="config_error"} == 1') + "\n)",
+              t_cfg, "warning", "The sidecar refuses an engine's configuration.",
+              f"{ENGINE}: the sidecar refuses its configuration (e.g. num_gpu_blocks < 2; "
+              f"{{{{ $value | humanize }}}}) for {_minutes(t_cfg)}; its /api/v1/diagnosis names the value.",
+              group="sidecar"),
         Alert("VLLMKVBlockLeak",
-              engine(f"{R}vllm_kv_used_blocks:round > 0\n"
-                     f"and on ({me}) {R}vllm_num_requests_running:max == 0\n"
-                     f"and on ({me}) {R}vllm_num_requests_waiting:max == 0"),
+              sidecar_path("VLLMKVBlockLeak", f"{per_key} ({R}vllm_kv_used_blocks:round)") + "\nor\n" + vllm_path(
+                  f"{R}vllm_kv_used_blocks:round > 0\nand {R}vllm_num_requests_running:max == 0\n"
+                  f"and {R}vllm_num_requests_waiting:max == 0"),
               t_leak, "warning", "vLLM keeps KV blocks in use with no request running.",
-              f"{ENGINE}: {{{{ $value | humanize }}}} KV blocks have stayed in use for {_minutes(t_leak)} with nothing "
-              "running or waiting. Blocks are leaking (they are not free for new requests); restart the engine and "
-              "report it.", keep),
+              f"{ENGINE}: {{{{ $value | humanize }}}} KV blocks stayed in use for {_minutes(t_leak)} with nothing "
+              "running or waiting (" + how("VLLMKVBlockLeak", "its gauges") + ")."),
         # V1 exports the length histograms from start-up, V0 once a request finished; a scraped engine without
         # them lost them to metricRelabelings (or a recording rule's drop list).
         Alert("VLLMKVHistogramsMissing",
-              engine(f"{R}vllm_num_requests_waiting:max\nand on ({me})\n(\n"
-                     f"  group by ({me}) (vllm:num_requests_running{cfg.sel(V1_SERIES)})\n"
-                     f"  or\n  group by ({me}) (vllm:request_success_total{cfg.sel()} > 0)\n)\n"
-                     f"unless on ({me})\ngroup by ({me}) (vllm:request_prompt_tokens_bucket{cfg.sel()})"),
+              vllm_path(f"{R}vllm_num_requests_waiting:max\nand (\n"
+                        f"  {R}vllm_num_requests_running:max and ignoring (model_name) {R}vllm_null_block:bool == 1\n"
+                        f"  or {R}vllm_request_success:rate{w} > 0\n)\nunless {R}vllm_request_tokens:max_bucket",
+                        judged=False),
               t_hist, "warning",
-              "vLLM's prompt-length histogram is not scraped: false-full and oversubscription cannot be judged.",
-              f"{ENGINE}: Prometheus has vLLM's engine series but no vllm:request_prompt_tokens_bucket for "
-              f"{_minutes(t_hist)} ({{{{ $value | humanize }}}} requests wait now). Without prompt sizes the rules "
-              "cannot tell a false-full from a full pool nor size the worst case: VLLMKVFalseFull and "
-              "VLLMKVOversubscribed stay silent for this engine (VLLMKVCacheFull still fires on usage). Keep "
-              "vllm:request_prompt_tokens_bucket and vllm:request_params_max_tokens_bucket in the scrape's "
-              "metricRelabelings.", keep),
-        # The rules have no KV capacity for the engine (V1 0.8.x exports num_gpu_blocks="None") and no sidecar of
-        # the pod knows it: say so only while it matters, requests waiting below the full-usage threshold (above
-        # it KV-full judges by usage alone) and no stuck scheduler (its own page); an idle engine never alerts.
+              "vLLM's prompt-length histogram is not scraped.",
+              f"{ENGINE}: no {N.prompt_hist}_bucket for {_minutes(t_hist)} ({{{{ $value | humanize }}}} "
+              "wait): no false-full or oversubscription without a sidecar. Keep the histograms in the scrape."),
+        # Only while it matters: requests wait under the full-usage threshold, no stuck scheduler, no sidecar.
         Alert("VLLMKVCapacityUnknown",
-              engine(f"{R}vllm_num_requests_waiting:max > 0\nand on ({me})\n({R}vllm_kv_capacity_unknown:bool == 1)\n"
-                     f"unless on ({me})\n{kv_full}\nunless on ({me})\n{R}vllm_stuck:bool"),
+              vllm_path(f"{R}vllm_num_requests_waiting:max > 0\nand {R}vllm_kv_capacity_unknown:bool == 1\n"
+                        f"unless {kv_full}\nunless {R}vllm_stuck:bool"),
               t_cap, "warning",
-              "vLLM's KV capacity is unknown to the rules: KV alerts cannot judge this engine while requests wait.",
-              f"{ENGINE}: {{{{ $value | humanize }}}} requests wait and neither vLLM's vllm:cache_config_info nor a "
-              f"sidecar of the pod gives the engine's KV capacity, for {_minutes(t_cap)}. vLLM V1 0.8.x exports "
-              'num_gpu_blocks="None"; elsewhere the series or its label was dropped. VLLMKVFalseFull, '
-              "VLLMKVOversubscribed and VLLMKVBlockLeak cannot judge this engine (VLLMKVCacheFull still fires on "
-              f"usage above {full}). Give the sidecar --num-gpu-blocks (vLLM's start-up log: 'GPU KV cache size: T "
-              "tokens' / block size), keep vllm:cache_config_info in the scrape, or upgrade vLLM to 0.9+.",
-              keep),
-        # The sidecar by its configured scrape selector (Prometheus' own `up`: a sidecar that never came up exports
-        # nothing) or by what it exported lately; one alert per pod whatever the number of scraping jobs, and none
-        # while any job still gets its series.
-        # About the sidecar itself, named by its own instance: no vllm_endpoint (Prometheus' `up` of the sidecar does
-        # not say which vLLMs it watches; a sidecar that never came up exported nothing).
+              "vLLM's KV capacity is unknown to the rules while requests wait.",
+              f"{ENGINE}: {{{{ $value | humanize }}}} requests wait, no KV capacity known (no {N.cache_config} "
+              f"number, no sidecar), for {_minutes(t_cap)}. Run the sidecar with --num-gpu-blocks."),
+        # A sidecar by its scrape selector (`up` of one that never came up) or as a target that once exported
+        # vllm_headroom_up; one alert per pod, none while any job gets its series.
         Alert("VLLMHeadroomSidecarDown",
               f"max by ({cfg.dedup()}) (\n"
-              f"  (\n    up{{{cfg.sidecar_selector}}} == 0\n    or\n    (\n      up == 0\n      and on ({cfg.by()})\n"
-              f"      group by ({cfg.by()}) (last_over_time(vllm_headroom_up[6h]))\n    )\n  )\n"
-              f"  unless on ({cfg.dedup()})\n  group by ({cfg.dedup()}) (vllm_headroom_up)\n)",
+              f"  (up{{{cfg.sidecar_selector}}} == 0 or up == 0 and on ({sk}) {SIDECAR_SEEN})\n"
+              f"  unless on ({cfg.dedup()}) vllm_headroom_up\n)",
               t_sd, "warning", "The vllm-headroom sidecar is not scraped.",
-              f"Prometheus cannot scrape the vllm-headroom sidecar {SIDECAR} for {_minutes(t_sd)} (it never came up, "
-              "crash-loops, or stopped answering): verdict, admission headroom and max_num_seqs panels are empty. "
-              "Rules from vLLM's metrics still work."),
-        # Any (re)load of vLLM (pod start, container restart) is quiet up to the start-up limit, measured from the
-        # sidecar's first failed scrape; then a warning. Sooner only when Prometheus still scrapes vLLM (no reload).
-        # Two rules, told apart by `cause`: vLLM is gone (Prometheus has no vLLM series of the pod either), or
-        # only the sidecar cannot reach a vLLM that Prometheus still scrapes. Alertmanager's inhibit of engine alerts
-        # takes the first only (see _inhibit_rules).
+              f"Prometheus cannot scrape the sidecar {SIDECAR} for {_minutes(t_sd)}: the engine alerts judge from "
+              "vLLM's series alone.", group="sidecar"),
+        # Told apart by `cause`: vLLM is gone (Prometheus has no vLLM series of the pod either) past the start-up
+        # limit, or only the sidecar cannot reach a vLLM that Prometheus still scrapes.
         Alert("VLLMHeadroomTargetDown",
-              f"max by ({cfg.dedup('target', ENDPOINT)}) (\n"
-              + _unless_same_pod(
-                  _endpoint(f"{down_for(limit)}\nand on ({by_t})\n(vllm_headroom_target_seen_up == 1)"), scraped)
-              + "\n)",
+              f"max by ({liveness}, cause) (\n"
+              f'label_replace({down_for(limit, 0)}\nand on ({st}) vllm_headroom_target_seen_up == 1, '
+              f'"cause", "vllm_down", "", "")\n'
+              f'or label_replace({down_for(after, 1)}, "cause", "sidecar_unreachable", "", "")\n)',
               t_td, "warning", "vLLM stopped answering its sidecar and is not back.",
-              f"The sidecar of {WHERE} cannot scrape vLLM, and Prometheus has no vLLM series of it either: down for "
-              f"more than the start-up limit ({_minutes(cfg.startup_limit)}) after it had been up, longer than a "
-              "reload (loading weights and compiling take 5-15 minutes for large models). /readyz of the sidecar "
-              "says why.", labels=(("cause", "vllm_down"),)),
-        Alert("VLLMHeadroomTargetDown",
-              f"max by ({cfg.dedup('target', ENDPOINT)}) (\n"
-              + _and_same_pod(_endpoint(down_for(after)), scraped) + "\n)",
-              t_td, "warning", "vLLM's sidecar cannot reach it while Prometheus still scrapes vLLM.",
-              f"The sidecar of {WHERE} has not reached vLLM for {_minutes(cfg.target_down_after)} while Prometheus "
-              "still scrapes vLLM (wrong port, NetworkPolicy, TLS): verdict, admission headroom and max_num_seqs "
-              "panels are empty; alerts from vLLM's own metrics still work. /readyz of the sidecar says why.",
-              labels=(("cause", "sidecar_unreachable"),)),
+              f"{WHERE}: the sidecar cannot scrape vLLM ({{{{ $labels.cause }}}}: vllm_down, "
+              f"{_minutes(cfg.startup_limit)} after it was up, nor can Prometheus; sidecar_unreachable, "
+              f"{_minutes(cfg.target_down_after)}, Prometheus can). The sidecar's /readyz says why.", group="sidecar"),
         Alert("VLLMStartupSlow",
-              f"max by ({cfg.dedup('target', ENDPOINT)}) (\n" + _unless_same_pod(
-                  _endpoint(f"{down_for(limit)}\nand on ({by_t})\n(vllm_headroom_target_seen_up == 0)"), scraped)
-              + "\n)",
+              f"max by ({liveness}) (\n{down_for(limit, 0)}\nand on ({st}) vllm_headroom_target_seen_up == 0\n)",
               t_start, "warning", "vLLM has not come up since its sidecar started.",
-              f"{WHERE}: vLLM has not answered its sidecar once in the {_minutes(cfg.startup_limit)} since the "
-              "sidecar started (loading weights and compiling take 5-15 minutes for large models). Check vLLM's log "
-              "for a failed start."),
-        # vLLM with --disable-log-stats exports nothing that a FastAPI router does not (http_* for the same OpenAI
-        # handlers): the sidecar, pointed at vLLM, is the evidence. One alert per pod.
+              f"{WHERE}: vLLM has not answered once in the {_minutes(cfg.startup_limit)} since its sidecar started; "
+              "check vLLM's log.", group="sidecar"),
+        # vLLM with --disable-log-stats exports nothing that a FastAPI router does not: the sidecar is the evidence.
         Alert("VLLMMetricsAbsent",
-              f"max by ({pod}) (\n" + _endpoint(no_metrics) + "\n)",
+              f"max by (cluster, {_j(*POD)}) (\n" + _sidecar_ep(cfg, no_metrics) + "\n)",
               t_abs, "warning", "vLLM answers but exports no engine metrics (--disable-log-stats?).",
-              f"{WHERE} serves vLLM's API but has exported no vllm:* engine metrics for {_minutes(t_abs)}. "
-              "vLLM started with --disable-log-stats exports none: KV, queue and headroom are blind."),
-        # Judged only where the sidecar's series name vLLM's pod: a sidecar in vLLM's pod (a loopback target) or
-        # outside Kubernetes (no pod label). A central sidecar in Kubernetes (another pod, targets by IP or DNS name)
-        # carries its own namespace/pod, which never match vLLM's: it cannot tell "not scraped" from "elsewhere".
-        # The sidecar gets vLLM's engine metrics, held over the window (not while vLLM loads or reloads: the sidecar
-        # fails then too, and Prometheus gets a window to find the new pod), and Prometheus has none of that vLLM's
-        # series: every engine alert is empty. Never with --disable-log-stats (vllm_headroom_up is 0 then;
-        # VLLMMetricsAbsent speaks).
+              f"{WHERE} serves vLLM's API without {N.prefix}* engine metrics for {_minutes(t_abs)} "
+              "(--disable-log-stats?).", group="sidecar"),
+        # Only where the sidecar's series name vLLM's pod: a loopback target, or outside Kubernetes (no pod label).
         Alert("VLLMHeadroomVllmNotScraped",
-              f"max by ({cfg.dedup('target', ENDPOINT)}) (\n"
-              + _unless_same_pod(_endpoint(
-                  f'min_over_time(vllm_headroom_up{{target=~"{LOCAL_TARGET}"}}[{w}]) == 1\n'
-                  f'or\nmin_over_time(vllm_headroom_up{{pod=""}}[{w}]) == 1'), scraped) + "\n)",
+              f"max by ({liveness}) (\n"
+              f'  (\n    min_over_time(vllm_headroom_up{{target=~"{LOCAL_TARGET}"}}[{w}]) == 1\n'
+              f'    or min_over_time(vllm_headroom_up{{pod=""}}[{w}]) == 1\n  )\n'
+              f"  * on ({st}) group_left ({ENDPOINT}) ({SCRAPED} == 0)\n)",
               t_unscraped, "warning", "The sidecar reads vLLM's metrics, but Prometheus does not scrape vLLM.",
-              f"The sidecar of {WHERE} has read vLLM's engine metrics"
-              "{{ if $labels.target }} at {{ $labels.target }}{{ end }} for "
-              f"{_minutes(t_unscraped)}, but Prometheus holds no vllm:* "
-              "series of that vLLM: false-full, KV-full, storm, stuck and every other engine alert are silent for it. "
-              "Check what should scrape vLLM: the monitor's vLLM endpoint must name vLLM's container port (Helm: "
-              "vllm.portName, default http), scrapeVllm must be on unless another job scrapes vLLM, and relabelings "
-              "must keep namespace and pod and leave instance as vLLM's host:port (the sidecar's --target port)."),
+              f"{WHERE}: the sidecar has read vLLM's metrics for {_minutes(t_unscraped)}, Prometheus has none: "
+              "check the monitor's port (Helm: vllm.portName).", group="sidecar"),
+        # A sidecar of another schema (or older than build_info: "none"), or of ours lacking a series the rules read.
+        Alert("VLLMHeadroomRulesSkew",
+              f"max by ({cfg.dedup('target', 'schema', 'cause')}) (\n"
+              f'label_replace(vllm_headroom_build_info{{schema!="{SCHEMA_VERSION}"}}, "cause", "schema", "", "")\n'
+
+              f'or label_replace(({missing})\n* on ({sk}) group_left (namespace, pod, container) {ours}, '
+              '"cause", "series_missing", "", "")\n'
+              f'or label_replace({ours} unless on ({sk}) vllm_headroom_up, "cause", "series_missing", "", "") * 0\n)',
+              t_skew, "warning", "The sidecar and the rules disagree on their series.",
+              f"The sidecar {SIDECAR}{{{{ with $labels.target }}}} ({{{{ . }}}}){{{{ end }}}} and these rules (schema "
+              f"{SCHEMA_VERSION}) disagree for {_minutes(t_skew)}: {{{{ with $labels.schema }}}}it exports schema "
+              f"{{{{ . }}}}{{{{ else }}}}it exports {{{{ $value | humanize }}}} of the {len(reads)} series the rules "
+              "read per target{{ end }}. Upgrade sidecar and rules together.",
+              group="bundle"),
+        # Copies of one engine's series that differ only in labels outside the identity: an HA pair's replicas.
+        Alert("VLLMHeadroomDuplicateSeries",
+              f"max by (cluster, namespace, pod, instance) (count by ({L.raw_me}) ({N.running}"
+              f"{cfg.sel()}) > 1)",
+              t_dup, "warning", "vLLM's series arrive more than once (no de-duplication).",
+              "Each series of {{ with $labels.pod }}{{ . }} at {{ end }}{{ $labels.instance }} "
+              f"arrives {{{{ $value | humanize }}}} times (HA replicas without "
+              f"de-duplication?) for {_minutes(t_dup)}: the rules count it once, other sums double. De-duplicate.",
+              group="bundle"),
     ]
-    return a
-
-
-# Every verdict of the sidecar (exporter.pipeline.verdict.Verdict) and the alert that speaks for it; None: no
-# alert by design. tests/monitoring fails when the sidecar gains a verdict this table does not name.
-VERDICT_ALERTS: dict[str, str | None] = {
-    "ok": None,
-    "kv_full": "VLLMKVCacheFull",
-    "slots_full": "VLLMKVFalseFull",
-    "head_of_line": "VLLMKVFalseFull",
-    "deferred": "VLLMKVFalseFull",
-    "preempting": "VLLMPreemptionStorm",
-    "stuck": "VLLMSchedulerStuck",
-    "leak": "VLLMKVBlockLeak",
-    "target_down": "VLLMHeadroomTargetDown",
-    "budget_full": "VLLMHeadroomBudgetFull",  # a false-full with a known cause: replaces VLLMKVFalseFull
-    "never_fits": "VLLMHeadroomNeverFits",  # replaces VLLMKVFalseFull, VLLMKVCacheFull, VLLMSchedulerStuck
-    "sleeping": "VLLMEngineAsleepWithQueue",  # info; every other engine alert is silent on a sleeping engine
-    "transient": None,  # the next step admits the queue: a first look, the next scrape decides
-    "undecided": None,  # an unstated value decides what binds: the advice asks for it (issue 19); queue alerts fire
-}
 
 
 def anchor(name: str) -> str:
@@ -703,12 +812,10 @@ def anchor(name: str) -> str:
 
 
 def alert_rule(cfg: Config, a: Alert) -> dict[str, Any]:
-    keep = {"keep_firing_for": a.keep_firing_for} if a.keep_firing_for else {}
     return {
         "alert": a.name,
-        "expr": a.expr,
+        "expr": tidy(a.expr),
         "for": a.for_,
-        **keep,
         "labels": {"severity": a.severity, **dict(a.labels)},
         "annotations": {
             "summary": a.summary,
@@ -718,16 +825,23 @@ def alert_rule(cfg: Config, a: Alert) -> dict[str, Any]:
     }
 
 
+ALERT_GROUPS = ("kv", "scheduler", "sidecar", "bundle")
+SLOW_ALERT_GROUPS = ("bundle",)
+
+
 def rule_groups(cfg: Config) -> dict[str, Any]:
-    """The plain rules file: recording rules first, then the alerts that use them."""
-    return {
-        "groups": [
-            {"name": "vllm-headroom.rules", "rules": recording_rules(cfg)},
-            {"name": "vllm-headroom.alerts", "rules": [alert_rule(cfg, a) for a in alerts(cfg)]},
-        ]
-    }
+    """The plain rules file: recording groups first, then the alert groups that use them."""
+    every = alerts(cfg)
 
+    def group(g: str) -> dict[str, Any]:
+        # The bundle's own alerts (rule/sidecar skew, duplicate series) are about how it is deployed, held 15 minutes:
+        # evaluated with the static configuration, every config_interval.
+        head: dict[str, Any] = {"name": f"vllm-headroom.{g}.alerts"}
+        if g in SLOW_ALERT_GROUPS:
+            head["interval"] = cfg.config_interval
+        return {**head, "rules": [alert_rule(cfg, a) for a in every if a.group == g]}
 
+    return {"groups": [*recording_groups(cfg), *(group(g) for g in ALERT_GROUPS)]}
 RUNBOOK_ANNOTATION = "vllm-headroom/runbook-base-url"
 
 
@@ -780,8 +894,8 @@ def inhibit_rules() -> list[dict[str, Any]]:
 def _inhibit_rules() -> list[dict[str, Any]]:
     engine = [*INHIBIT_EQUAL_POD, "model_name", "engine"]
     return [
-        # vLLM gone: its engine alerts die with its series, but keep_firing_for holds them a while and alerts
-        # from other rule evaluations may still arrive; the sidecar-unreachable rule (vLLM serving, Prometheus
+        # vLLM gone: its engine alerts die with its series (after the scrape-gap bridge), and alerts from other
+        # rule evaluations (an HA pair) may still arrive; the sidecar-unreachable rule (vLLM serving, Prometheus
         # scraping it) silences nothing: its engine alerts are real.
         {"source_matchers": ['alertname="VLLMHeadroomTargetDown"', 'cause="vllm_down"'],
          "target_matchers": ['alertname=~"VLLMKV.*|VLLMPreemptionStorm|VLLMSchedulerStuck|VLLMEngineAsleepWithQueue'
@@ -854,7 +968,13 @@ def render(template: str, labels: dict[str, str], value: float | None = None) ->
     def cond(m: re.Match[str]) -> str:
         return m.group(2) if labels.get(m.group(1)) else (m.group(3) or "")
 
-    out = re.sub(r"\{\{ if \$labels\.(\w+) \}\}(.*?)(?:\{\{ else \}\}(.*?))?\{\{ end \}\}", cond, template)
+    def with_(m: re.Match[str]) -> str:
+        v = labels.get(m.group(1))
+        then, _, otherwise = m.group(2).partition("{{ else }}")
+        return then.replace("{{ . }}", v) if v else otherwise
+
+    out = re.sub(r"\{\{ with \$labels\.(\w+) \}\}(.*?)\{\{ end \}\}", with_, template)
+    out = re.sub(r"\{\{ if \$labels\.(\w+) \}\}(.*?)(?:\{\{ else \}\}(.*?))?\{\{ end \}\}", cond, out)
     out = re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels.get(m.group(1), ""), out)
     if value is not None:
         out = out.replace("{{ $value | humanize }}", humanize(value))

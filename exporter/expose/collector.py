@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Sequence
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from .. import __version__
 from ..engines.vllm import VLLM
 from ..pipeline.report import EngineReport, TargetStatus
 from ..pipeline.target import Target
@@ -19,6 +20,9 @@ from . import headline
 P = "vllm_headroom_"
 RISKS = ("oversubscription", "beyond_profile", "max_model_len_over_pool")  # pipeline/report.py Risk.kind
 DECIDING_INPUTS = ("max_num_seqs", "max_num_batched_tokens")  # the inputs an undecided answer can turn on
+# Version of the contract between these series and the shipped rules (names, labels, meaning of what the rules read):
+# exported in vllm_headroom_build_info, compared by the rules' VLLMHeadroomRulesSkew. Bump it with any such change.
+SCHEMA_VERSION = "1"
 SCRAPE_ERROR_REASONS = ("connect", "timeout", "http_status", "truncated", "malformed", "too_large",
                         "no_vllm_metrics", "invalid_value", "models", "internal_error")
 
@@ -240,6 +244,10 @@ class HeadroomCollector(Collector):
                     row[key] = str(val["value"])
                     row[key + "_source"] = str(val["source"])
                 info_rows.append((row, 1.0))
+        build = GaugeMetricFamily(P + "build_info", "Always 1: the sidecar's version and the schema version of its "
+                                  "series (the rules alert when it is not theirs).", labels=["version", "schema"])
+        build.add_metric([__version__, SCHEMA_VERSION], 1.0)
+        yield build
         yield up
         yield seen_up
         if describing or down_since.samples:  # only while down: a family without samples would only advertise a name

@@ -123,7 +123,7 @@ def test_values_schema_rejects_bad_values(helm: Helm) -> None:
     for bad in ({"podMonitor": {"enabled": "yes"}}, {"vllm": {"port": 0}}, {"thresholds": {"fullUsage": 2}},
                 {"sidecar": {"scrapeInterval": "5 seconds"}}, {"podMonitr": {}},
                 # more than 4 decimals (the rules would write it two ways), Prometheus durations only
-                {"thresholds": {"fullUsage": 0.12345}}, {"prometheusRule": {"keepFiringFor": "1.5h"}},
+                {"thresholds": {"fullUsage": 0.12345}}, {"prometheusRule": {"configInterval": "1.5h"}},
                 {"prometheusRule": {"startupLimit": "1d"}}, {"prometheusRule": {"scrapeGap": "m"}},
                 {"prometheusRule": {"sidecarSelector": ""}}, {"profile": {"quantile": 1}},
                 # not PromQL matchers: braces, a trailing comma, an unquoted value (the rules would not parse)

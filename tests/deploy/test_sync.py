@@ -93,7 +93,7 @@ SITE = {
     "sidecar_selector": ('job="sidecars",team!~"a|b"', 'job="sidecars",team!~"a|b"'),
     "preemption_ratio": (0.25, 0.25),
     "storm_min_preemptions": (12, 12),
-    "keep_firing_for": ("1h30m", "1h30m"),
+    "config_interval": ("90s", "90s"),
     "scrape_gap": ("3m", "3m"),
     "startup_limit": ("45s", "45s"),
     "target_down_after": ("90s", "90s"),
@@ -180,4 +180,5 @@ def test_kustomize_runbook_base_url_is_one_patch(tools: Any, tmp_path: Path) -> 
     urls = [r["annotations"]["runbook_url"] for r in rules if "alert" in r]
     assert urls and all(u.startswith(url + "#vllm") for u in urls), urls
     assert not [r for r in rules if "record" in r and "annotations" in r]
-    assert urls != [r["annotations"]["runbook_url"] for r in _source_rule()["spec"]["groups"][1]["rules"]]
+    assert urls != [r["annotations"]["runbook_url"] for g in _source_rule()["spec"]["groups"] for r in g["rules"]
+                    if "alert" in r]

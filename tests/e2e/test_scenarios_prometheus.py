@@ -121,7 +121,7 @@ def _history(stack: Stack) -> str:
                  "instance_engine:vllm_kv_usage_ratio:max_over_time5m", "instance_engine:vllm_kv_free_blocks:sub",
                  "instance_engine:vllm_prompt_blocks:ceil", "instance_engine:vllm_num_preemptions:rate5m",
                  "instance_engine:vllm_kv_false_full:bool", "instance_engine:vllm_stuck:bool",
-                 "instance:vllm_headroom_target_down:bool", "ALERTS"):
+                 "instance_engine:vllm_prompt_fits:bool", "endpoint_engine:vllm_without_sidecar:bool", "ALERTS"):
         for r in stack.query(f"{expr}[15m]"):
             lines.append(f"{expr} {r['metric']}: {[v for _t, v in r['values']]}")
     return "\n".join(lines)

@@ -25,7 +25,7 @@ from exporter.pipeline.verdict import Verdict
 from grafana import generate
 from grafana.config import DEFAULT
 from grafana.dashboards import WHO_REGEX, dashboards
-from grafana.promtool_tests import Engine, cases, twins
+from grafana.promtool_tests import RULES_FILE, Engine, cases, promtool_tests, twins
 from grafana.rules import VERDICT_ALERTS, alerts, anchor, render, rule_groups
 from tests import fixtures
 from tests.monitoring.promql import dashboard_queries, metric_names, promtool_env, require, rules, substitute
@@ -36,7 +36,8 @@ REQUIRED_ALERTS = {"VLLMKVFalseFull", "VLLMKVCacheFull", "VLLMPreemptionStorm", 
                    "VLLMSchedulerStuck", "VLLMEngineAsleepWithQueue", "VLLMKVBlockLeak", "VLLMHeadroomSidecarDown",
                    "VLLMHeadroomTargetDown", "VLLMStartupSlow", "VLLMMetricsAbsent", "VLLMHeadroomNeverFits",
                    "VLLMHeadroomBudgetFull", "VLLMHeadroomCapacityConfigError", "VLLMKVHistogramsMissing",
-                   "VLLMKVCapacityUnknown", "VLLMHeadroomVllmNotScraped"}
+                   "VLLMKVCapacityUnknown", "VLLMHeadroomVllmNotScraped", "VLLMHeadroomRulesSkew",
+                   "VLLMHeadroomDuplicateSeries"}
 # Names the rules read that the recorded vLLM 0.32.0 does not export: older versions' (see
 # ../shared/reference/vllm-metrics-and-admission.md) and Prometheus' own.
 OLDER_VERSIONS = {"vllm:gpu_cache_usage_perc"}  # V0 and V1 <= 0.10 (hidden in 0.11, gone from 0.12)
@@ -55,10 +56,12 @@ def test_promtool_check_rules() -> None:
 
 @functools.cache
 def _promtool_suite() -> dict[str, Any]:
-    """The committed promtool suite (3 MB), parsed once per process by libyaml; read-only."""
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    suite: dict[str, Any] = yaml.load((ROOT / generate.RULE_TESTS).read_text(), Loader=loader)
-    return suite
+    """The promtool suite, generated here (it is not committed) once per process; read-only."""
+    return promtool_tests(DEFAULT, RULES_FILE)
+
+
+def test_the_promtool_suite_is_not_committed() -> None:
+    assert not (ROOT / "deploy" / "prometheus" / "tests").exists()
 
 
 # Every case runs at each of these scrape intervals (grafana/promtool_tests.py); one test per interval, so
@@ -73,16 +76,17 @@ def test_every_promtool_case_runs_at_one_of_the_tested_intervals() -> None:
 
 @pytest.mark.parametrize("interval", INTERVALS)
 def test_promtool_test_rules(tmp_path: Path, interval: str) -> None:
-    """The committed promtool suite at one scrape interval, split across the machine's cores (promtool runs one
-    file at a time)."""
+    """The promtool suite at one scrape interval against the generated rules file, split across the machine's cores
+    (promtool runs one file at a time)."""
     suite = _promtool_suite()
-    rules = [str((ROOT / generate.RULE_TESTS).parent / f) for f in suite["rule_files"]]
+    rules = [str(ROOT / generate.RULES)]
     cases = [case for case in suite["tests"] if case["interval"] == interval]
     parts = max(1, min(os.cpu_count() or 1, len(cases)))
     procs = []
     for i in range(parts):
         chunk = tmp_path / f"part{i}.yaml"
-        chunk.write_text(yaml.safe_dump({**suite, "rule_files": rules, "tests": cases[i::parts]}, sort_keys=False))
+        chunk.write_text(yaml.dump({**suite, "rule_files": rules, "tests": cases[i::parts]}, sort_keys=False,
+                                   Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper)))
         procs.append(subprocess.Popen([require("promtool"), "test", "rules", str(chunk)], env=promtool_env(),
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     outputs = [(p.wait(), p.communicate()[0]) for p in procs]
@@ -125,7 +129,7 @@ UNREADABLE = re.compile(r"engine \)|engine ,|\(\)|\( |  |\+Inf|-Inf|NaN|<no valu
 def test_annotations_read_cleanly_on_v0_and_in_every_case() -> None:
     """V0 (vLLM 0.8 with VLLM_USE_V1=0) labels no engine: no annotation may say "engine )"; no ratio renders +Inf.
     Every expected annotation of the promtool suite is checked too (promtool proves Prometheus renders the same)."""
-    v0 = Engine(engine=None, version="0.8").alert_labels
+    v0 = {**Engine(engine=None, version="0.8").alert_labels, "instance": "host-a:9478"}  # engine and sidecar alerts
     assert "engine" not in v0
     for a in alerts(DEFAULT):
         for text in (a.summary, a.description):
@@ -211,6 +215,28 @@ def test_recording_rule_names_are_level_metric_operation() -> None:
     for r in rules():
         if "record" in r:
             assert re.fullmatch(r"[a-z_]+:[a-z0-9_]+:[a-z0-9_]+", r["record"]), r["record"]
+
+
+def test_what_keeps_the_bundle_cheap() -> None:
+    """Issue 20 item 4 (bench/b8_rules_cost measures it): no regex on __name__ but a list of names (another is
+    matched against every metric name at each evaluation); static configuration and the bundle's deployment alerts
+    evaluated every config_interval, the request profile every minute; no record that no rule and no dashboard reads
+    (the per-model records are the fleet's API)."""
+    groups = rule_groups(DEFAULT)["groups"]
+    for r in rules():  # a plain alternation of names is looked up as a set; anything else scans every name
+        for regex in re.findall(r"__name__\s*=~\s*[\"']([^\"']*)[\"']", r["expr"]):
+            assert re.fullmatch(r"[a-z_:]+(\|[a-z_:]+)*", regex), (r.get("record") or r.get("alert"), regex)
+    slow = {g["name"] for g in groups if g.get("interval") == DEFAULT.config_interval}
+    assert slow == {"vllm-headroom.config.rules", "vllm-headroom.bundle.alerts"}
+    assert next(g for g in groups if g["name"] == "vllm-headroom.profile.rules")["interval"] == "1m"
+    readers = [r["expr"] for r in rules()] + [substitute(e) for _u, _t, e in dashboard_queries()]
+    # The risk-basis prompt blocks mirror the sidecar's vllm_headroom_prompt_blocks (test_real_prometheus compares
+    # them; the promtool cases show the prompt that nothing finished is not held against the pool).
+    mirrors = {"instance_engine:vllm_prompt_blocks:ceil"}
+    unread = [r["record"] for r in rules() if "record" in r and not r["record"].startswith("model_name:")
+              and r["record"] not in mirrors
+              and not any(re.search(re.escape(r["record"]) + r"(?![\w:])", x) for x in readers)]
+    assert unread == []
 
 
 def test_every_expression_parses() -> None:

@@ -32,7 +32,7 @@ from exporter.pipeline.target import Settings, one_shot
 from grafana.config import DEFAULT
 from grafana.generate import to_yaml
 from grafana.promtool_tests import V1_08_INFO
-from grafana.rules import rule_groups
+from grafana.rules import ENDPOINT, SIDECAR_READS, rule_groups
 from tests.monitoring.promql import promtool_env, require
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -72,6 +72,7 @@ READ = ("vllm:cache_config_info", "vllm:kv_cache_usage_perc", "vllm:gpu_cache_us
         "vllm:num_requests_waiting", "vllm:request_prompt_tokens_bucket", "vllm:request_params_max_tokens_bucket",
         "vllm:num_preemptions_total")
 POD = {"job": "vllm", "instance": "10.0.0.5:8000"}
+RECORD = {**POD, ENDPOINT: POD["instance"]}  # the labels of the rules' records of that server
 
 
 def _quote(v: str) -> str:
@@ -112,7 +113,7 @@ def test_rules_agree_with_the_sidecar_on_a_recorded_exposition(snapshot: Path, t
         samples = []
         v0 = 'engine="' not in text  # V0's series carry no engine label (every V1's do)
         for e in engines:
-            labels = {**POD} if v0 else {**POD, "engine": e.engine}
+            labels = {**RECORD} if v0 else {**RECORD, "engine": e.engine}
             if field != "kv_capacity_blocks":
                 labels["model_name"] = e.model_name
             body = ",".join(f"{k}={_quote(v)}" for k, v in sorted(labels.items()))
@@ -133,9 +134,9 @@ def test_rules_agree_with_the_sidecar_on_a_recorded_exposition(snapshot: Path, t
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
 
 
-# The rules' fallback reads these of the sidecar (grafana/rules.py, _from_sidecar).
+# The rules' fallback reads these of the sidecar (grafana/rules.py, config_rules), and its targets' endpoint.
 READ_SIDECAR = ("vllm_headroom_kv_capacity_blocks", "vllm_headroom_block_size_tokens",
-                "vllm_headroom_capacity_undetermined")
+                "vllm_headroom_capacity_undetermined", *SIDECAR_READS["sidecar"])
 SIDECAR_POD = {"job": "vllm-headroom", "instance": "10.0.0.5:9478"}  # the same pod as POD, another port
 V1_08_SOURCES = sorted(FIXTURES.glob("vllm-0.9.2/*/snapshot.prom"))
 
@@ -219,7 +220,7 @@ def test_rules_take_the_sidecars_capacity_on_a_v1_0_8_exposition(snapshot: Path,
                         ("instance_engine:vllm_kv_capacity_unknown:bool", None)):
         samples = []
         for e in engines:
-            labels = {**POD, "engine": e.engine}
+            labels = {**RECORD, "engine": e.engine}
             if field != "kv_capacity_blocks":
                 labels["model_name"] = e.model_name
             value = getattr(e.headroom, field) if field else 0
@@ -237,7 +238,7 @@ def test_rules_and_sidecar_both_say_unknown_on_a_v1_0_8_exposition_without_a_cap
     engines, gaps, side = _sidecar_series(snapshot.parent, text, None, keep_override=False)
     assert not engines and gaps and all("num_gpu_blocks" in g.missing for g in gaps)
     unknown = [{"labels": f"instance_engine:vllm_kv_capacity_unknown:bool"
-                          f"{{{_body({**POD, 'engine': g.engine, 'model_name': g.model_name})}}}", "value": 1}
+                          f"{{{_body({**RECORD, 'engine': g.engine, 'model_name': g.model_name})}}}", "value": 1}
                for g in gaps]
     _promtool(tmp_path, _series(text) + side, [
         {"expr": "instance_engine:vllm_kv_capacity_unknown:bool", "eval_time": "5m", "exp_samples": unknown},

@@ -7,7 +7,9 @@ import subprocess
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from exporter import __version__
 from exporter.expose import diagnosis
+from exporter.expose.collector import SCHEMA_VERSION
 from exporter.expose.server import Sidecar
 from exporter.pipeline.scrape import ScrapeError
 from exporter.pipeline.target import Settings, Target, TargetReport, one_shot
@@ -57,7 +59,9 @@ def test_one_or_several_targets_carry_a_target_label() -> None:
     one = _samples(_exposition([_target("http://a:8000", "false-full")]))
     # The alerts take vLLM's host:port from it: a sidecar's own `instance` does not say which vLLM it watches.
     assert {dict(labels).get("target") for (name, labels), _v in one.items()
-            if name.startswith("vllm_headroom_")} == {"http://a:8000"}
+            if name.startswith("vllm_headroom_") and name != "vllm_headroom_build_info"} == {"http://a:8000"}
+    # The sidecar itself: its version and the schema of its series, for the rules' skew alert.
+    assert one[("vllm_headroom_build_info", frozenset({("version", __version__), ("schema", SCHEMA_VERSION)}))] == 1
 
     s = _samples(_exposition([_target("http://a:8000", "false-full"), _target("http://b:8000", "kv-full")]))
     ups = {dict(labels)["target"] for (name, labels), _v in s.items() if name == "vllm_headroom_up"}
@@ -88,6 +92,7 @@ def test_diagnosis_fields_are_named_like_the_metrics() -> None:
              for f in text_string_to_metric_families(_exposition([t]))
              if f.name.startswith("vllm_headroom_") and f.name not in (
                  "vllm_headroom_up", "vllm_headroom_target_seen_up", "vllm_headroom_scrape_duration_seconds",
+                 "vllm_headroom_build_info",
                  "vllm_headroom_target_down_since_timestamp_seconds",
                  "vllm_headroom_scrape_errors",
                  "vllm_headroom_config_info", "vllm_headroom_verdict", "vllm_headroom_request_profile_tokens")}

@@ -57,4 +57,5 @@ def settings_for(url: str, args: argparse.Namespace) -> Settings:
         max_bytes=opt(args, "scrape.max_bytes") or defaults.max_bytes,
         models_interval=opt(args, "models.interval") or defaults.models_interval,
         model_shape=shape,
+        target_utilization=opt(args, "autoscaling.target_utilization") or defaults.target_utilization,
     )

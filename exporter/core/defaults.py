@@ -39,6 +39,11 @@ PROFILE_MIN_REQUESTS: Final = 20  # fewer finished requests behind the profile: 
 # the device is not exported, so the sidecar assumes this and says so.
 VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS: Final = 2048
 
+# -- autoscaling (the replica signal, exporter/pipeline/replicas.py) ---------------------------------------
+# Share of a replica's worst-case capacity (min(max_num_seqs, floor(B / W))) the replica signal fills: 0.8 keeps
+# 20 % headroom for arrivals between two autoscaler periods.
+TARGET_UTILIZATION: Final = 0.8
+
 # -- demo and replay -----------------------------------------------------------------------------------
 DEMO_LISTEN_ADDRESS: Final = "127.0.0.1:9478"
 DEMO_SPEED: Final = 4.0

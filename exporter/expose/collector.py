@@ -11,6 +11,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from ..engines.vllm import VLLM
+from ..pipeline.replicas import replica_signal
 from ..pipeline.report import EngineReport, TargetStatus
 from ..pipeline.target import Target
 from ..pipeline.verdict import Verdict
@@ -36,6 +37,11 @@ _ENGINE_GAUGES: list[tuple[str, str, Callable[[EngineReport], float | None]]] = 
     ("safe_headroom_requests",
      "More requests that fit if every request reaches max_tokens; negative means oversubscribed.",
      lambda e: e.headroom.safe_headroom_requests),
+    ("worst_case_headroom_requests",
+     "Requests the engine can take now and still hold if every request reaches max_tokens: "
+     "max(0, min(max_num_seqs - running, safe headroom)); the safe headroom alone when max_num_seqs is unknown.",
+     lambda e: max(0, e.headroom.safe_headroom_requests if e.headroom.slot_headroom_requests is None
+                   else min(e.headroom.slot_headroom_requests, e.headroom.safe_headroom_requests))),
     ("slot_headroom_requests", "Free slots under max_num_seqs (absent when max_num_seqs is unknown).",
      lambda e: e.headroom.slot_headroom_requests),
     ("panel_usage_ratio", "vLLM's own KV-cache usage fraction (what the usual panel shows).",
@@ -111,6 +117,24 @@ class HeadroomCollector(Collector):
             "(a config that makes no sense, e.g. num_gpu_blocks < 2); see /api/v1/diagnosis.",
             labels=[*el, "reason"])
         info_rows: list[tuple[dict[str, str], float]] = []
+        ml = [*tl, "model_name"]  # the replica signal: one series per replica (target) and model, engines summed
+        needed = GaugeMetricFamily(
+            P + "replicas_needed", "Replicas of this server the requests it holds need at the target utilization: "
+            "(running + waiting) / (min(max_num_seqs, floor(blocks / worst-case blocks per request)) x target "
+            "utilization), summed over its engines; grows with load. Sum over a model's replicas and scale on "
+            "AverageValue 1. Held at 1 per busy replica when max_num_seqs is unknown (see _basis).", labels=ml)
+        demand = GaugeMetricFamily(P + "replica_demand_requests",
+                                   "Requests the server holds now (running + waiting), summed over its engines.",
+                                   labels=ml)
+        capacity = GaugeMetricFamily(
+            P + "replica_capacity_requests", "Requests the server runs at once without queueing or preemption: "
+            "min(max_num_seqs, floor(blocks / worst-case blocks per request)) summed over its engines; absent "
+            "when max_num_seqs is unknown.", labels=ml)
+        basis = GaugeMetricFamily(
+            P + "replicas_needed_basis", "1 for what vllm_headroom_replicas_needed rests on: limit (max_num_seqs, "
+            "kv_cache, unknown), max_num_seqs_source (flag, vllm_args, cmdline, inferred, unknown), worst_case "
+            "(profile, max_model_len, in_flight) and conservative (true: held, capacity unknown).",
+            labels=[*ml, "limit", "max_num_seqs_source", "worst_case", "conservative"])
 
         seen_up = GaugeMetricFamily(P + "target_seen_up", "1 once a scrape of the target has succeeded since the "
                                     "sidecar started, 0 before (vLLM still loading).", labels=tl)
@@ -164,6 +188,14 @@ class HeadroomCollector(Collector):
                     row[key] = str(val["value"])
                     row[key + "_source"] = str(val["source"])
                 info_rows.append((row, 1.0))
+            for sig in replica_signal(r.engines, t.target_utilization):
+                labels = [*tv(t), sig.model_name]
+                needed.add_metric(labels, sig.replicas_needed)
+                demand.add_metric(labels, sig.demand_requests)
+                if sig.capacity_requests is not None:
+                    capacity.add_metric(labels, sig.capacity_requests)
+                basis.add_metric([*labels, sig.limit, sig.max_num_seqs_source, sig.worst_case,
+                                  str(sig.conservative).lower()], 1.0)
         yield up
         yield seen_up
         if down_since.samples:  # only while down: a family without samples would only advertise a name
@@ -177,6 +209,12 @@ class HeadroomCollector(Collector):
         yield profile
         yield verdict
         yield binding
+        if needed.samples:
+            yield needed
+            yield demand
+            if capacity.samples:
+                yield capacity
+            yield basis
         if undetermined.samples:
             yield undetermined
         if info_rows:

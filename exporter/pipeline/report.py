@@ -148,3 +148,4 @@ class TargetStatus:
     known_engines: Set[tuple[str, str]]  # (model_name, engine) of the last successful scrape
     down_since: float | None  # unix time of the first failed scrape of the current outage; None while up
     seen_up: bool  # a scrape has succeeded since start (the alerts' start-up grace)
+    target_utilization: float = defaults.TARGET_UTILIZATION  # the replica signal's u (pipeline/replicas.py)

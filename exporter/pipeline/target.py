@@ -52,6 +52,7 @@ class Settings:
     models_interval: float = defaults.MODELS_INTERVAL  # s
     model_shape: ModelShape | None = None  # from --model-config: adds absolute bytes
     engine: Engine = VLLM  # the serving engine behind the URL: its metric names, readers and flags
+    target_utilization: float = defaults.TARGET_UTILIZATION  # of a replica's capacity, for the replica signal
 
 
 class Target:
@@ -95,7 +96,7 @@ class Target:
     def status(self) -> TargetStatus:
         """The latest report and the scrape bookkeeping, read-only (what the collector exports)."""
         return TargetStatus(self.settings.url, self._last, self.errors, self.known_engines, self.down_since,
-                            self.seen_up)
+                            self.seen_up, self.settings.target_utilization)
 
     # -- configuration sources ------------------------------------------------------------------
     def _vllm_args(self, now: float) -> tuple[dict[str, object] | None, Source]:

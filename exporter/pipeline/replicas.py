@@ -1,0 +1,137 @@
+"""The replica signal: how many replicas of one vLLM server the requests it holds need, from admission capacity.
+
+A pure function of one target's engine reports (`EngineReport`, the one judgement) and the target utilisation u.
+One target is one vLLM API server, i.e. one replica of a Deployment (its data-parallel engines are one replica).
+Per model served by the target:
+
+  D = Σ (running + waiting) over the target's engines: the requests the replica holds now. It grows with load
+      without bound while the replicas cannot keep up (the queue grows), unlike headroom, which falls to 0.
+  K = Σ floor(B / W) over the engines: the requests each engine's KV pool holds at once if every request reaches
+      the profile's worst case W (the judgement's W: at max_model_len while the profile is thin, floored by the
+      blocks requests in flight already hold when the profile is stale).
+  S = max_num_seqs of the answer: stated (our flag, --vllm-args, vLLM's command line) or inferred by the
+      judgement from the running plateau while requests waited beside room, which is a lower bound of the real
+      cap (running never exceeds it), so a capacity on it is never above the real one.
+  C = Σ min(S, floor(B / W)): the requests one replica runs at once without queueing or preemption.
+  replicas needed R = D / (C × u)    (u = the target utilisation, 1 − u the headroom kept free)
+
+Summed over a model's replicas, R is the replica count the observed demand needs at utilisation u. An HPA (or KEDA)
+target of AverageValue 1 on Σ R gives `desired = ceil(current × (Σ R / current) / 1) = ceil(Σ R)`: the current
+count cancels, so the fixed point is the demand's, not the controller's. While the replicas cannot keep up the
+queue grows, Σ R grows and the count rises; once nothing waits, Σ R = λ × T / (C × u) by Little's law (arrival
+rate λ, time in the engine T), which does not depend on how many replicas share the load: the count settles there
+and falls when λ does.
+
+Unknown capacity (max_num_seqs neither stated nor inferred, or a pool that cannot hold one worst-case request):
+the cap could be anything from the running count to K, so no scale-down can be justified and R is held at one
+replica per replica that holds requests, raised only by the KV bound that holds whatever the cap:
+R = max(1 if D > 0 else 0, D / (K × u)). It never divides by an unknown and never moves the count on a guess;
+requests that queue behind the cap make the judgement infer it, and the signal then scales on it. The basis says
+which case holds (`limit`, `max_num_seqs_source`, `worst_case`, `conservative`).
+
+Idle: D = 0 gives R = 0 (never NaN: no division by D, C ≥ 1 where it divides). A target that is down exports no
+signal; with no replica at all (scaled to zero) nothing here can see demand: activation needs a signal from in
+front of the engines (the router's or gateway's request count; deploy/autoscaling).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .report import EngineReport
+
+# What bounds C, on the basis series.
+LIMIT_SLOTS = "max_num_seqs"
+LIMIT_KV = "kv_cache"
+LIMIT_UNKNOWN = "unknown"
+# Where W comes from.
+WORST_PROFILE = "profile"
+WORST_MAX_MODEL_LEN = "max_model_len"  # thin profile (or none): every request may reach max_model_len
+WORST_IN_FLIGHT = "in_flight"  # stale profile: requests in flight already hold more than it says
+UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class ReplicaSignal:
+    """The replica signal of one model on one target (one replica), and what it rests on."""
+
+    model_name: str
+    engines: int
+    demand_requests: int  # D: running + waiting
+    capacity_requests: int | None  # C: Σ min(max_num_seqs, floor(B / W)); None when max_num_seqs is unknown
+    kv_capacity_requests: int  # K: Σ floor(B / W), the KV pool's worst-case capacity alone
+    replicas_needed: float  # R
+    target_utilization: float  # u
+    limit: str  # LIMIT_SLOTS | LIMIT_KV | LIMIT_UNKNOWN: what bounds C
+    max_num_seqs_source: str  # a config Source ("flag", "vllm_args", "cmdline", "inferred") or "unknown"
+    worst_case: str  # WORST_PROFILE | WORST_MAX_MODEL_LEN | WORST_IN_FLIGHT
+    conservative: bool  # R holds the replica count instead of resting on an unknown capacity
+
+    @property
+    def demand_ratio(self) -> float:
+        """D / C: the replica's demand in its own capacity (R × u)."""
+        return self.replicas_needed * self.target_utilization
+
+
+def worst_case_basis(e: EngineReport) -> str:
+    """Where the engine's worst case W comes from: the profile, max_model_len (thin or no profile), or the blocks
+    requests in flight hold (stale profile)."""
+    p = e.profile
+    if p is None or p.thin or e.max_tokens is None:
+        return WORST_MAX_MODEL_LEN
+    if p.stale:
+        return WORST_IN_FLIGHT
+    return WORST_PROFILE
+
+
+def _source(e: EngineReport) -> str:
+    """Where the cap of the answer comes from (the judgement marks an inferred cap Source.INFERRED)."""
+    known = e.config.max_num_seqs
+    return UNKNOWN if e.max_num_seqs is None or known is None else str(known.source)
+
+
+def check_utilization(u: float) -> float:
+    """`u` if it is a target utilisation (0 < u ≤ 1), else ValueError with one sentence."""
+    if not 0.0 < u <= 1.0:
+        raise ValueError(f"target utilization {u:g} is not in (0, 1]: it is the share of a replica's capacity to "
+                         "fill, e.g. 0.8 keeps 20 % headroom")
+    return u
+
+
+def replica_signal(engines: Sequence[EngineReport], target_utilization: float) -> list[ReplicaSignal]:
+    """One `ReplicaSignal` per model of one target's engine reports (sorted by model name); [] for no engine.
+
+    Raises ValueError for a target utilisation outside (0, 1].
+    """
+    u = check_utilization(target_utilization)
+    by_model: dict[str, list[EngineReport]] = {}
+    for e in engines:
+        by_model.setdefault(e.model_name, []).append(e)
+    out = []
+    for model, group in sorted(by_model.items()):
+        demand = sum(e.running + e.waiting for e in group)
+        kv = sum(e.headroom.max_concurrency_profile for e in group)
+        caps = [None if e.max_num_seqs is None else min(e.max_num_seqs, e.headroom.max_concurrency_profile)
+                for e in group]
+        sources = {_source(e) for e in group}
+        source = UNKNOWN if UNKNOWN in sources else min(sources)  # every engine of a server has one cap
+        worst = {worst_case_basis(e) for e in group}
+        worst_case = next(b for b in (WORST_MAX_MODEL_LEN, WORST_IN_FLIGHT, WORST_PROFILE) if b in worst)
+        capacity = None if any(c is None for c in caps) else sum(c for c in caps if c is not None)
+        if capacity is not None and capacity > 0 and all(c for c in caps):
+            slots_bind = all(e.max_num_seqs is not None and e.max_num_seqs <= e.headroom.max_concurrency_profile
+                             for e in group)
+            needed = demand / (capacity * u)
+            limit, conservative = (LIMIT_SLOTS if slots_bind else LIMIT_KV), False
+        else:
+            # Unknown cap, or a pool that holds no worst-case request: hold, raised by the KV bound alone.
+            held = 1.0 if demand > 0 else 0.0
+            needed = max(held, demand / (kv * u)) if kv > 0 else held
+            limit, conservative = LIMIT_UNKNOWN, True
+        out.append(ReplicaSignal(
+            model_name=model, engines=len(group), demand_requests=demand,
+            capacity_requests=capacity if capacity else None, kv_capacity_requests=kv, replicas_needed=needed,
+            target_utilization=u, limit=limit, max_num_seqs_source=source, worst_case=worst_case,
+            conservative=conservative))
+    return out

@@ -1,0 +1,256 @@
+"""The replica signal (issue 24 item 4): replicas needed from admission capacity, judged from real vLLM recordings.
+
+Every expectation is computed from what vLLM itself exported in the frame (its running and waiting gauges) and the
+recorded flags (max_num_seqs), never from the signal's own code path.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporter import cli
+from exporter.cli.flags import UsageError
+from exporter.expose.collector import HeadroomCollector
+from exporter.pipeline.replicas import (
+    LIMIT_KV,
+    LIMIT_SLOTS,
+    LIMIT_UNKNOWN,
+    WORST_MAX_MODEL_LEN,
+    ReplicaSignal,
+    replica_signal,
+)
+from exporter.pipeline.report import EngineReport, TargetReport
+from exporter.pipeline.target import Settings, Target
+from tests import fixtures
+from tests.e2e.load import engine_state
+
+U = 0.8
+
+
+def timeline(scenario: str, flags: bool = True) -> list[tuple[str, TargetReport]]:
+    """Every frame of a recorded timeline with the report a sidecar made of it (with or without vLLM's flags)."""
+    rec = fixtures.recording(scenario)
+    target = Target(Settings("http://vllm:8000", vllm_args=fixtures.vllm_argv(scenario) if flags else None,
+                             discover_cmdline=False))
+    fixtures.as_recorded(target, rec.meta)
+    start = rec.frames[0][0]
+    out = []
+    for t, text in rec.frames:
+        target.last = target.observe(t - start, text)
+        out.append((text, target.last))
+    return out
+
+
+def stated_cap(scenario: str) -> int:
+    argv = fixtures.vllm_argv(scenario)
+    return int(argv[argv.index("--max-num-seqs") + 1])
+
+
+@pytest.mark.parametrize("scenario", ["false-full", "kv-full", "preemption", "workload-switch", "idle"])
+def test_replicas_needed_is_demand_over_worst_case_capacity(scenario: str) -> None:
+    """With max_num_seqs stated, R = (running + waiting) / (min(max_num_seqs, floor(B / W)) x u) on every frame,
+    running and waiting as vLLM exported them; the limit names which term binds."""
+    cap = stated_cap(scenario)
+    seen = 0
+    for text, report in timeline(scenario):
+        if not report.engines:
+            continue
+        (sig,) = replica_signal(report.engines, U)
+        (e,) = report.engines
+        truth = engine_state(text)
+        demand = int((truth["running"] or 0) + (truth["waiting"] or 0))
+        kv = e.headroom.max_concurrency_profile
+        assert sig.demand_requests == demand
+        if kv == 0:
+            assert sig.limit == LIMIT_UNKNOWN and sig.conservative
+            continue
+        capacity = min(cap, kv)
+        assert sig.capacity_requests == capacity
+        assert sig.replicas_needed == pytest.approx(demand / (capacity * U))
+        assert sig.limit == (LIMIT_SLOTS if cap <= kv else LIMIT_KV)
+        assert sig.max_num_seqs_source == "vllm_args" and not sig.conservative
+        seen += 1
+    assert seen >= 5
+
+
+def test_idle_engine_needs_no_replica_and_never_nan() -> None:
+    frames = timeline("idle")
+    for _text, report in frames:
+        for sig in replica_signal(report.engines, U):
+            assert sig.demand_requests == 0 and sig.replicas_needed == 0.0 and not math.isnan(sig.replicas_needed)
+    # Without flags too: an idle engine with an unknown cap holds nothing.
+    for _text, report in timeline("idle", flags=False):
+        for sig in replica_signal(report.engines, U):
+            assert sig.replicas_needed == 0.0 and sig.limit == LIMIT_UNKNOWN
+
+
+def test_a_queue_raises_the_signal_above_the_running_count() -> None:
+    """In the recorded false-full (8 running, more waiting, max_num_seqs 8) the replica signal says more than one
+    replica: the queue is demand the one replica cannot take, whatever the KV panel says."""
+    best = max((sig for _t, r in timeline("false-full") for sig in replica_signal(r.engines, U)),
+               key=lambda s: s.demand_requests)
+    assert best.demand_requests > stated_cap("false-full")
+    assert best.replicas_needed > 1 / U
+
+
+def test_unknown_cap_holds_one_replica_per_busy_replica_until_the_judgement_infers_it() -> None:
+    """Recordings replayed without flags: while the cap is unknown (the preemption storm: requests wait on memory,
+    so nothing shows the slot cap) the signal is held (1 per replica that holds requests, or the KV bound when
+    larger) and says so; once the judgement infers the cap (the inferred-cap false-full) it scales on it."""
+    held = inferred = 0
+    frames = timeline("preemption", flags=False) + timeline("false-full-inferred", flags=False)
+    for text, report in frames:
+        for sig in replica_signal(report.engines, U):
+            (e,) = report.engines
+            demand = sig.demand_requests
+            if sig.conservative:
+                assert sig.limit == LIMIT_UNKNOWN and sig.max_num_seqs_source == "unknown"
+                assert sig.capacity_requests is None
+                kv = e.headroom.max_concurrency_profile
+                bound = demand / (kv * U) if kv else 0.0
+                assert sig.replicas_needed == pytest.approx(max(1.0 if demand else 0.0, bound))
+                held += demand > 0
+            else:
+                assert sig.max_num_seqs_source == "inferred"
+                assert e.max_num_seqs is not None
+                running = int(engine_state(text)["running"] or 0)
+                assert e.max_num_seqs >= 1 and running <= max(e.max_num_seqs, running)
+                assert sig.replicas_needed == pytest.approx(demand / (sig.capacity_requests * U))  # type: ignore
+                inferred += 1
+    assert held > 0 and inferred > 0
+
+
+def test_thin_profile_takes_the_worst_case_at_max_model_len() -> None:
+    """A recording from a fresh server (the head-of-line one: fewer than 20 finished requests) sizes W at
+    max_model_len, and the basis says so."""
+    seen = 0
+    for _text, report in timeline("head-of-line"):
+        for sig in replica_signal(report.engines, U):
+            (e,) = report.engines
+            assert e.profile is not None and e.profile.thin
+            assert sig.worst_case == WORST_MAX_MODEL_LEN
+            assert e.headroom.worst_case_blocks_profile == e.headroom.worst_case_blocks_max_model_len
+            seen += 1
+    assert seen > 0
+
+
+def _busiest(scenario: str) -> EngineReport:
+    return max((e for _t, r in timeline(scenario) for e in r.engines), key=lambda e: e.running + e.waiting)
+
+
+@settings(max_examples=200, deadline=None)
+@given(total=st.integers(0, 400), replicas=st.integers(1, 12), spread=st.lists(st.floats(0, 1), min_size=12,
+                                                                                 max_size=12))
+def test_the_sum_over_replicas_does_not_depend_on_how_many_share_the_demand(total: int, replicas: int,
+                                                                              spread: list[float]) -> None:
+    """The current replica count cancels out of HPA's ceil(current x value / target): Σ R over any split of the same
+    demand over any number of equal replicas is total / (C x u). So HPA's fixed point is the demand's."""
+    base = _busiest("false-full")
+    weights = [w + 1e-9 for w in spread[:replicas]]
+    shares = [math.floor(total * w / sum(weights)) for w in weights]
+    shares[0] += total - sum(shares)
+    reports = [replace(base, running=min(n, base.max_num_seqs or 0), waiting=n - min(n, base.max_num_seqs or 0))
+               for n in shares]
+    sigs = [replica_signal([r], U)[0] for r in reports]
+    capacity = sigs[0].capacity_requests
+    assert capacity is not None
+    assert sum(s.replicas_needed for s in sigs) == pytest.approx(total / (capacity * U))
+
+
+@settings(max_examples=100, deadline=None)
+@given(running=st.integers(0, 8), waiting=st.integers(0, 200), more=st.integers(1, 50))
+def test_the_signal_grows_with_load(running: int, waiting: int, more: int) -> None:
+    """More requests in the engine never lower R (raw headroom does the opposite: it falls to 0 and stops)."""
+    base = _busiest("false-full")
+    lo = replica_signal([replace(base, running=running, waiting=waiting)], U)[0]
+    hi = replica_signal([replace(base, running=running, waiting=waiting + more)], U)[0]
+    assert hi.replicas_needed > lo.replicas_needed
+
+
+def test_data_parallel_engines_are_one_replica() -> None:
+    """Two engines of one server: demand and capacity add up, one signal for the replica."""
+    e = _busiest("false-full")
+    (one,) = replica_signal([e], U)
+    (two,) = replica_signal([e, replace(e, engine="1")], U)
+    assert two.engines == 2 and two.demand_requests == 2 * one.demand_requests
+    assert two.capacity_requests == 2 * (one.capacity_requests or 0)
+    assert two.replicas_needed == pytest.approx(one.replicas_needed)
+
+
+@pytest.mark.parametrize("u", [0.0, -0.1, 1.5])
+def test_a_target_utilization_outside_0_1_is_refused(u: float) -> None:
+    with pytest.raises(ValueError, match="not in"):
+        replica_signal([], u)
+
+
+@pytest.mark.parametrize("value", ["0", "1.5", "x"])
+def test_the_flag_refuses_a_utilization_outside_0_1(value: str) -> None:
+    with pytest.raises((SystemExit, UsageError)):
+        cli.build_parser().parse_args(["serve", "--autoscaling.target-utilization", value])
+
+
+def test_the_flag_reaches_the_signal() -> None:
+    from exporter.cli.settings import settings_for
+
+    args = cli.build_parser().parse_args(["serve", "--autoscaling.target-utilization", "0.5"])
+    assert settings_for("http://x", args).target_utilization == 0.5
+
+
+def _families(target: Target) -> dict[str, list[tuple[dict[str, str], float]]]:
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(HeadroomCollector([target]))
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for fam in text_string_to_metric_families(generate_latest(reg).decode()):
+        out[fam.name] = [(s.labels, s.value) for s in fam.samples]
+    return out
+
+
+def test_metrics_carry_one_signal_per_replica_and_model_with_its_basis() -> None:
+    scenario = "false-full"
+    t = Target(Settings("http://vllm:8000", vllm_args=fixtures.vllm_argv(scenario), discover_cmdline=False,
+                        target_utilization=0.5))
+    fixtures.as_recorded(t, fixtures.meta(scenario))
+    t.last = t.observe(1.0, fixtures.snapshot(scenario))
+    fams = _families(t)
+    (e,) = t.last.engines
+    (sig,) = replica_signal(t.last.engines, 0.5)
+    ((labels, value),) = fams["vllm_headroom_replicas_needed"]
+    assert labels == {"target": "http://vllm:8000", "model_name": "tiny-llama"}  # no engine: one per replica
+    assert value == pytest.approx(sig.replicas_needed) and sig.target_utilization == 0.5
+    assert fams["vllm_headroom_replica_demand_requests"] == [(labels, float(e.running + e.waiting))]
+    assert fams["vllm_headroom_replica_capacity_requests"] == [(labels, float(sig.capacity_requests or -1))]
+    ((blabels, one),) = fams["vllm_headroom_replicas_needed_basis"]
+    assert one == 1.0 and blabels["max_num_seqs_source"] == "vllm_args" and blabels["conservative"] == "false"
+    ((_l, wc),) = fams["vllm_headroom_worst_case_headroom_requests"]
+    h = e.headroom
+    assert wc == max(0, min(h.slot_headroom_requests or 0, h.safe_headroom_requests))
+
+
+def test_unknown_cap_exports_no_capacity_and_says_held() -> None:
+    scenario = "preemption"
+    t = Target(Settings("http://vllm:8000", discover_cmdline=False))
+    fixtures.as_recorded(t, fixtures.meta(scenario))
+    t.last = t.observe(1.0, fixtures.snapshot(scenario))
+    fams = _families(t)
+    assert "vllm_headroom_replica_capacity_requests" not in fams
+    ((blabels, _one),) = fams["vllm_headroom_replicas_needed_basis"]
+    assert blabels["limit"] == "unknown" and blabels["conservative"] == "true"
+    ((_labels, value),) = fams["vllm_headroom_replicas_needed"]
+    assert value >= 1.0
+
+
+def test_a_down_target_exports_no_signal() -> None:
+    t = Target(Settings("http://vllm:8000", discover_cmdline=False))
+    assert "vllm_headroom_replicas_needed" not in _families(t)
+
+
+def test_signal_dataclass_demand_ratio() -> None:
+    s = ReplicaSignal("m", 1, 6, 4, 10, 6 / (4 * U), U, LIMIT_SLOTS, "flag", "profile", False)
+    assert s.demand_ratio == pytest.approx(1.5)

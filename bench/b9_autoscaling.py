@@ -445,8 +445,7 @@ def main() -> int:
         router = Router(servers[0].url)
         port = free_port()
         sidecar = f"http://127.0.0.1:{port}"
-        logs = REPO / "bench" / "results"
-        logs.mkdir(parents=True, exist_ok=True)
+        logs = Path(tempfile.gettempdir())
         try:
             with (spawn(sidecar_argv(servers, port), log=logs / "b9-sidecar.log"),
                   spawn(router.argv, log=logs / "b9-router.log")):

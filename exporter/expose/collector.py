@@ -11,7 +11,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from ..engines.vllm import VLLM
-from ..pipeline.replicas import replica_signal
+from ..pipeline import derive
 from ..pipeline.report import EngineReport, TargetStatus
 from ..pipeline.target import Target
 from ..pipeline.verdict import Verdict
@@ -40,8 +40,7 @@ _ENGINE_GAUGES: list[tuple[str, str, Callable[[EngineReport], float | None]]] = 
     ("worst_case_headroom_requests",
      "Requests the engine can take now and still hold if every request reaches max_tokens: "
      "max(0, min(max_num_seqs - running, safe headroom)); the safe headroom alone when max_num_seqs is unknown.",
-     lambda e: max(0, e.headroom.safe_headroom_requests if e.headroom.slot_headroom_requests is None
-                   else min(e.headroom.slot_headroom_requests, e.headroom.safe_headroom_requests))),
+     lambda e: derive.worst_case_headroom(e.headroom.slot_headroom_requests, e.headroom.safe_headroom_requests)),
     ("slot_headroom_requests", "Free slots under max_num_seqs (absent when max_num_seqs is unknown).",
      lambda e: e.headroom.slot_headroom_requests),
     ("panel_usage_ratio", "vLLM's own KV-cache usage fraction (what the usual panel shows).",
@@ -188,7 +187,7 @@ class HeadroomCollector(Collector):
                     row[key] = str(val["value"])
                     row[key + "_source"] = str(val["source"])
                 info_rows.append((row, 1.0))
-            for sig in replica_signal(r.engines, t.target_utilization):
+            for sig in r.replicas:
                 labels = [*tv(t), sig.model_name]
                 needed.add_metric(labels, sig.replicas_needed)
                 demand.add_metric(labels, sig.demand_requests)

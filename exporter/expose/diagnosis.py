@@ -12,9 +12,9 @@ from typing import Any
 from .. import __version__
 from ..core import defaults
 from ..engines.vllm import VLLM
-from ..pipeline import catalogue
+from ..pipeline import catalogue, derive
 from ..pipeline.catalogue import Verdict
-from ..pipeline.report import EngineGap, EngineReport, TargetReport
+from ..pipeline.report import EngineGap, EngineReport, ReplicaSignal, TargetReport
 from ..planning import advice
 from . import headline
 
@@ -336,6 +336,7 @@ def engine_json(e: EngineReport, engines: list[EngineReport] | None = None) -> d
         "slot_headroom_requests": h.slot_headroom_requests,
         "admission_headroom_requests": h.admission_headroom_requests,
         "safe_headroom_requests": h.safe_headroom_requests,
+        "worst_case_headroom_requests": derive.worst_case_headroom(h.slot_headroom_requests, h.safe_headroom_requests),
         "max_concurrency_requests": {
             "profile": h.max_concurrency_profile,
             "max_model_len": h.max_concurrency_max_model_len,
@@ -367,6 +368,14 @@ def _gap_json(g: EngineGap) -> dict[str, str | None]:
             "config_error": g.config_error, "explanation": g.explanation}
 
 
+def replicas_json(s: ReplicaSignal) -> dict[str, Any]:
+    return {"model_name": s.model_name, "replicas_needed": round(s.replicas_needed, 6),
+            "replica_demand_requests": s.demand_requests, "replica_capacity_requests": s.capacity_requests,
+            "replicas_needed_basis": {"limit": s.limit, "max_num_seqs_source": s.max_num_seqs_source,
+                                      "worst_case": s.worst_case, "conservative": s.conservative},
+            "kv_capacity_requests": s.kv_capacity_requests, "target_utilization": s.target_utilization}
+
+
 def target_json(r: TargetReport) -> dict[str, Any]:
     return {
         "target": r.url,
@@ -384,6 +393,8 @@ def target_json(r: TargetReport) -> dict[str, Any]:
         "engines": ([engine_json(e, r.engines) for e in r.engines] if r.up
                     else [_down_json(r, m, e) for m, e in r.known_engines]),
         "undetermined_engines": [_gap_json(g) for g in r.gaps],
+        # The replica signal per model (one replica: this server, its engines summed); README "Autoscaling".
+        "replicas": [replicas_json(s) for s in r.replicas] if r.up else [],
         "notes": list(r.notes),
     }
 

@@ -37,9 +37,8 @@ front of the engines (the router's or gateway's request count; deploy/autoscalin
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-from .report import EngineReport
+from .report import EngineReport, ReplicaSignal
 
 # What bounds C, on the basis series.
 LIMIT_SLOTS = "max_num_seqs"
@@ -50,28 +49,6 @@ WORST_PROFILE = "profile"
 WORST_MAX_MODEL_LEN = "max_model_len"  # thin profile (or none): every request may reach max_model_len
 WORST_IN_FLIGHT = "in_flight"  # stale profile: requests in flight already hold more than it says
 UNKNOWN = "unknown"
-
-
-@dataclass(frozen=True)
-class ReplicaSignal:
-    """The replica signal of one model on one target (one replica), and what it rests on."""
-
-    model_name: str
-    engines: int
-    demand_requests: int  # D: running + waiting
-    capacity_requests: int | None  # C: Σ min(max_num_seqs, floor(B / W)); None when max_num_seqs is unknown
-    kv_capacity_requests: int  # K: Σ floor(B / W), the KV pool's worst-case capacity alone
-    replicas_needed: float  # R
-    target_utilization: float  # u
-    limit: str  # LIMIT_SLOTS | LIMIT_KV | LIMIT_UNKNOWN: what bounds C
-    max_num_seqs_source: str  # a config Source ("flag", "vllm_args", "cmdline", "inferred") or "unknown"
-    worst_case: str  # WORST_PROFILE | WORST_MAX_MODEL_LEN | WORST_IN_FLIGHT
-    conservative: bool  # R holds the replica count instead of resting on an unknown capacity
-
-    @property
-    def demand_ratio(self) -> float:
-        """D / C: the replica's demand in its own capacity (R × u)."""
-        return self.replicas_needed * self.target_utilization
 
 
 def worst_case_basis(e: EngineReport) -> str:

@@ -23,6 +23,7 @@ from ..model.shape import ModelShape
 from . import exposition
 from .config import FoundCmdline, Overrides, ServingConfig, Source, contradictions, find_vllm_cmdline, resolve
 from .judge import EngineHistory, Judging, judge
+from .replicas import replica_signal
 from .report import BudgetUse as BudgetUse
 from .report import EngineGap as EngineGap
 from .report import EngineReport as EngineReport
@@ -96,7 +97,7 @@ class Target:
     def status(self) -> TargetStatus:
         """The latest report and the scrape bookkeeping, read-only (what the collector exports)."""
         return TargetStatus(self.settings.url, self._last, self.errors, self.known_engines, self.down_since,
-                            self.seen_up, self.settings.target_utilization)
+                            self.seen_up)
 
     # -- configuration sources ------------------------------------------------------------------
     def _vllm_args(self, now: float) -> tuple[dict[str, object] | None, Source]:
@@ -173,6 +174,7 @@ class Target:
         self.histories = {k: v for k, v in self.histories.items() if k in live}
         live_engines = {engine for _model, engine in live}
         self._configs = {k: v for k, v in self._configs.items() if k in live_engines}
+        report.replicas = replica_signal(report.engines, self.settings.target_utilization)
         return report
 
     # -- the HTTP side ----------------------------------------------------------------------------

@@ -54,6 +54,7 @@ SCALE = 6.0  # real seconds per bench second
 POLL = 30.0 / SCALE  # KEDA's default pollingInterval
 DOWN_WINDOW = 300.0 / SCALE  # HPA's default scale-down stabilization window
 UP_WINDOW = 0.0
+PROFILE_WINDOW = 300.0 / SCALE  # the sidecar's --profile.window (300 s), scaled like every other duration
 TOLERANCE = 0.1
 POLICY_PERIOD = 15.0 / SCALE  # HPA's default policies: up max(4 pods, 100 %) per 15 s, down 100 % per 15 s
 MIN_REPLICAS, MAX_REPLICAS = 1, 4
@@ -451,9 +452,11 @@ def main() -> int:
                   spawn(router.argv, log=logs / "b9-router.log")):
                 wait_http(f"{router.url}/health", 60)
                 wait_http(f"{sidecar}/healthz", 60)
-                for shape in SHAPES:
+                for i, shape in enumerate(SHAPES):
                     warm(servers, shape)
                     cal = capacity_per_replica(servers[0], shape, 15 if short else 30)
+                    if i:  # the previous shape's requests leave the profile window before the runs begin
+                        time.sleep(PROFILE_WINDOW)
                     out["shapes"][shape.name] = {**asdict(shape), **cal}
                     times, burst_at, duration = arrivals(cal["completions_per_s"], short, seed=24)
                     out["shapes"][shape.name].update(requests=len(times), burst_at_s=burst_at, duration_s=duration)
@@ -480,7 +483,8 @@ def main() -> int:
 def sidecar_argv(servers: Sequence[VllmServer], port: int) -> list[str]:
     """The real sidecar watching every replica, told max_num_seqs (stated), scraping every 2 s."""
     argv = [sys.executable, "-m", "exporter", "serve", "--web.listen-address", f"127.0.0.1:{port}",
-            "--scrape.interval", "2s", "--max-num-seqs", str(MAX_NUM_SEQS), "--no-vllm-cmdline-discovery",
+            "--scrape.interval", "2s", "--profile.window", f"{PROFILE_WINDOW:g}s", "--max-num-seqs", str(MAX_NUM_SEQS),
+            "--no-vllm-cmdline-discovery",
             "--log.level", "warning"]
     for s in servers:
         argv += ["--target", s.url]

@@ -1,6 +1,6 @@
 """Benchmark 9 (issue 24 item 5): three autoscaling signals in a closed loop over real vLLM replicas.
 
-    python -m bench.b9_autoscaling            # both shapes, ~45 min on 2 cores (4 vLLM start-ups included)
+    python -m bench.b9_autoscaling            # both shapes, ~50 min on 2 cores (2 x 4 vLLM start-ups included)
     BENCH_QUICK=1 python -m bench.b9_autoscaling   # a shorter schedule, less settled
 
 Four vLLM 0.32.0 CPU servers of the tiny model (tests/e2e) are started up front; "a replica" is one of them in the
@@ -54,7 +54,6 @@ SCALE = 6.0  # real seconds per bench second
 POLL = 30.0 / SCALE  # KEDA's default pollingInterval
 DOWN_WINDOW = 300.0 / SCALE  # HPA's default scale-down stabilization window
 UP_WINDOW = 0.0
-PROFILE_WINDOW = 300.0 / SCALE  # the sidecar's --profile.window (300 s), scaled like every other duration
 TOLERANCE = 0.1
 POLICY_PERIOD = 15.0 / SCALE  # HPA's default policies: up max(4 pods, 100 %) per 15 s, down 100 % per 15 s
 MIN_REPLICAS, MAX_REPLICAS = 1, 4
@@ -440,23 +439,24 @@ def main() -> int:
         "signals": {s.name: s.describe for s in SIGNALS}, "runs": [], "shapes": {}, "loadavg": [],
     }
     with pace_env() as env:
-        servers = start_servers(MAX_REPLICAS, env)
-        out["startup_s"] = round(time.monotonic() - started, 1)
-        out["memory_mb_per_server"] = round(_group_rss_mb(servers[0].pid))
-        router = Router(servers[0].url)
-        port = free_port()
-        sidecar = f"http://127.0.0.1:{port}"
-        logs = Path(tempfile.gettempdir())
-        try:
-            with (spawn(sidecar_argv(servers, port), log=logs / "b9-sidecar.log"),
-                  spawn(router.argv, log=logs / "b9-router.log")):
-                wait_http(f"{router.url}/health", 60)
-                wait_http(f"{sidecar}/healthz", 60)
-                for i, shape in enumerate(SHAPES):
+        for shape in SHAPES:
+            # Fresh servers, router and sidecar per shape: vLLM's lifetime histograms (which the profile falls back
+            # to when a replica finished nothing lately) then hold this shape only.
+            up_from = time.monotonic()
+            servers = start_servers(MAX_REPLICAS, env)
+            out["startup_s"] = round(time.monotonic() - up_from, 1)
+            out["memory_mb_per_server"] = round(_group_rss_mb(servers[0].pid))
+            router = Router(servers[0].url)
+            port = free_port()
+            sidecar = f"http://127.0.0.1:{port}"
+            logs = Path(tempfile.gettempdir())
+            try:
+                with (spawn(sidecar_argv(servers, port), log=logs / f"b9-sidecar-{shape.name}.log"),
+                      spawn(router.argv, log=logs / f"b9-router-{shape.name}.log")):
+                    wait_http(f"{router.url}/health", 60)
+                    wait_http(f"{sidecar}/healthz", 60)
                     warm(servers, shape)
                     cal = capacity_per_replica(servers[0], shape, 15 if short else 30)
-                    if i:  # the previous shape's requests leave the profile window before the runs begin
-                        time.sleep(PROFILE_WINDOW)
                     out["shapes"][shape.name] = {**asdict(shape), **cal}
                     times, burst_at, duration = arrivals(cal["completions_per_s"], short, seed=24)
                     out["shapes"][shape.name].update(requests=len(times), burst_at_s=burst_at, duration_s=duration)
@@ -470,9 +470,9 @@ def main() -> int:
                               f"{run['queue_time_p95_s']}, replica-s {run['replica_seconds']:.0f}, changes "
                               f"{run['direction_changes']}, errors {run['errors']}, load {run['loadavg_after']}",
                               flush=True)
-        finally:
-            for s in servers:
-                s.stop()
+            finally:
+                for s in servers:
+                    s.stop()
     out["loadavg"] = [load_before, loadavg()]
     out["wall_s"] = round(time.monotonic() - started)
     out["partial"] = False
@@ -481,10 +481,10 @@ def main() -> int:
 
 
 def sidecar_argv(servers: Sequence[VllmServer], port: int) -> list[str]:
-    """The real sidecar watching every replica, told max_num_seqs (stated), scraping every 2 s."""
+    """The real sidecar watching every replica, told max_num_seqs (stated), scraping every 2 s; its other settings
+    are the defaults (profile window 300 s, target utilization 0.8)."""
     argv = [sys.executable, "-m", "exporter", "serve", "--web.listen-address", f"127.0.0.1:{port}",
-            "--scrape.interval", "2s", "--profile.window", f"{PROFILE_WINDOW:g}s", "--max-num-seqs", str(MAX_NUM_SEQS),
-            "--no-vllm-cmdline-discovery",
+            "--scrape.interval", "2s", "--max-num-seqs", str(MAX_NUM_SEQS), "--no-vllm-cmdline-discovery",
             "--log.level", "warning"]
     for s in servers:
         argv += ["--target", s.url]

@@ -1,6 +1,6 @@
 """Benchmark 9 (issue 24 item 5): three autoscaling signals in a closed loop over real vLLM replicas.
 
-    python -m bench.b9_autoscaling            # both shapes, ~50 min on 2 cores (2 x 4 vLLM start-ups included)
+    python -m bench.b9_autoscaling            # both shapes, ~35 min on 2 cores (2 x 4 vLLM start-ups included)
     BENCH_QUICK=1 python -m bench.b9_autoscaling   # a shorter schedule, less settled
 
 Four vLLM 0.32.0 CPU servers of the tiny model (tests/e2e) are started up front; "a replica" is one of them in the
@@ -93,8 +93,8 @@ def schedule(short: bool) -> tuple[list[tuple[float, float]], float]:
     0.5 replica, a ramp to 2.3, a hold with a burst of 3 x max_num_seqs requests at once in its middle, a fall to
     0.7 and a long enough low for the scale-down window to pass."""
     k = 0.6 if short else 1.0
-    points = [(0.0, 0.5), (30.0, 0.5), (130.0, 2.3), (250.0, 2.3), (270.0, 0.7), (360.0, 0.7)]
-    return [(t * k, level) for t, level in points], 190.0 * k
+    points = [(0.0, 0.5), (15.0, 0.5), (75.0, 2.3), (150.0, 2.3), (160.0, 0.7), (250.0, 0.7)]
+    return [(t * k, level) for t, level in points], 110.0 * k
 
 
 def load_at(t: float, points: Sequence[tuple[float, float]]) -> float:

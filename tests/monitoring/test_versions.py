@@ -40,7 +40,12 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 # sidecar derives no engine from the idle recording: nothing to compare there.
 V0_IDLE = pytest.mark.xfail(reason="V0 exports no scheduler gauge before its first request: no engine to compare",
                             strict=True)
+# vLLM's Rust frontend (vllm-rs, 0.32.0) exports no cache_config_info and the sidecar does not yet take capacity from
+# the command line (issue 23, item 1): no engine to compare until it does.
+RUST_NO_CAPACITY = pytest.mark.xfail(reason="issue 23: no cache_config_info behind the Rust frontend, capacity from "
+                                     "the command line not read yet", strict=True)
 SNAPSHOTS = [pytest.param(p, marks=V0_IDLE) if p.parent.parent.name.endswith("-v0") and p.parent.name == "idle"
+             else pytest.param(p, marks=RUST_NO_CAPACITY) if p.parent.parent.name.endswith("-rust")
              else p for p in sorted(FIXTURES.glob("vllm-*/*/snapshot.prom"))]
 READ = ("vllm:cache_config_info", "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "vllm:num_requests_running",
         "vllm:num_requests_waiting", "vllm:request_prompt_tokens_bucket", "vllm:request_params_max_tokens_bucket",

@@ -173,6 +173,10 @@
           {
             "expr": "sum by (cluster, namespace, model_name) (max by (cluster, namespace, instance, pod, container, model_name, engine) (instance_engine:vllm_num_preemptions:rate5m))",
             "record": "model_name:vllm_num_preemptions:rate5m"
+          },
+          {
+            "expr": "sum by (cluster, namespace, model_name) (max by (cluster, namespace, instance, pod, container, model_name, engine) (vllm_headroom_replicas_needed))",
+            "record": "model_name:vllm_headroom_replicas_needed:sum"
           }
         ]
       },

@@ -22,10 +22,24 @@ golden:
 generate:
 	$(PYTHON) -m grafana.generate
 
-# Verdicts against the engine's own truth on every recorded timeline: tests/fixtures/SCORE.md (issue 11).
+# Verdicts against the engine's own truth on every recorded timeline: tests/fixtures/SCORE.md (issues 11, 22).
+# First the randomized sweep (issue 22): SWEEP_SEEDS drawn workloads on a production-shaped vLLM 0.32.0 with the
+# engine-truth recorder (~1 min each after a ~1 min start, under the shared lock) into build/sweep/; SWEEP=0 skips it.
+SWEEP ?= 1
+SWEEP_SEEDS ?= 101 102 103 104
+DEV_PYTHON = $$(scripts/bootstrap)/bin/python
 .PHONY: score
 score:
-	$(PYTHON) -m tests.truth
+	if [ "$(SWEEP)" != 0 ]; then rm -rf build/sweep && flock /tmp/vllm-heavy.lock $(DEV_PYTHON) -m tests.e2e.production \
+		--sweep $(SWEEP_SEEDS) --out build/sweep/vllm-0.32.0 || true; fi
+	$(DEV_PYTHON) -m tests.truth --sweep build/sweep
+
+# Production-shaped recordings with the engine's own truth (issue 22): tests/fixtures/vllm-X/prod-*/, one server per
+# shape (~10 min for 0.32.0), under the shared lock. `make prod-fixtures VERSION=0.10.2 SCENARIOS="prod-kv"`.
+VERSION ?= 0.32.0
+.PHONY: prod-fixtures
+prod-fixtures:
+	flock /tmp/vllm-heavy.lock $(DEV_PYTHON) -m tests.e2e.production --version $(VERSION) $(SCENARIOS)
 
 # Build (first time, ~3 min) or reuse the cached venv holding vLLM 0.32.0 CPU; prints its python.
 vllm-venv:

@@ -79,3 +79,20 @@ def flag(argv: list[str], name: str, value: str | None) -> list[str]:
     if value is not None:
         out += [name, value]
     return out
+
+
+def add_family(text: str, name: str, kind: str, help_: str, samples: list[tuple[dict[str, str], float]],
+               suffix: str = "") -> str:
+    """Append one family in prometheus_client's text format (HELP, TYPE, then `name + suffix{labels} value`), for
+    a family vLLM exports only with hardware or a peer this machine lacks (a KV connector, an offload tier). The
+    HELP text and labels must be copied from vLLM's source, cited by the test; the family must not be there yet."""
+    assert f"# TYPE {name} " not in text, f"{name} is already in the recording"
+    lines = [f"# HELP {name} {help_}", f"# TYPE {name} {kind}"]
+    for labels, value in samples:
+        inner = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+        lines.append(f"{name}{suffix}{{{inner}}} {float(value)!r}")
+    body = text.rstrip("\n")
+    eof = body.endswith("# EOF")  # OpenMetrics (the Rust frontend): the family goes before its end marker
+    if eof:
+        body = body[: -len("# EOF")].rstrip("\n")
+    return body + "\n" + "\n".join(lines) + ("\n# EOF\n" if eof else "\n")

@@ -68,6 +68,18 @@ _ENGINE_GAUGES: list[tuple[str, str, Callable[[EngineReport], float | None]]] = 
      lambda e: None if e.kv_bytes is None else e.kv_bytes.kv_free_bytes),
     ("worst_case_request_bytes", "Bytes one request holds at its worst case (with --model-config).",
      lambda e: None if e.kv_bytes is None else e.kv_bytes.worst_case_request_bytes),
+    ("admission_lookahead_tokens", "Tokens a speculative drafter adds to the admission's per-step gate per "
+     "request (vLLM's num_lookahead_tokens; absent without --speculative-config).",
+     lambda e: None if e.config.num_lookahead_tokens is None else e.config.num_lookahead_tokens.value),
+    ("admission_watermark_blocks", "Blocks vLLM's --watermark keeps free when admitting beside running requests "
+     "(absent without the flag).", lambda e: (e.headroom.admission.watermark_blocks
+                                             if e.headroom.admission and e.config.watermark else None)),
+    ("kv_offload_capacity_tokens", "Tokens the engine's KV offload tiers (host memory) hold at max_model_len; "
+     "never free GPU blocks (absent without an offload tier).",
+     lambda e: None if e.kv_transfer is None else e.kv_transfer.offload_tokens),
+    ("kv_transfer_lease_seconds", "How long a P/D producer holds a finished prefill's blocks for its decode side "
+     "(NIXL's kv_lease_duration; absent without a connector).",
+     lambda e: None if e.kv_transfer is None else e.kv_transfer.lease_seconds),
 ]
 
 

@@ -101,6 +101,18 @@ def parse_version(body: str) -> str | None:
     return str(version) if version else None
 
 
+def parse_frontend(body: str) -> str | None:
+    """The API server in front of the engine, from /version: "rust 0.32.0" when vLLM's Rust frontend answers
+    (`VLLM_USE_RUST_FRONTEND=1`: `{"version":"0.32.0","rust_frontend_version":"0.32.0"}`, seen on this machine
+    with the 0.32.0 wheel's vllm-rs), None for the Python one (its /version has `version` only)."""
+    try:
+        doc: Any = json.loads(body)
+    except ValueError:
+        return None
+    rust = doc.get("rust_frontend_version") if isinstance(doc, dict) else None
+    return f"rust {rust}" if rust else None
+
+
 def auth(api_key: str | None) -> dict[str, str] | None:
     """The headers vLLM's --api-key asks for (on /v1/models; /metrics and /version are open)."""
     return {"Authorization": f"Bearer {api_key}"} if api_key else None
@@ -114,6 +126,7 @@ class ServerInfo:
     models_failed: bool
     version: str | None
     version_answered: bool
+    frontend: str | None = None  # "rust X" when the Rust frontend answered /version (`parse_frontend`)
 
 
 async def server_info(client: httpx.AsyncClient, url: str, timeout: float, api_key: str | None) -> ServerInfo:
@@ -123,10 +136,12 @@ async def server_info(client: httpx.AsyncClient, url: str, timeout: float, api_k
     with contextlib.suppress(ScrapeError):
         models = parse_models(await fetch(client, base + "/v1/models", timeout, 1024 * 1024, auth(api_key)))
     version: str | None = None
+    frontend: str | None = None
     answered = True
     try:
-        version = parse_version(await fetch(client, base + "/version", timeout, 65536))
+        body = await fetch(client, base + "/version", timeout, 65536)
+        version, frontend = parse_version(body), parse_frontend(body)
     except ScrapeError:
         answered = False
-    return ServerInfo(models, models is None, version, answered)
+    return ServerInfo(models, models is None, version, answered, frontend)
 

@@ -163,11 +163,14 @@ class VllmServer:
         pin_cpus: bool = True,
         version: str = PINNED_VERSION,
         frontend: str = "python",
+        truth: Path | None = None,
     ) -> None:
         if frontend not in FRONTENDS or (frontend == "rust" and version != PINNED_VERSION):
             raise ValueError(f"frontend {frontend!r} of vLLM {version}: the Rust frontend runs on {PINNED_VERSION}")
         self.version = version
         self.frontend = frontend
+        # Where the engine-truth recorder (tests/e2e/truth_plugin) writes its per-step lines; None: not loaded.
+        self.truth = truth
         self.max_model_len = max_model_len
         self.block_size = block_size
         self.num_gpu_blocks_override = num_gpu_blocks_override
@@ -253,6 +256,12 @@ class VllmServer:
         # machine-specific paths: kept apart from env_used, which recordings store.
         self.runtime_env = runtime_env
         env = {**os.environ, **self.runtime_env, **self.env_used}
+        if self.truth is not None:
+            from .engine_truth import ENV, stage_plugin
+
+            plugin = stage_plugin(tmp)
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (str(plugin), env.get("PYTHONPATH", "")) if p)
+            env[ENV] = str(self.truth)
         with open(self._log_path, "wb") as log:
             self._proc = subprocess.Popen(
                 self.argv,

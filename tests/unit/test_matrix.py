@@ -24,17 +24,13 @@ from tests.e2e.vllm_server import parse_startup_capacity
 
 RELEASES = [r for r in (load_release(d) for d in release_dirs()) if r.scenarios]
 IDS = [r.name for r in RELEASES]
-# The Rust frontend (vllm-rs, 0.32.0) exports no vllm:cache_config_info, and the sidecar does not yet take
-# capacity from vLLM's --num-gpu-blocks-override or the start-up log (issue 23, item 1): it says "cannot derive
-# capacity: num_gpu_blocks unknown" on every frame. These checks hold for it once that lands (then drop the mark).
-NO_CAPACITY_YET = pytest.mark.xfail(
-    strict=True, raises=AssertionError,
-    reason="issue 23: no cache_config_info behind the Rust frontend, capacity from the command line not read yet")
+# The Rust frontend (vllm-rs, 0.32.0) exports no vllm:cache_config_info: the sidecar takes capacity from vLLM's own
+# --num-gpu-blocks-override on the recorded command line (issue 23, item 1), and every check below holds for it.
 
 
 def judged(releases: list[Release]) -> list[object]:
-    """`releases` as parameters of a check of the sidecar's judgement: the Rust frontend's marked NO_CAPACITY_YET."""
-    return [pytest.param(r, id=r.name, marks=NO_CAPACITY_YET if r.frontend == "rust" else ()) for r in releases]
+    """`releases` as parameters of a check of the sidecar's judgement (the Rust frontend's among them)."""
+    return [pytest.param(r, id=r.name) for r in releases]
 
 
 def release_of(rel: Release) -> tuple[int, int, int]:

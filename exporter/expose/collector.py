@@ -133,18 +133,19 @@ class HeadroomCollector(Collector):
             P + "replicas_needed", "Replicas of this server the requests it holds need at the target utilization: "
             "(running + waiting) / (min(max_num_seqs, floor(blocks / worst-case blocks per request)) x target "
             "utilization), summed over its engines; grows with load. Sum over a model's replicas and scale on "
-            "AverageValue 1. Held at 1 per busy replica when max_num_seqs is unknown (see _basis).", labels=ml)
+            "AverageValue 1. Held at 1 per busy replica when max_num_seqs or the KV capacity is unknown (see "
+            "_basis).", labels=ml)
         demand = GaugeMetricFamily(P + "replica_demand_requests",
                                    "Requests the server holds now (running + waiting), summed over its engines.",
                                    labels=ml)
         capacity = GaugeMetricFamily(
             P + "replica_capacity_requests", "Requests the server runs at once without queueing or preemption: "
             "min(max_num_seqs, floor(blocks / worst-case blocks per request)) summed over its engines; absent "
-            "when max_num_seqs is unknown.", labels=ml)
+            "when max_num_seqs or the KV capacity is unknown.", labels=ml)
         basis = GaugeMetricFamily(
             P + "replicas_needed_basis", "1 for what vllm_headroom_replicas_needed rests on: limit (max_num_seqs, "
             "kv_cache, unknown), max_num_seqs_source (flag, vllm_args, cmdline, inferred, unknown), worst_case "
-            "(profile, max_model_len, in_flight) and conservative (true: held, capacity unknown).",
+            "(profile, max_model_len, in_flight, unknown) and conservative (true: held, capacity unknown).",
             labels=[*ml, "limit", "max_num_seqs_source", "worst_case", "conservative"])
 
         seen_up = GaugeMetricFamily(P + "target_seen_up", "1 once a scrape of the target has succeeded since the "

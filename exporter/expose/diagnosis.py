@@ -484,7 +484,7 @@ def target_json(r: TargetReport) -> dict[str, Any]:
         "engines": ([engine_json(e, r.engines) for e in r.engines] if r.up
                     else [_down_json(r, m, e) for m, e in r.known_engines]),
         "undetermined_engines": [_gap_json(g) for g in r.gaps],
-        # The replica signal per model (one replica: this server, its engines summed); README "Autoscaling".
+        # The replica signal per model (one replica: this server, its engines summed); docs/autoscaling.md.
         "replicas": [replicas_json(s) for s in r.replicas] if r.up else [],
         "notes": list(r.notes),
     }

@@ -29,6 +29,11 @@ R = max(1 if D > 0 else 0, D / (K × u)). It never divides by an unknown and nev
 requests that queue behind the cap make the judgement infer it, and the signal then scales on it. The basis says
 which case holds (`limit`, `max_num_seqs_source`, `worst_case`, `conservative`).
 
+Undetermined engines (an `EngineGap`: blocks or block size unknown, so neither B nor W exists): their requests
+count in D, and the model's signal on this replica is held as above (K from the engines that have one), never
+dropped: a replica missing from the sum would read as demand gone and let the count fall. An undetermined engine
+whose running or waiting gauge is absent holds its replica at 1 even when nothing else shows demand.
+
 Idle: D = 0 gives R = 0 (never NaN: no division by D, C ≥ 1 where it divides). A target that is down exports no
 signal; with no replica at all (scaled to zero) nothing here can see demand: activation needs a signal from in
 front of the engines (the router's or gateway's request count; deploy/autoscaling).
@@ -76,25 +81,35 @@ def check_utilization(u: float) -> float:
     return u
 
 
-def replica_signal(engines: Sequence[EngineReport], target_utilization: float) -> list[ReplicaSignal]:
+def replica_signal(engines: Sequence[EngineReport], target_utilization: float,
+                   undetermined: Sequence[tuple[str, float | None]] = ()) -> list[ReplicaSignal]:
     """One `ReplicaSignal` per model of one target's engine reports (sorted by model name); [] for no engine.
 
+    `undetermined`: (model_name, running + waiting or None when vLLM did not export both) of each engine whose
+    capacity cannot be derived (an `EngineGap`); a model with one is held (see the module docstring).
     Raises ValueError for a target utilisation outside (0, 1].
     """
     u = check_utilization(target_utilization)
     by_model: dict[str, list[EngineReport]] = {}
     for e in engines:
         by_model.setdefault(e.model_name, []).append(e)
+    gaps: dict[str, list[float | None]] = {}
+    for model, held_demand in undetermined:
+        gaps.setdefault(model, []).append(held_demand)
+        by_model.setdefault(model, [])
     out = []
     for model, group in sorted(by_model.items()):
-        demand = sum(e.running + e.waiting for e in group)
+        gap = gaps.get(model, [])
+        demand = sum(e.running + e.waiting for e in group) + sum(int(d) for d in gap if d is not None)
         kv = sum(e.headroom.max_concurrency_profile for e in group)
         caps = [None if e.max_num_seqs is None else min(e.max_num_seqs, e.headroom.max_concurrency_profile)
                 for e in group]
-        sources = {_source(e) for e in group}
+        if gap:
+            caps.append(None)
+        sources = {_source(e) for e in group} | ({UNKNOWN} if gap else set())
         source = UNKNOWN if UNKNOWN in sources else min(sources)  # every engine of a server has one cap
-        worst = {worst_case_basis(e) for e in group}
-        worst_case = next(b for b in (WORST_MAX_MODEL_LEN, WORST_IN_FLIGHT, WORST_PROFILE) if b in worst)
+        worst = {worst_case_basis(e) for e in group} | ({UNKNOWN} if gap else set())
+        worst_case = next(b for b in (UNKNOWN, WORST_MAX_MODEL_LEN, WORST_IN_FLIGHT, WORST_PROFILE) if b in worst)
         capacity = None if any(c is None for c in caps) else sum(c for c in caps if c is not None)
         if capacity is not None and capacity > 0 and all(c for c in caps):
             slots_bind = all(e.max_num_seqs is not None and e.max_num_seqs <= e.headroom.max_concurrency_profile
@@ -103,11 +118,11 @@ def replica_signal(engines: Sequence[EngineReport], target_utilization: float) -
             limit, conservative = (LIMIT_SLOTS if slots_bind else LIMIT_KV), False
         else:
             # Unknown cap, or a pool that holds no worst-case request: hold, raised by the KV bound alone.
-            held = 1.0 if demand > 0 else 0.0
+            held = 1.0 if demand > 0 or None in gap else 0.0
             needed = max(held, demand / (kv * u)) if kv > 0 else held
             limit, conservative = LIMIT_UNKNOWN, True
         out.append(ReplicaSignal(
-            model_name=model, engines=len(group), demand_requests=demand,
+            model_name=model, engines=len(group) + len(gap), demand_requests=demand,
             capacity_requests=capacity if capacity else None, kv_capacity_requests=kv, replicas_needed=needed,
             target_utilization=u, limit=limit, max_num_seqs_source=source, worst_case=worst_case,
             conservative=conservative))

@@ -143,7 +143,7 @@ class ReplicaSignal:
     target_utilization: float  # u
     limit: str  # LIMIT_SLOTS | LIMIT_KV | LIMIT_UNKNOWN: what bounds C
     max_num_seqs_source: str  # a config Source ("flag", "vllm_args", "cmdline", "inferred") or "unknown"
-    worst_case: str  # WORST_PROFILE | WORST_MAX_MODEL_LEN | WORST_IN_FLIGHT
+    worst_case: str  # WORST_PROFILE | WORST_MAX_MODEL_LEN | WORST_IN_FLIGHT | UNKNOWN (an undetermined engine)
     conservative: bool  # R holds the replica count instead of resting on an unknown capacity
 
     @property

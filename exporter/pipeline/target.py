@@ -197,6 +197,7 @@ class Target:
                               rules=snap.rules)
         models_len = self.models.max_model_len if self.models else None
         found = self._cmdline if self.settings.vllm_args is None and self.settings.discover_cmdline else None
+        undetermined: list[tuple[str, float | None]] = []  # engines without capacity: the replica signal holds them
         for e in snap.engines:
             cache = snap.cache_info.get(e.engine) or (next(iter(snap.cache_info.values()), None))
             notes, cfg = self._config(e.engine, args, args_source, cache, snap.data_parallel_engines, models_len, log)
@@ -213,6 +214,8 @@ class Target:
                         "command line), its start-up log (--vllm-startup-log), or --model-config with "
                         "--kv-cache-memory or --gpu-memory"))
                 report.gaps.append(item)
+                held = None if e.running is None or e.waiting is None else e.running + e.waiting
+                undetermined.append((e.model_name, held))
             else:
                 report.engines.append(item)
         # Forget engines that are gone (a restart under another name), so history cannot grow without bound.
@@ -220,7 +223,7 @@ class Target:
         self.histories = {k: v for k, v in self.histories.items() if k in live}
         live_engines = {engine for _model, engine in live}
         self._configs = {k: v for k, v in self._configs.items() if k in live_engines}
-        report.replicas = replica_signal(report.engines, self.settings.target_utilization)
+        report.replicas = replica_signal(report.engines, self.settings.target_utilization, undetermined)
         return report
 
     # -- the HTTP side ----------------------------------------------------------------------------

@@ -6,6 +6,7 @@ recorded flags (max_num_seqs), never from the signal's own code path.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import replace
 
@@ -254,3 +255,54 @@ def test_a_down_target_exports_no_signal() -> None:
 def test_signal_dataclass_demand_ratio() -> None:
     s = ReplicaSignal("m", 1, 6, 4, 10, 6 / (4 * U), U, LIMIT_SLOTS, "flag", "profile", False)
     assert s.demand_ratio == pytest.approx(1.5)
+
+
+RUST = fixtures.ROOT.parent / "vllm-0.32.0-rust"
+
+
+@pytest.mark.parametrize("scenario", ["false-full", "idle"])
+def test_an_engine_without_capacity_holds_its_replica_instead_of_leaving_the_sum(scenario: str) -> None:
+    """The real Rust frontend exports no cache_config_info: without vLLM's flags the engine is undetermined (no
+    blocks, no W). Its replica still reports the signal, held at 1 while vLLM shows requests (0 when idle), with the
+    requests vLLM exported as demand and the basis saying unknown; a replica dropped from the sum would read as
+    demand gone and let HPA scale in."""
+    folder = RUST / scenario
+    meta = json.loads((folder / "meta.json").read_text())
+    text = (folder / "snapshot.prom").read_text()
+    t = Target(Settings("http://vllm:8000", discover_cmdline=False))
+    fixtures.as_recorded(t, meta)
+    t.last = t.observe(1.0, text)
+    assert t.last.engines == [] and t.last.gaps, "the recording must be undetermined without flags"
+    truth = engine_state(text)
+    demand = int((truth["running"] or 0) + (truth["waiting"] or 0))
+    fams = _families(t)
+    ((labels, value),) = fams["vllm_headroom_replicas_needed"]
+    assert labels["model_name"] == t.last.gaps[0].model_name
+    assert value == (1.0 if demand else 0.0)
+    assert fams["vllm_headroom_replica_demand_requests"] == [(labels, float(demand))]
+    assert "vllm_headroom_replica_capacity_requests" not in fams
+    ((blabels, _one),) = fams["vllm_headroom_replicas_needed_basis"]
+    assert (blabels["limit"], blabels["max_num_seqs_source"], blabels["worst_case"], blabels["conservative"]) == \
+        ("unknown", "unknown", "unknown", "true")
+    # The same recording with vLLM's command line: capacity known, the signal scales on it.
+    t = Target(Settings("http://vllm:8000", vllm_args=[str(a) for a in meta["server_argv"]], discover_cmdline=False))
+    fixtures.as_recorded(t, meta)
+    (sig,) = t.observe(1.0, text).replicas
+    assert not sig.conservative and sig.capacity_requests
+
+
+def test_an_undetermined_engine_with_no_queue_gauges_is_held_at_one() -> None:
+    (sig,) = replica_signal([], U, [("m", None)])
+    assert sig.replicas_needed == 1.0 and sig.conservative and sig.demand_requests == 0
+    (idle,) = replica_signal([], U, [("m", 0.0)])
+    assert idle.replicas_needed == 0.0 and idle.conservative
+
+
+def test_one_undetermined_engine_beside_a_known_one_holds_the_replica() -> None:
+    (_t, report), *_ = [(t, r) for t, r in timeline("false-full") if r.engines and r.engines[0].waiting > 0]
+    (e,) = report.engines
+    (known,) = replica_signal([e], U)
+    (mixed,) = replica_signal([e], U, [(e.model_name, 3.0)])
+    assert not known.conservative and mixed.conservative and mixed.capacity_requests is None
+    assert mixed.demand_requests == known.demand_requests + 3 and mixed.engines == 2
+    assert mixed.replicas_needed >= 1.0

@@ -113,8 +113,11 @@ def autoscaling_verdict(b9: dict[str, Any], shape: str) -> tuple[bool, str]:
 def autoscaling(b9: dict[str, Any]) -> list[str]:
     shapes = b9["shapes"]
     v = b9["vllm"]
-    out = ["", "## 9. Autoscaling signals in a closed loop (issue 24, `python -m bench.b9_autoscaling`)", "",
-           f"{_when(b9)}; load avg (1/5/15 min) {b9['loadavg'][0]} before, {b9['loadavg'][1]} after"
+    # A partial file (the run stopped early) has no overall load: the first run's before, the last run's after.
+    load = b9["loadavg"] or ([b9["runs"][0]["loadavg_before"], b9["runs"][-1]["loadavg_after"]] if b9["runs"] else
+        ["?", "?"])
+    out = ["", "## 9. Autoscaling signals in a closed loop (issue 24, `bench/run b9_autoscaling`)", "",
+           f"{_when(b9)}; load avg (1/5/15 min) {load[0]} before, {load[1]} after"
            f"{' (partial: the run stopped early)' if b9.get('partial') else ''}. {b9['replicas'][1]} real vLLM "
            f"0.32.0 CPU servers of the tiny model (max_num_seqs {v['max_num_seqs']}, {v['num_gpu_blocks']} KV blocks "
            f"of {v['block_size']}, max_model_len {v['max_model_len']}, ~{b9.get('memory_mb_per_server', '?')} MB each,"
@@ -136,12 +139,13 @@ def autoscaling(b9: dict[str, Any]) -> list[str]:
                 f"completes {shape['completions_per_s']:.2f} requests/s at p50 {shape['latency_p50_s']:.2f} s; "
                 f"{shape['requests']} requests over {shape['duration_s']:g} s). Goal {_ok(met)}: {why}.", "",
                 "| signal | TTFT p95 | TTFT p50 | vLLM queue time p95 | replica-seconds | mean / max replicas | "
-                "scale events | direction changes | errors | load avg after |",
-                "|---|---|---|---|---|---|---|---|---|---|"]
+                "scale events | direction changes | replicas over time (count@s) | errors | load avg after |",
+                "|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in (r for r in b9["runs"] if r["shape"] == name):
             out.append(f"| {r['signal']} | {r['ttft_p95_s']:.2f} s | {_f(r['ttft_p50_s'])} s | "
                        f"{_f(r['queue_time_p95_s'])} s | {r['replica_seconds']:.0f} | {r['mean_replicas']:.2f} / "
-                       f"{r['max_replicas']} | {r['scale_events']} | {r['direction_changes']} | {r['errors']} | "
+                       f"{r['max_replicas']} | {r['scale_events']} | {r['direction_changes']} | "
+                       f"{' → '.join(f'{n}@{t:g}' for t, n in r['events'])} | {r['errors']} | "
                        f"{r.get('loadavg_after', '?')} |")
         out.append("")
     return out

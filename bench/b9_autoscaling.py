@@ -173,8 +173,14 @@ class Router:
 
 
 def metrics(url: str, client: httpx.Client) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """Every sample of `url`/metrics. One retry on a transport error: the poll period (5 s) equals uvicorn's
+    keep-alive timeout, so a pooled connection is sometimes closed by the server just as it is reused."""
+    try:
+        text = client.get(f"{url}/metrics", timeout=5).text
+    except httpx.TransportError:
+        text = client.get(f"{url}/metrics", timeout=10).text
     out: dict[str, list[tuple[dict[str, str], float]]] = {}
-    for fam in text_string_to_metric_families(client.get(f"{url}/metrics", timeout=5).text):
+    for fam in text_string_to_metric_families(text):
         for s in fam.samples:
             out.setdefault(s.name, []).append((s.labels, s.value))
     return out

@@ -151,7 +151,8 @@ class HeadroomCollector(Collector):
         basis = GaugeMetricFamily(
             P + "replicas_needed_basis", "1 for what vllm_headroom_replicas_needed rests on: limit (max_num_seqs, "
             "kv_cache, unknown), max_num_seqs_source (flag, vllm_args, cmdline, inferred, unknown), worst_case "
-            "(profile, max_model_len, in_flight, unknown) and conservative (true: held, capacity unknown).",
+            "(profile, in_flight, in_flight_thin, max_model_len, unknown) and conservative (true: held, capacity "
+            "unknown).",
             labels=[*ml, "limit", "max_num_seqs_source", "worst_case", "conservative"])
 
         seen_up = GaugeMetricFamily(P + "target_seen_up", "1 once a scrape of the target has succeeded since the "

@@ -7,8 +7,13 @@ Per model served by the target:
   D = Σ (running + waiting) over the target's engines: the requests the replica holds now. It grows with load
       without bound while the replicas cannot keep up (the queue grows), unlike headroom, which falls to 0.
   K = Σ floor(B / W) over the engines: the requests each engine's KV pool holds at once if every request reaches
-      the profile's worst case W (the judgement's W: at max_model_len while the profile is thin, floored by the
-      blocks requests in flight already hold when the profile is stale).
+      the profile's worst case W (the judgement's W, floored by the blocks requests in flight already hold when
+      the profile is stale). While the profile is thin (fewer than 20 finished requests) W is not known: it lies
+      between the blocks the requests in flight hold on average (they only grow) and max_model_len. R scales out
+      only on what holds over that whole range, so K takes the range's upper end, floor(B / ceil(used / running))
+      (`worst_case="in_flight_thin"`): a max_model_len W is a risk, not a capacity, and would ask a 32k-context
+      server holding 256 short requests for 14 replicas where it runs them all. Nothing in flight and a thin
+      profile: K is unknown and R is held (below).
   S = max_num_seqs of the answer: stated (our flag, --vllm-args, vLLM's command line) or inferred by the
       judgement from the running plateau while requests waited beside room, which is a lower bound of the real
       cap (running never exceeds it), so a capacity on it is never above the real one.
@@ -22,7 +27,8 @@ queue grows, Σ R grows and the count rises; once nothing waits, Σ R = λ × T 
 rate λ, time in the engine T), which does not depend on how many replicas share the load: the count settles there
 and falls when λ does.
 
-Unknown capacity (max_num_seqs neither stated nor inferred, or a pool that cannot hold one worst-case request):
+Unknown capacity (max_num_seqs neither stated nor inferred, W unknown (thin profile, nothing in flight), or a pool
+that cannot hold one worst-case request):
 the cap could be anything from the running count to K, so no scale-down can be justified and R is held at one
 replica per replica that holds requests, raised only by the KV bound that holds whatever the cap:
 R = max(1 if D > 0 else 0, D / (K × u)). It never divides by an unknown and never moves the count on a guess;
@@ -51,20 +57,35 @@ LIMIT_KV = "kv_cache"
 LIMIT_UNKNOWN = "unknown"
 # Where W comes from.
 WORST_PROFILE = "profile"
-WORST_MAX_MODEL_LEN = "max_model_len"  # thin profile (or none): every request may reach max_model_len
+WORST_MAX_MODEL_LEN = "max_model_len"  # thin profile (or none) and nothing in flight: K unknown, R held
+WORST_THIN = "in_flight_thin"  # thin profile: K at the upper end of its range, from the blocks in flight
 WORST_IN_FLIGHT = "in_flight"  # stale profile: requests in flight already hold more than it says
 UNKNOWN = "unknown"
 
 
 def worst_case_basis(e: EngineReport) -> str:
-    """Where the engine's worst case W comes from: the profile, max_model_len (thin or no profile), or the blocks
-    requests in flight hold (stale profile)."""
+    """Where the engine's worst case W comes from: the profile, the blocks requests in flight hold (stale profile:
+    `in_flight`; thin profile: `in_flight_thin`), or max_model_len (thin or no profile, nothing in flight)."""
     p = e.profile
     if p is None or p.thin or e.max_tokens is None:
-        return WORST_MAX_MODEL_LEN
+        return WORST_THIN if e.running > 0 and e.headroom.kv_used_blocks > 0 else WORST_MAX_MODEL_LEN
     if p.stale:
         return WORST_IN_FLIGHT
     return WORST_PROFILE
+
+
+def kv_capacity_requests(e: EngineReport) -> int | None:
+    """K of one engine (requests its pool holds at once at W), or None when a thin profile and nothing in flight
+    leave W unknown. Thin profile with requests in flight: floor(B / ceil(used blocks / running)), the upper end
+    of K's range (a request's blocks only grow), never below the max_model_len bound."""
+    basis = worst_case_basis(e)
+    h = e.headroom
+    if basis == WORST_MAX_MODEL_LEN:
+        return None
+    if basis == WORST_THIN:
+        per_request = -(-h.kv_used_blocks // e.running)
+        return max(h.max_concurrency_profile, h.kv_capacity_blocks // per_request)
+    return h.max_concurrency_profile
 
 
 def _source(e: EngineReport) -> str:
@@ -101,19 +122,21 @@ def replica_signal(engines: Sequence[EngineReport], target_utilization: float,
     for model, group in sorted(by_model.items()):
         gap = gaps.get(model, [])
         demand = sum(e.running + e.waiting for e in group) + sum(int(d) for d in gap if d is not None)
-        kv = sum(e.headroom.max_concurrency_profile for e in group)
-        caps = [None if e.max_num_seqs is None else min(e.max_num_seqs, e.headroom.max_concurrency_profile)
-                for e in group]
+        kvs = [kv_capacity_requests(e) for e in group]
+        kv = sum(k for k in kvs if k is not None) if all(k is not None for k in kvs) else 0
+        caps = [None if e.max_num_seqs is None or k is None else min(e.max_num_seqs, k)
+                for e, k in zip(group, kvs, strict=True)]
         if gap:
             caps.append(None)
         sources = {_source(e) for e in group} | ({UNKNOWN} if gap else set())
         source = UNKNOWN if UNKNOWN in sources else min(sources)  # every engine of a server has one cap
         worst = {worst_case_basis(e) for e in group} | ({UNKNOWN} if gap else set())
-        worst_case = next(b for b in (UNKNOWN, WORST_MAX_MODEL_LEN, WORST_IN_FLIGHT, WORST_PROFILE) if b in worst)
+        worst_case = next(b for b in (UNKNOWN, WORST_MAX_MODEL_LEN, WORST_THIN, WORST_IN_FLIGHT, WORST_PROFILE)
+                          if b in worst)
         capacity = None if any(c is None for c in caps) else sum(c for c in caps if c is not None)
         if capacity is not None and capacity > 0 and all(c for c in caps):
-            slots_bind = all(e.max_num_seqs is not None and e.max_num_seqs <= e.headroom.max_concurrency_profile
-                             for e in group)
+            slots_bind = all(e.max_num_seqs is not None and k is not None and e.max_num_seqs <= k
+                             for e, k in zip(group, kvs, strict=True))
             needed = demand / (capacity * u)
             limit, conservative = (LIMIT_SLOTS if slots_bind else LIMIT_KV), False
         else:

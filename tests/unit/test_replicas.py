@@ -24,6 +24,7 @@ from exporter.pipeline.replicas import (
     LIMIT_SLOTS,
     LIMIT_UNKNOWN,
     WORST_MAX_MODEL_LEN,
+    WORST_THIN,
     ReplicaSignal,
     replica_signal,
 )
@@ -54,7 +55,7 @@ def stated_cap(scenario: str) -> int:
     return int(argv[argv.index("--max-num-seqs") + 1])
 
 
-@pytest.mark.parametrize("scenario", ["false-full", "kv-full", "preemption", "workload-switch", "idle"])
+@pytest.mark.parametrize("scenario", ["false-full", "kv-full", "preemption", "workload-switch"])
 def test_replicas_needed_is_demand_over_worst_case_capacity(scenario: str) -> None:
     """With max_num_seqs stated, R = (running + waiting) / (min(max_num_seqs, floor(B / W)) x u) on every frame,
     running and waiting as vLLM exported them; the limit names which term binds."""
@@ -69,6 +70,8 @@ def test_replicas_needed_is_demand_over_worst_case_capacity(scenario: str) -> No
         demand = int((truth["running"] or 0) + (truth["waiting"] or 0))
         kv = e.headroom.max_concurrency_profile
         assert sig.demand_requests == demand
+        if e.profile is None or e.profile.thin:
+            continue  # W unknown: test_a_thin_profile_scales_only_on_what_holds_over_its_whole_range
         if kv == 0:
             assert sig.limit == LIMIT_UNKNOWN and sig.conservative
             continue
@@ -115,6 +118,9 @@ def test_unknown_cap_holds_one_replica_per_busy_replica_until_the_judgement_infe
                 assert sig.limit == LIMIT_UNKNOWN and sig.max_num_seqs_source == "unknown"
                 assert sig.capacity_requests is None
                 kv = e.headroom.max_concurrency_profile
+                running, used = e.running, e.headroom.kv_used_blocks
+                if e.profile is None or e.profile.thin:  # W's range: K at its upper end, unknown with nothing in flight
+                    kv = max(kv, e.headroom.kv_capacity_blocks // math.ceil(used / running)) if running and used else 0
                 bound = demand / (kv * U) if kv else 0.0
                 assert sig.replicas_needed == pytest.approx(max(1.0 if demand else 0.0, bound))
                 held += demand > 0
@@ -128,18 +134,48 @@ def test_unknown_cap_holds_one_replica_per_busy_replica_until_the_judgement_infe
     assert held > 0 and inferred > 0
 
 
-def test_thin_profile_takes_the_worst_case_at_max_model_len() -> None:
-    """A recording from a fresh server (the head-of-line one: fewer than 20 finished requests) sizes W at
-    max_model_len, and the basis says so."""
-    seen = 0
-    for _text, report in timeline("head-of-line"):
-        for sig in replica_signal(report.engines, U):
-            (e,) = report.engines
-            assert e.profile is not None and e.profile.thin
-            assert sig.worst_case == WORST_MAX_MODEL_LEN
-            assert e.headroom.worst_case_blocks_profile == e.headroom.worst_case_blocks_max_model_len
-            seen += 1
+def _thin_frames(scenario: str) -> list[tuple[str, EngineReport]]:
+    out = []
+    for text, report in timeline(scenario):
+        for e in report.engines:
+            if e.profile is None or e.profile.thin:
+                out.append((text, e))
+    return out
+
+
+@pytest.mark.parametrize("scenario", ["head-of-line", "prod-burst"])
+def test_a_thin_profile_scales_only_on_what_holds_over_its_whole_range(scenario: str) -> None:
+    """Fewer than 20 finished requests: W lies between the blocks requests in flight hold (they only grow) and
+    max_model_len. The signal scales on the upper end of K's range, floor(B / ceil(used / running)) with used and
+    running as vLLM exported them, never on a max_model_len W (prod-burst: 32k max_model_len, 256 short requests
+    running, which R at max_model_len would send to ~14 replicas); nothing in flight: K unknown, R held."""
+    cap = stated_cap(scenario)
+    seen = held = 0
+    for text, e in _thin_frames(scenario):
+        (sig,) = replica_signal([e], U)
+        truth = engine_state(text)
+        running = int(truth["running"] or 0)
+        demand = running + int(truth["waiting"] or 0)
+        used = e.headroom.kv_used_blocks
+        if running == 0 or used == 0:
+            assert sig.worst_case == WORST_MAX_MODEL_LEN and sig.conservative
+            assert sig.replicas_needed == (1.0 if demand else 0.0)
+            held += 1
+            continue
+        kv = max(e.headroom.kv_capacity_blocks // math.ceil(used / running), e.headroom.max_concurrency_profile)
+        assert sig.worst_case == WORST_THIN and not sig.conservative
+        assert sig.capacity_requests == min(cap, kv)
+        assert sig.replicas_needed == pytest.approx(demand / (min(cap, kv) * U))
+        # Never above what the max_model_len bound would say: the guess cannot scale out.
+        assert sig.replicas_needed <= demand / (min(cap, max(1, e.headroom.max_concurrency_profile)) * U) + 1e-9
+        seen += 1
     assert seen > 0
+    if scenario == "prod-burst":
+        # The burst's deepest queue: the slots bind (256), not a max_model_len W that holds ~19 requests.
+        e = max((e for _t, e in _thin_frames(scenario)), key=lambda e: e.running + e.waiting)
+        (busiest,) = replica_signal([e], U)
+        assert busiest.limit == LIMIT_SLOTS and busiest.capacity_requests == cap == 256
+        assert busiest.replicas_needed * 10 < busiest.demand_requests / (e.headroom.max_concurrency_profile * U)
 
 
 def _busiest(scenario: str) -> EngineReport:
@@ -288,7 +324,11 @@ def test_an_engine_without_capacity_holds_its_replica_instead_of_leaving_the_sum
     t = Target(Settings("http://vllm:8000", vllm_args=[str(a) for a in meta["server_argv"]], discover_cmdline=False))
     fixtures.as_recorded(t, meta)
     (sig,) = t.observe(1.0, text).replicas
-    assert not sig.conservative and sig.capacity_requests
+    assert sig.worst_case != "unknown" and sig.kv_capacity_requests is not None
+    if demand:  # requests in flight bound K's range; idle with a thin profile leaves W (so K) unknown: held at 0
+        assert not sig.conservative and sig.capacity_requests
+    else:
+        assert sig.replicas_needed == 0.0
 
 
 def test_an_undetermined_engine_with_no_queue_gauges_is_held_at_one() -> None:

@@ -94,7 +94,71 @@ def goals(b: dict[str, dict[str, Any] | None]) -> list[str]:
         rows.append(f"| rules file ≤ 40 KB | {sz['new']['bytes'] / 1000:.1f} KB ({sz['new']['label_replace']} "
                     f"label_replace), old {sz['old']['bytes'] / 1000:.1f} KB ({sz['old']['label_replace']}) | "
                     f"{_ok(sz['new']['bytes'] <= 40_000)} |")
+    if (b9 := b.get("b9_autoscaling")) is not None:
+        for shape in b9["shapes"]:
+            met, why = autoscaling_verdict(b9, shape)
+            rows.append(f"| autoscaling, {shape}: best TTFT p95 of 3 signals at ≤ the cheapest's replica-seconds, "
+                        f"no oscillation | {why} | {_ok(met)} |")
     return rows
+
+
+def autoscaling_verdict(b9: dict[str, Any], shape: str) -> tuple[bool, str]:
+    """Issue 24's goal for one shape: ours has the best TTFT p95 of the three at no more replica-seconds than the
+    cheapest, and no signal of ours oscillates (fewer than 2 changes of scale direction)."""
+    runs = {r["signal"]: r for r in b9["runs"] if r["shape"] == shape}
+    ours = runs.get("ours")
+    if ours is None or len(runs) < 3:
+        return False, "not measured"
+    best_ttft = min(r["ttft_p95_s"] for r in runs.values())
+    cheapest = min(r["replica_seconds"] for r in runs.values())
+    met = (ours["ttft_p95_s"] <= best_ttft + 1e-9 and ours["replica_seconds"] <= cheapest + 1e-9
+           and ours["direction_changes"] < 2)
+    others = [r for n, r in runs.items() if n != "ours"]
+    return met, (f"TTFT p95 {ours['ttft_p95_s']:.2f} s (best of the others "
+                 f"{min(r['ttft_p95_s'] for r in others):.2f} s), {ours['replica_seconds']:.0f} replica-s (cheapest "
+                 f"of the others {min(r['replica_seconds'] for r in others):.0f}), {ours['direction_changes']} "
+                 "direction changes")
+
+
+def autoscaling(b9: dict[str, Any]) -> list[str]:
+    shapes = b9["shapes"]
+    v = b9["vllm"]
+    # A partial file (the run stopped early) has no overall load: the first run's before, the last run's after.
+    load = b9["loadavg"] or ([b9["runs"][0]["loadavg_before"], b9["runs"][-1]["loadavg_after"]] if b9["runs"] else
+        ["?", "?"])
+    out = ["", "## 9. Autoscaling signals in a closed loop (issue 24, `bench/run b9_autoscaling`)", "",
+           f"{_when(b9)}; load avg (1/5/15 min) {load[0]} before, {load[1]} after"
+           f"{' (partial: the run stopped early)' if b9.get('partial') else ''}. {b9['replicas'][1]} real vLLM "
+           f"0.32.0 CPU servers of the tiny model (max_num_seqs {v['max_num_seqs']}, {v['num_gpu_blocks']} KV blocks "
+           f"of {v['block_size']}, max_model_len {v['max_model_len']}, ~{b9.get('memory_mb_per_server', '?')} MB each,"
+           f" started in {b9.get('startup_s', '?')} s) behind {b9['router']}; each engine step paced to at least "
+           f"{b9['step'][0]:g} ms + {b9['step'][1]:g} ms per token (bench/pace: unpaced, one engine with work takes "
+           f"1.5 of the 2 cores and replicas add nothing). HPA's algorithm: tolerance {b9['tolerance']}, every "
+           f"{b9['poll_s']:g} s (KEDA's 30 s), scale-down window {b9['down_window_s']:g} s (300 s), up 0 s, "
+           f"replicas {b9['replicas'][0]}-{b9['replicas'][1]}; time scaled down {b9['scale']:g}x uniformly (a "
+           f"request's engine time stands for one {b9['scale']:g}x as long). The same seeded Poisson load per shape "
+           "for every signal: 0.5 replica's worth, a ramp to 2.3, a burst of 3 x max_num_seqs at once, a fall to 0.7.",
+           "", "Signals: " + "; ".join(f"**{k}** {d}" for k, d in b9["signals"].items()) + ".", "",
+           "TTFT = time to the first streamed token at the client (queue + one prefill step); vLLM's queue time is "
+           "its own `request_queue_time_seconds` histogram over the run (first bucket 0.3 s, so coarse below it). "
+           "Replica-seconds at bench time (x scale for full time); direction changes = up-then-down or "
+           "down-then-up turns of the replica count.", ""]
+    for name, shape in shapes.items():
+        met, why = autoscaling_verdict(b9, name)
+        out += [f"**{name}** (prompt {shape['prompt']}, max_tokens {shape['max_tokens']}; one replica kept full "
+                f"completes {shape['completions_per_s']:.2f} requests/s at p50 {shape['latency_p50_s']:.2f} s; "
+                f"{shape['requests']} requests over {shape['duration_s']:g} s). Goal {_ok(met)}: {why}.", "",
+                "| signal | TTFT p95 | TTFT p50 | vLLM queue time p95 | replica-seconds | mean / max replicas | "
+                "scale events | direction changes | replicas over time (count@s) | errors | load avg after |",
+                "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in (r for r in b9["runs"] if r["shape"] == name):
+            out.append(f"| {r['signal']} | {r['ttft_p95_s']:.2f} s | {_f(r['ttft_p50_s'])} s | "
+                       f"{_f(r['queue_time_p95_s'])} s | {r['replica_seconds']:.0f} | {r['mean_replicas']:.2f} / "
+                       f"{r['max_replicas']} | {r['scale_events']} | {r['direction_changes']} | "
+                       f"{' → '.join(f'{n}@{t:g}' for t, n in r['events'])} | {r['errors']} | "
+                       f"{r.get('loadavg_after', '?')} |")
+        out.append("")
+    return out
 
 
 def details(b: dict[str, dict[str, Any] | None]) -> list[str]:
@@ -219,12 +283,14 @@ def details(b: dict[str, dict[str, Any] | None]) -> list[str]:
         for name in ("old", "new"):
             groups = ", ".join(f"{g} {ms:.1f} ms" for g, ms in last["slowest_groups"][name].items())
             out.append(f"\n- {name}, {last['pods']} pods, each group's last evaluation: {groups}")
+    if (b9 := b.get("b9_autoscaling")) is not None:
+        out += autoscaling(b9)
     return out
 
 
 def main() -> None:
     names = ["b1_parse", "b2_sidecar", "b3_fleet", "b4_load", "b5_detect", "b6_vllm_cost", "fleet_variants",
-             "b7_status_page", "b8_rules_cost"]
+             "b7_status_page", "b8_rules_cost", "b9_autoscaling"]
     b = {n: _load(n) for n in names}
     m = machine()
     lines = ["# vllm-headroom benchmarks (issue #7)", "",

@@ -300,6 +300,22 @@ def admission(cfg: Config = DEFAULT) -> dash.Dashboard:
         .with_target(q(f"max(instance_engine:vllm_request_max_tokens:bucket_quantile{{{V}}})",
                        "max_tokens (worst-case profile)", "F")))
 
+    # The replica signal: one series per replica (sidecar target) and model, no engine label.
+    rs = POD + ',model_name=~"$model_name"'
+    basis = per_engine(cfg, f"vllm_headroom_replicas_needed_basis{{{rs}}}")
+    held = per_engine(cfg, f'vllm_headroom_replicas_needed_basis{{conservative="true",{rs}}}')
+    d = d.with_panel(
+        _ts("Replicas needed (replica signal)",
+            "What KEDA or an HPA at AverageValue 1 scales to (deploy/autoscaling, on the recording rule "
+            "model_name:vllm_headroom_replicas_needed:sum): ceil of the sum over the selected replicas of (running + "
+            "waiting) / (min(max_num_seqs, floor(blocks / worst-case blocks per request)) x the sidecars' target "
+            "utilization); beside it the replicas reporting it and those held at one because max_num_seqs is unknown "
+            f"(state it to let them scale down). {NEEDS_SIDECAR}.", "short", 24)
+        .with_target(q(f"ceil(sum by (model_name) ({per_engine(cfg, f'vllm_headroom_replicas_needed{{{rs}}}')}))",
+                       "needed {{model_name}}", "A"))
+        .with_target(q(f"count by (model_name) ({basis})", "replicas {{model_name}}", "B"))
+        .with_target(q(f"sum by (model_name) ({held} or {basis} * 0)", "held {{model_name}}", "C")))
+
     d = d.with_row(dash.Row("Capacity ledger"))
     key = "who, model_name, engine"
     ledger = _merge_table(

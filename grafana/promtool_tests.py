@@ -1112,6 +1112,49 @@ def _labels(metric: str, lb: Labels) -> str:
     return metric + "{" + ",".join(f'{k}="{v}"' for k, v in sorted(lb.items())) + "}"
 
 
+# The replica signal on a ramp (issue 24): each sidecar's vllm_headroom_replicas_needed is (running + waiting) /
+# (4 requests per replica x 0.8). Demand in the engines rises from 2 to 6 requests on one replica (it runs 4, 2
+# wait), HPA (AverageValue 1) adds a second, the queue drains and the sum stays at 1.875: desired ceil(1.875) = 2, the
+# count it has. Demand rises to 9 on two, a third joins, 3 + 3 + 3 gives 2.8125: 3 again. Then idle: 0, not NaN.
+# Pod a is scraped by two jobs (counted once). (from minute, R of pod a, b, c; None: the pod does not exist yet)
+REPLICAS_RULE = "model_name:vllm_headroom_replicas_needed:sum"
+REPLICA_RAMP: list[tuple[float, tuple[float | None, float | None, float | None]]] = [
+    (0, (2 / 3.2, None, None)), (4, (6 / 3.2, None, None)), (6, (3 / 3.2, 3 / 3.2, None)),
+    (14, (5 / 3.2, 4 / 3.2, None)), (16, (3 / 3.2, 3 / 3.2, 3 / 3.2)), (24, (0.0, 0.0, 0.0))]
+# eval time -> (the recorded sum, HPA's desired replicas = ceil(sum), the replicas there are then)
+REPLICA_CHECKS = {"3m": (0.625, 1, 1), "5m": (1.875, 2, 1), "10m": (1.875, 2, 2), "15m": (2.8125, 3, 2),
+                  "20m": (2.8125, 3, 3), "28m": (0.0, 0, 3)}
+
+
+def replica_ramp_test(interval: str, rule_name: str) -> dict[str, Any]:
+    clock = Clock(parse_duration(interval))
+
+    def value(pod: int, t: float) -> Value:
+        now = [r for start, r in REPLICA_RAMP if start * 60 <= t][-1]
+        return now[pod]
+
+    series = []
+    for pod, (name, ip) in enumerate([("vllm-a", "10.0.0.1"), ("vllm-b", "10.0.0.2"), ("vllm-c", "10.0.0.3")]):
+        jobs = ["vllm-headroom", "kubernetes-pods"] if pod == 0 else ["vllm-headroom"]
+        for job in jobs:
+            labels = (f'job="{job}",namespace="llm",pod="{name}",instance="{ip}:9478",'
+                      f'target="http://127.0.0.1:8000",model_name="{MODEL}"')
+            series.append({"series": f"vllm_headroom_replicas_needed{{{labels}}}",
+                           "values": _encode([value(pod, t) for t in clock.times])})
+    where = {"model_name": MODEL, "namespace": "llm"}
+    checks = []
+    for at, (total, desired, current) in REPLICA_CHECKS.items():
+        checks.append({"expr": rule_name, "eval_time": at,
+                       "exp_samples": [{"labels": _labels(rule_name, where), "value": total}]})
+        # HPA at AverageValue 1: ceil(current x (value / current) / 1); the current count cancels.
+        hpa = f"ceil({current} * ({rule_name} / {current}) / 1)"
+        checks.append({"expr": hpa, "eval_time": at,
+                       "exp_samples": [{"labels": "{" + ",".join(f'{k}="{v}"' for k, v in sorted(where.items())) + "}",
+                                        "value": desired}]})
+    return {"name": f"replica signal converges on a ramp [scrape {interval}]", "interval": interval,
+            "input_series": series, "promql_expr_test": checks}
+
+
 def promtool_tests(cfg: Config, rule_file: str, intervals: tuple[str, ...] = INTERVALS,
                    only: Callable[[Case], bool] | None = None) -> dict[str, Any]:
     """The suite: every case (or those `only` keeps) at every interval."""
@@ -1141,6 +1184,7 @@ def promtool_tests(cfg: Config, rule_file: str, intervals: tuple[str, ...] = INT
                      "exp_samples": [{"labels": _labels(expr, lb), "value": v} for lb, v in samples]}
                     for expr, samples in c.exprs]
             tests.append(test)
+        tests.append(replica_ramp_test(interval, REPLICAS_RULE))
     return {"rule_files": [rule_file], "evaluation_interval": "1m", "tests": tests}
 
 

@@ -509,6 +509,11 @@ def fleet_rules(cfg: Config) -> list[tuple[str, str]]:
         ("model_name:vllm_kv_false_full_engines:sum", per_model(f"{R}vllm_kv_false_full:bool")),
         ("model_name:vllm_kv_full_engines:sum", per_model(f"{R}vllm_kv_full:bool")),
         (f"model_name:vllm_num_preemptions:rate{w}", per_model(f"{R}vllm_num_preemptions:rate{w}")),
+        # The replica signal (exporter/pipeline/replicas.py): one series per replica (sidecar target) and model,
+        # summed: the replicas the model's demand needs at the sidecars' target utilization. KEDA or HPA scale on it
+        # with AverageValue 1 (deploy/autoscaling). Instant values, no scrape-gap bridge: a replica that is gone must
+        # not keep counting; a blip only lowers it, and HPA's 300 s scale-down window holds the count.
+        ("model_name:vllm_headroom_replicas_needed:sum", per_model("vllm_headroom_replicas_needed")),
     ]
 
 

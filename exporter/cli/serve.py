@@ -21,6 +21,7 @@ from .flags import (
     base_url,
     check_target_url,
     duration,
+    fraction,
     max_bytes,
     opt,
     scrape_interval,
@@ -53,6 +54,10 @@ def register(sub: Any) -> None:
     add(g, "--models.interval", duration, defaults.MODELS_INTERVAL,
         help="how often to read /v1/models and /version")
     add(g, "--log.level", default="info", choices=["debug", "info", "warning", "error"], help="log level")
+    g = p.add_argument_group("autoscaling")
+    add(g, "--autoscaling.target-utilization", fraction, defaults.TARGET_UTILIZATION,
+        help="share of a replica's worst-case capacity the replica signal (vllm_headroom_replicas_needed) fills; "
+        "1 - this is the headroom kept")
     add_config_flags(p)
     p.set_defaults(run=run)
 

@@ -74,6 +74,7 @@ def settings_for(url: str, args: argparse.Namespace) -> Settings:
         draft_shape=draft,
         startup_log=opt(args, "vllm_startup_log"),
         kv_pool=pool,
+        target_utilization=opt(args, "autoscaling.target_utilization") or defaults.target_utilization,
     )
 
 

@@ -41,6 +41,11 @@ VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS: Final = 2048
 # Every device class's default (the same rule): what an unknown budget may be, where a figure depends on it.
 VLLM_MAX_NUM_BATCHED_TOKENS_DEFAULTS: Final = (2048, 8192, 16384)
 
+# -- autoscaling (the replica signal, exporter/pipeline/replicas.py) ---------------------------------------
+# Share of a replica's worst-case capacity (min(max_num_seqs, floor(B / W))) the replica signal fills: 0.8 keeps
+# 20 % headroom for arrivals between two autoscaler periods.
+TARGET_UTILIZATION: Final = 0.8
+
 # -- demo and replay -----------------------------------------------------------------------------------
 DEMO_LISTEN_ADDRESS: Final = "127.0.0.1:9478"
 DEMO_SPEED: Final = 4.0

@@ -12,6 +12,7 @@ from prometheus_client.registry import Collector
 
 from .. import __version__
 from ..engines.vllm import VLLM
+from ..pipeline import derive
 from ..pipeline.report import EngineReport, TargetStatus
 from ..pipeline.target import Target
 from ..pipeline.verdict import Verdict
@@ -42,6 +43,10 @@ _ENGINE_GAUGES: list[tuple[str, str, Callable[[EngineReport], float | None]]] = 
     ("safe_headroom_requests",
      "More requests that fit if every request reaches max_tokens; negative means oversubscribed.",
      lambda e: e.headroom.safe_headroom_requests),
+    ("worst_case_headroom_requests",
+     "Requests the engine can take now and still hold if every request reaches max_tokens: "
+     "max(0, min(max_num_seqs - running, safe headroom)); the safe headroom alone when max_num_seqs is unknown.",
+     lambda e: derive.worst_case_headroom(e.headroom.slot_headroom_requests, e.headroom.safe_headroom_requests)),
     ("slot_headroom_requests", "Free slots under max_num_seqs (absent when max_num_seqs is unknown).",
      lambda e: e.headroom.slot_headroom_requests),
     ("panel_usage_ratio", "vLLM's own KV-cache usage fraction (what the usual panel shows).",
@@ -171,6 +176,26 @@ class HeadroomCollector(Collector):
             P + "attention_info", "1, labelled with what vLLM's start-up log (--vllm-startup-log) says: the "
             "attention backend it selected, the block size in effect and asked, the KV cache dtype in effect; empty "
             "where it says nothing.", labels=[*tl, "backend", "block_size", "block_size_asked", "kv_cache_dtype"])
+        ml = [*tl, "model_name"]  # the replica signal: one series per replica (target) and model, engines summed
+        needed = GaugeMetricFamily(
+            P + "replicas_needed", "Replicas of this server the requests it holds need at the target utilization: "
+            "(running + waiting) / (min(max_num_seqs, floor(blocks / worst-case blocks per request)) x target "
+            "utilization), summed over its engines; grows with load. Sum over a model's replicas and scale on "
+            "AverageValue 1. Held at 1 per busy replica when max_num_seqs or the KV capacity is unknown (see "
+            "_basis).", labels=ml)
+        demand = GaugeMetricFamily(P + "replica_demand_requests",
+                                   "Requests the server holds now (running + waiting), summed over its engines.",
+                                   labels=ml)
+        capacity = GaugeMetricFamily(
+            P + "replica_capacity_requests", "Requests the server runs at once without queueing or preemption: "
+            "min(max_num_seqs, floor(blocks / worst-case blocks per request)) summed over its engines; absent "
+            "when max_num_seqs or the KV capacity is unknown.", labels=ml)
+        basis = GaugeMetricFamily(
+            P + "replicas_needed_basis", "1 for what vllm_headroom_replicas_needed rests on: limit (max_num_seqs, "
+            "kv_cache, unknown), max_num_seqs_source (flag, vllm_args, cmdline, inferred, unknown), worst_case "
+            "(profile, in_flight, in_flight_thin, max_model_len, unknown) and conservative (true: held, capacity "
+            "unknown).",
+            labels=[*ml, "limit", "max_num_seqs_source", "worst_case", "conservative"])
 
         seen_up = GaugeMetricFamily(P + "target_seen_up", "1 once a scrape of the target has succeeded since the "
                                     "sidecar started, 0 before (vLLM still loading).", labels=tl)
@@ -244,6 +269,14 @@ class HeadroomCollector(Collector):
                     row[key] = str(val["value"])
                     row[key + "_source"] = str(val["source"])
                 info_rows.append((row, 1.0))
+            for sig in r.replicas:
+                labels = [*tv(t), sig.model_name]
+                needed.add_metric(labels, sig.replicas_needed)
+                demand.add_metric(labels, sig.demand_requests)
+                if sig.capacity_requests is not None:
+                    capacity.add_metric(labels, sig.capacity_requests)
+                basis.add_metric([*labels, sig.limit, sig.max_num_seqs_source, sig.worst_case,
+                                  str(sig.conservative).lower()], 1.0)
         build = GaugeMetricFamily(P + "build_info", "Always 1: the sidecar's version and the schema version of its "
                                   "series (the rules alert when it is not theirs).", labels=["version", "schema"])
         build.add_metric([__version__, SCHEMA_VERSION], 1.0)
@@ -267,6 +300,12 @@ class HeadroomCollector(Collector):
         yield provenance
         if describing or ranges.samples:
             yield ranges
+        if describing or needed.samples:
+            yield needed
+            yield demand
+            if describing or capacity.samples:
+                yield capacity
+            yield basis
         if describing or undetermined.samples:
             yield undetermined
         if describing or attention.samples:

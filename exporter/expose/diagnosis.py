@@ -15,7 +15,7 @@ from ..core import defaults
 from ..engines.vllm import VLLM
 from ..pipeline import advice, catalogue, derive
 from ..pipeline.catalogue import Limit, Verdict
-from ..pipeline.report import EngineGap, EngineReport, TargetReport
+from ..pipeline.report import EngineGap, EngineReport, ReplicaSignal, TargetReport
 from . import headline
 
 SCHEMA_VERSION = 1
@@ -508,6 +508,7 @@ def engine_json(e: EngineReport, engines: list[EngineReport] | None = None) -> d
         "slot_headroom_requests": h.slot_headroom_requests,
         "admission_headroom_requests": h.admission_headroom_requests,
         "safe_headroom_requests": h.safe_headroom_requests,
+        "worst_case_headroom_requests": derive.worst_case_headroom(h.slot_headroom_requests, h.safe_headroom_requests),
         "max_concurrency_requests": {
             "profile": h.max_concurrency_profile,
             "max_model_len": h.max_concurrency_max_model_len,
@@ -629,6 +630,14 @@ def _gap_json(g: EngineGap) -> dict[str, str | None]:
             "config_error": g.config_error, "explanation": g.explanation}
 
 
+def replicas_json(s: ReplicaSignal) -> dict[str, Any]:
+    return {"model_name": s.model_name, "replicas_needed": round(s.replicas_needed, 6),
+            "replica_demand_requests": s.demand_requests, "replica_capacity_requests": s.capacity_requests,
+            "replicas_needed_basis": {"limit": s.limit, "max_num_seqs_source": s.max_num_seqs_source,
+                                      "worst_case": s.worst_case, "conservative": s.conservative},
+            "kv_capacity_requests": s.kv_capacity_requests, "target_utilization": s.target_utilization}
+
+
 def target_json(r: TargetReport) -> dict[str, Any]:
     return {
         "target": r.url,
@@ -648,6 +657,8 @@ def target_json(r: TargetReport) -> dict[str, Any]:
                     else [_down_json(r, m, e) for m, e in r.known_engines]),
         "vllm_attention": None if r.attention is None else dataclasses.asdict(r.attention),
         "undetermined_engines": [_gap_json(g) for g in r.gaps],
+        # The replica signal per model (one replica: this server, its engines summed); docs/autoscaling.md.
+        "replicas": [replicas_json(s) for s in r.replicas] if r.up else [],
         "notes": list(r.notes),
     }
 

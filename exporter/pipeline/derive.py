@@ -177,6 +177,12 @@ def safe_headroom(capacity: int, used: int, running: int, worst_case: int) -> in
     return math.floor((capacity - max(used, running * worst_case)) / worst_case)
 
 
+def worst_case_headroom(slots: int | None, safe: int) -> int:
+    """Requests the engine can take now and still hold if every request reaches its worst case:
+    max(0, min(max_num_seqs − running, safe headroom)); the safe headroom alone when max_num_seqs is unknown."""
+    return max(0, safe if slots is None else min(slots, safe))
+
+
 def effective_usage(capacity: int, worst_case: int, slots: int | None, safe: int) -> float:
     """Pool share a new worst-case request cannot have: 1 − max(0, min(slot headroom, safe headroom)) × W / B."""
     room = safe if slots is None else min(slots, safe)

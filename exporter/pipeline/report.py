@@ -225,6 +225,28 @@ class BudgetUse:
 
 
 @dataclass(frozen=True)
+class ReplicaSignal:
+    """The replica signal of one model on one target (one replica), and what it rests on (pipeline/replicas.py)."""
+
+    model_name: str
+    engines: int
+    demand_requests: int  # D: running + waiting
+    capacity_requests: int | None  # C: Σ min(max_num_seqs, floor(B / W)); None when max_num_seqs is unknown
+    kv_capacity_requests: int  # K: Σ floor(B / W), the KV pool's worst-case capacity alone
+    replicas_needed: float  # R
+    target_utilization: float  # u
+    limit: str  # LIMIT_SLOTS | LIMIT_KV | LIMIT_UNKNOWN: what bounds C
+    max_num_seqs_source: str  # a config Source ("flag", "vllm_args", "cmdline", "inferred") or "unknown"
+    worst_case: str  # WORST_PROFILE | WORST_MAX_MODEL_LEN | WORST_IN_FLIGHT | UNKNOWN (an undetermined engine)
+    conservative: bool  # R holds the replica count instead of resting on an unknown capacity
+
+    @property
+    def demand_ratio(self) -> float:
+        """D / C: the replica's demand in its own capacity (R × u)."""
+        return self.replicas_needed * self.target_utilization
+
+
+@dataclass(frozen=True)
 class EngineGap:
     """An engine whose capacity cannot be derived, and why: values missing (e.g. num_gpu_blocks="None" on
     V1 0.8) or a config that makes no sense (`config_error`, one sentence)."""
@@ -264,6 +286,7 @@ class TargetReport:
     notes: list[str] = field(default_factory=list)  # values ignored or contradicted (said once in the log)
     rules: ReleaseRules | None = None  # the release's rules the numbers were derived with, and how we know
     attention: AttentionFacts | None = None  # from --vllm-startup-log: the attention backend and block size in effect
+    replicas: list[ReplicaSignal] = field(default_factory=list)  # the replica signal per model (pipeline/replicas.py)
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from .config import (
     resolve,
 )
 from .judge import EngineHistory, Judging, judge
+from .replicas import replica_signal
 from .report import BudgetUse as BudgetUse
 from .report import EngineGap as EngineGap
 from .report import EngineReport as EngineReport
@@ -66,6 +67,7 @@ class Settings:
     engine: Engine = VLLM  # the serving engine behind the URL: its metric names, readers and flags
     startup_log: str | None = None  # vLLM's start-up log (a file): capacity when vLLM exports none
     kv_pool: KvPool | None = None  # the KV pool per device we were told (--kv-cache-memory, --gpu-memory)
+    target_utilization: float = defaults.TARGET_UTILIZATION  # of a replica's capacity, for the replica signal
 
 
 class Target:
@@ -211,6 +213,7 @@ class Target:
             report.notes += [f"vLLM's start-up log: {n}" for n in self._attention.notes]
         models_len = self.models.max_model_len if self.models else None
         found = self._cmdline if self.settings.vllm_args is None and self.settings.discover_cmdline else None
+        undetermined: list[tuple[str, float | None]] = []  # engines without capacity: the replica signal holds them
         for e in snap.engines:
             cache = snap.cache_info.get(e.engine) or (next(iter(snap.cache_info.values()), None))
             notes, cfg = self._config(e.engine, args, args_source, cache, snap.data_parallel_engines, models_len, log)
@@ -227,6 +230,8 @@ class Target:
                         "command line), its start-up log (--vllm-startup-log), or --model-config with "
                         "--kv-cache-memory or --gpu-memory"))
                 report.gaps.append(item)
+                held = None if e.running is None or e.waiting is None else e.running + e.waiting
+                undetermined.append((e.model_name, held))
             else:
                 report.engines.append(item)
         # Forget engines that are gone (a restart under another name), so history cannot grow without bound.
@@ -234,6 +239,7 @@ class Target:
         self.histories = {k: v for k, v in self.histories.items() if k in live}
         live_engines = {engine for _model, engine in live}
         self._configs = {k: v for k, v in self._configs.items() if k in live_engines}
+        report.replicas = replica_signal(report.engines, self.settings.target_utilization, undetermined)
         return report
 
     # -- the HTTP side ----------------------------------------------------------------------------

@@ -1,8 +1,8 @@
-"""Recipes for the stacks people already run vLLM with (deploy/recipes), and autoscaling (deploy/autoscaling).
+"""Recipes for the stacks people already run vLLM with (deploy/recipes); autoscaling: test_autoscaling.py.
 
 Each recipe is rendered offline with kubectl's kustomize over a stand-in of that stack's rendered output (the real
 charts cannot be downloaded here), then validated like our own manifests: core kinds with kubernetes-validate
---strict, PodMonitors with the prometheus-operator models, the ScaledObject with KEDA's CRD models.
+--strict, PodMonitors with the prometheus-operator models.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import promql_parser
 import pytest
 import yaml
 
@@ -25,7 +24,6 @@ from .conftest import DEPLOY, Doc, Tools, find, load_all
 
 RECIPES = DEPLOY / "recipes"
 SIDECAR = DEPLOY / "kubernetes" / "components" / "sidecar" / "sidecar-patch.yaml"
-SCALEDOBJECT = DEPLOY / "autoscaling" / "keda-scaledobject.yaml"
 
 
 def render(tools: Tools, folder: Path) -> list[Doc]:
@@ -259,27 +257,6 @@ def test_helm4_runs_the_documented_post_renderer(tools: Tools, tmp_path: Path) -
 def test_helm4_refuses_a_script_path(tools: Tools, tmp_path: Path) -> None:
     out = helm4_install(tools, tmp_path, str(RECIPES / "post-render"), ["production-stack"])
     assert out["manifest"] is None and "not found" in out["error"], out
-
-
-def test_keda_scaledobject_matches_kedas_crd_schema(tools: Tools) -> None:
-    proc = subprocess.run([tools.bin("python"), str(Path(__file__).with_name("recipes_checks.py")), "keda",
-                           str(SCALEDOBJECT)], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    results = json.loads(proc.stdout)
-    assert [r["kind"] for r in results] == ["ScaledObject"]
-    no_errors(results)
-
-
-def test_keda_query_scales_on_admission_headroom_not_on_false_full() -> None:
-    (obj,) = load_all(SCALEDOBJECT.read_text())
-    (trigger,) = obj["spec"]["triggers"]
-    query = trigger["metadata"]["query"]
-    promql_parser.parse(query)  # raises on a syntax error
-    assert "vllm_headroom_admission_headroom_requests" in query and "vllm_headroom_requests_waiting" in query
-    assert "unless on (namespace, pod, model_name, engine)" in query and "vllm_headroom_false_full" in query
-    assert "vllm:num_requests_waiting" not in query  # not the raw waiting count
-    assert float(trigger["metadata"]["threshold"]) > float(trigger["metadata"]["activationThreshold"]) > 0
-    assert obj["spec"]["minReplicaCount"] >= 1  # never to zero: a cold vLLM takes minutes
 
 
 def test_llm_d_scheduler_config_reads_metrics_the_sidecar_exports() -> None:

@@ -87,7 +87,9 @@ def test_down_target_exports_no_stale_numbers_only_target_down() -> None:
 
 def test_diagnosis_fields_are_named_like_the_metrics() -> None:
     t = _target("http://a:8000", "false-full")
-    engine = diagnosis.document([t.last])["targets"][0]["engines"][0]
+    target = diagnosis.document([t.last])["targets"][0]
+    engine = target["engines"][0]
+    (replicas,) = target["replicas"]  # the replica signal: per target and model, as in /metrics
     names = {f.name.removeprefix("vllm_headroom_")
              for f in text_string_to_metric_families(_exposition([t]))
              if f.name.startswith("vllm_headroom_") and f.name not in (
@@ -96,6 +98,6 @@ def test_diagnosis_fields_are_named_like_the_metrics() -> None:
                  "vllm_headroom_target_down_since_timestamp_seconds",
                  "vllm_headroom_scrape_errors",
                  "vllm_headroom_config_info", "vllm_headroom_verdict", "vllm_headroom_request_profile_tokens")}
-    assert names - set(engine) == set()
+    assert names - set(engine) - set(replicas) == set()
     assert engine["worst_case_blocks_per_request"] == {"profile": 3, "max_model_len": 16}  # 16 + 64 tokens
     assert engine["verdict"] == "slots_full" and engine["false_full"] is True

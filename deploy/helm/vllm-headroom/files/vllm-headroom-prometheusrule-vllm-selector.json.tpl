@@ -259,6 +259,10 @@
           {
             "expr": "sum by (cluster, namespace, model_name) (max without (job) (instance_engine:vllm_num_preemptions:rate5m))",
             "record": "model_name:vllm_num_preemptions:rate5m"
+          },
+          {
+            "expr": "sum by (cluster, namespace, model_name) (max without (job) (vllm_headroom_replicas_needed))",
+            "record": "model_name:vllm_headroom_replicas_needed:sum"
           }
         ]
       },

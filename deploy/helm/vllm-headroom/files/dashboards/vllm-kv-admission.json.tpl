@@ -1494,14 +1494,68 @@
       "type": "timeseries"
     },
     {
-      "collapsed": false,
+      "datasource": {
+        "type": "prometheus",
+        "uid": "${datasource}"
+      },
+      "description": "What KEDA or an HPA at AverageValue 1 scales to (deploy/autoscaling, on the recording rule model_name:vllm_headroom_replicas_needed:sum): ceil of the sum over the selected replicas of (running + waiting) / (min(max_num_seqs, floor(blocks / worst-case blocks per request)) x the sidecars' target utilization); beside it the replicas reporting it and those held at one because max_num_seqs is unknown (state it to let them scale down). Needs the vllm-headroom sidecar (vllm_headroom_* metrics).",
+      "fieldConfig": {
+        "defaults": {
+          "custom": {},
+          "unit": "short"
+        },
+        "overrides": []
+      },
       "gridPos": {
-        "h": 1,
+        "h": 8,
         "w": 24,
         "x": 0,
         "y": 40
       },
       "id": 16,
+      "options": {
+        "legend": {
+          "calcs": [],
+          "displayMode": "table",
+          "placement": "bottom",
+          "showLegend": true
+        },
+        "tooltip": {
+          "mode": "multi",
+          "sort": "asc"
+        }
+      },
+      "repeatDirection": "h",
+      "targets": [
+        {
+          "expr": "ceil(sum by (model_name) (max by (cluster, namespace, instance, pod, container, target, model_name, engine) (vllm_headroom_replicas_needed{cluster=~\"$cluster\",namespace=~\"$namespace\",pod=~\"$pod\",model_name=~\"$model_name\"})))",
+          "legendFormat": "needed {{`{{model_name}}`}}",
+          "refId": "A"
+        },
+        {
+          "expr": "count by (model_name) (max by (cluster, namespace, instance, pod, container, target, model_name, engine) (vllm_headroom_replicas_needed_basis{cluster=~\"$cluster\",namespace=~\"$namespace\",pod=~\"$pod\",model_name=~\"$model_name\"}))",
+          "legendFormat": "replicas {{`{{model_name}}`}}",
+          "refId": "B"
+        },
+        {
+          "expr": "sum by (model_name) (max by (cluster, namespace, instance, pod, container, target, model_name, engine) (vllm_headroom_replicas_needed_basis{conservative=\"true\",cluster=~\"$cluster\",namespace=~\"$namespace\",pod=~\"$pod\",model_name=~\"$model_name\"}) or max by (cluster, namespace, instance, pod, container, target, model_name, engine) (vllm_headroom_replicas_needed_basis{cluster=~\"$cluster\",namespace=~\"$namespace\",pod=~\"$pod\",model_name=~\"$model_name\"}) * 0)",
+          "legendFormat": "held {{`{{model_name}}`}}",
+          "refId": "C"
+        }
+      ],
+      "title": "Replicas needed (replica signal)",
+      "transparent": false,
+      "type": "timeseries"
+    },
+    {
+      "collapsed": false,
+      "gridPos": {
+        "h": 1,
+        "w": 24,
+        "x": 0,
+        "y": 48
+      },
+      "id": 17,
       "panels": [],
       "title": "Capacity ledger",
       "type": "row"
@@ -1574,9 +1628,9 @@
         "h": 8,
         "w": 24,
         "x": 0,
-        "y": 41
+        "y": 49
       },
-      "id": 17,
+      "id": 18,
       "options": {
         "cellHeight": "sm",
         "footer": {
@@ -1736,9 +1790,9 @@
         "h": 8,
         "w": 24,
         "x": 0,
-        "y": 49
+        "y": 57
       },
-      "id": 18,
+      "id": 19,
       "options": {
         "legend": {
           "calcs": [],
@@ -1788,9 +1842,9 @@
         "h": 5,
         "w": 24,
         "x": 0,
-        "y": 57
+        "y": 65
       },
-      "id": 19,
+      "id": 20,
       "options": {
         "content": "Alerts and what to do: [runbook]({{ include "vllm-headroom.jsonString" .Values.prometheusRule.runbookBaseUrl }}). False-full: [{{ include "vllm-headroom.jsonString" .Values.prometheusRule.runbookBaseUrl }}#vllmkvfalsefull]({{ include "vllm-headroom.jsonString" .Values.prometheusRule.runbookBaseUrl }}#vllmkvfalsefull). Panels marked *needs the sidecar* stay empty without vllm-headroom next to the pod; everything else comes from vLLM's own metrics through the recording rules in `deploy/prometheus/`.",
         "mode": "markdown"

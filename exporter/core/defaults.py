@@ -19,6 +19,10 @@ SCRAPE_INTERVAL: Final = 5.0  # s, how often vLLM's /metrics is read
 SCRAPE_TIMEOUT: Final = 3.0  # s, one fetch (serve and the one-shot commands alike); must be < interval
 SCRAPE_TIMEOUT_SHARE: Final = 0.8  # of a scrape interval shorter than SCRAPE_TIMEOUT, when no timeout is given
 SCRAPE_MAX_BYTES: Final = 16 * 1024 * 1024  # refuse larger expositions
+# Per scrape of one target, what the sidecar keeps of a body at most (Prometheus' sample_limit): samples of the
+# families it reads (vLLM 0.32 exports ~50 per engine; 50,000 hold ~25 MB while parsed) and engines it judges.
+SCRAPE_MAX_SAMPLES: Final = 50_000
+SCRAPE_MAX_ENGINES: Final = 1024
 MODELS_INTERVAL: Final = 60.0  # s, how often /v1/models, /version and /proc are read
 CMDLINE_DISCOVERY: Final = True  # read vLLM's flags from /proc/<pid>/cmdline when visible
 

@@ -9,6 +9,7 @@ hardware, so when nobody states them they stay unknown rather than assumed.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import shlex
@@ -227,16 +228,33 @@ _TYPES: dict[str, type] = {
 }
 
 
+# What a number of the config can possibly be, whatever its source; beyond it a value is no real engine's (vLLM
+# would refuse it, or no device holds it) and is not used: 0 blocks and the like stay for `config_problem` to name.
+RANGES: dict[str, tuple[float, float]] = {
+    "max_model_len": (0, 2**31), "max_num_seqs": (0, 2**31), "max_num_batched_tokens": (0, 2**31),
+    "block_size": (0, 2**20), "num_gpu_blocks": (0, 2**31), "tensor_parallel_size": (1, 2**16),
+    "data_parallel_size": (1, 2**16), "kv_cache_size_tokens": (0, 2**40), "kv_cache_max_concurrency": (0, 1e9),
+    "gpu_memory_utilization": (0, 1),
+}
+
+
 def _typed(key: str, raw: object) -> int | float | str | bool | None:
+    """`raw` as the field's type; None when it is none, not finite, not whole (an int) or outside `RANGES`."""
     kind = _TYPES[key]
     try:
         if kind is bool:
             return raw if isinstance(raw, bool) else str(raw).lower() in ("1", "true", "yes")
-        if kind is int:
-            return int(float(str(raw))) if not isinstance(raw, bool) else None
-        if kind is float:
-            return float(str(raw))
-    except ValueError:
+        if kind in (int, float):
+            if isinstance(raw, bool):
+                return None
+            number = float(str(raw)) if not isinstance(raw, int) else raw
+            low, high = RANGES.get(key, (-math.inf, math.inf))
+            if not (math.isfinite(number) and low <= number <= high):
+                return None
+            if kind is int:
+                return int(number) if number == int(number) else None
+            return float(number)
+    except (ValueError, OverflowError):
         return None
     return str(raw)
 

@@ -211,11 +211,10 @@ def _target(r: TargetReport, history: History, label: str) -> str:
     parts = [f'<section class="target"><h2>{escape(label)}</h2>']
     if not r.up:
         parts.append(f'<p>{_badge("target_down")} <span class="down">{escape(r.error or "")}</span></p>')
-        for (url, model, engine), h in sorted(history.engines.items()):
-            if url == r.url:
-                name = f"{model} engine {engine}"
-                parts.append(f'<article class="engine"><div><h3>{escape(name)}</h3>{_badge("target_down")}</div>'
-                             f"<div>{charts(h, name)}</div></article>")
+        for (_url, model, engine), h in history.of_target(r.url):
+            name = f"{model} engine {engine}"
+            parts.append(f'<article class="engine"><div><h3>{escape(name)}</h3>{_badge("target_down")}</div>'
+                         f"<div>{charts(h, name)}</div></article>")
     for e in r.engines:
         parts.append(_engine(r, e, history.of(r.url, e.model_name, e.engine)))
     for g in r.gaps:  # an engine whose capacity cannot be derived: shown with its badge and reason, and counted

@@ -7,11 +7,9 @@ probe: httpx's own timeouts apply to each read, so a body sent one byte at a tim
 
 from __future__ import annotations
 
-import asyncio
 import codecs
 import functools
 import json
-import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -19,7 +17,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 from ..core.defaults import SCRAPE_MAX_BYTES as DEFAULT_MAX_BYTES
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # httpx, asyncio and ssl are imported on first use: a one-shot on a file needs none
+    import ssl
+
     import httpx
 
 MODELS_MAX_BYTES = 1024 * 1024  # /v1/models: a list of model cards
@@ -59,6 +59,8 @@ def redact(url: str) -> str:
 def ssl_context(ca_file: str | None = None) -> ssl.SSLContext:
     """The TLS context of every target client: certifi's roots (httpx's default), or only `ca_file`'s (a
     private CA, --scrape.ca-file). One per CA file: a context is costly and holds the loaded roots."""
+    import ssl
+
     if ca_file:
         return ssl.create_default_context(cafile=ca_file)
     import httpx
@@ -97,6 +99,8 @@ async def fetch(
     With `sink`, the body is decoded chunk by chunk as it arrives and each piece handed to `sink` (which may
     raise ScrapeError to stop), and "" is returned: a big body is never held whole.
     """
+    import asyncio
+
     import httpx
 
     shown = redact(url)
@@ -194,6 +198,8 @@ async def server_info(client: httpx.AsyncClient, url: str, timeout: float, api_k
                       deadline: float | None = None) -> ServerInfo:
     """GET /v1/models (needed only for max_model_len) and /version (optional: older or proxied servers lack it),
     one after the other within one deadline (`timeout` from now unless `deadline`); never raises ScrapeError."""
+    import asyncio
+
     base = url.rstrip("/")
     if deadline is None:
         deadline = asyncio.get_running_loop().time() + timeout

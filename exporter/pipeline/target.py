@@ -8,7 +8,6 @@ bookkeeping; `Target.status()` is what the collector reads.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from dataclasses import dataclass, field, replace
@@ -31,7 +30,9 @@ from .report import TargetStatus
 from .scrape import ModelsInfo, ScrapeError, client, describe, fetch, redact, server_info
 from .verdict import Thresholds
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # asyncio and httpx on first use (a one-shot on a file needs neither)
+    import asyncio
+
     import httpx
 
 log = logging.getLogger("vllm_headroom")
@@ -246,6 +247,8 @@ class Target:
     async def fetch_metrics(self, client: httpx.AsyncClient, now: float) -> str:
         """GET /metrics (raises ScrapeError) and /v1/models with /version when they are due, within one
         deadline of --scrape.timeout; the body as text (one-shot use: the sidecar parses as it reads)."""
+        import asyncio
+
         deadline = asyncio.get_running_loop().time() + self.settings.timeout
         models = asyncio.ensure_future(self._refresh_models(client, now, deadline))
         try:
@@ -257,6 +260,8 @@ class Target:
     async def fetch_parsed(self, client: httpx.AsyncClient, now: float) -> exposition.Exposition:
         """GET /metrics, parsed chunk by chunk as it arrives, beside /v1/models and /version when due, all within
         one deadline of --scrape.timeout from now (connect, headers, body, parse); raises ScrapeError."""
+        import asyncio
+
         deadline = asyncio.get_running_loop().time() + self.settings.timeout
         models = asyncio.ensure_future(self._refresh_models(client, now, deadline))
         parser = self.parser()
@@ -280,6 +285,8 @@ class Target:
 
     def fetch_once(self) -> str:
         """One synchronous fetch for the one-shot commands (diagnose, recommend), within --scrape.timeout."""
+        import asyncio
+
 
         async def run() -> str:
             async with client(self.settings.trust_env, self.settings.ca_file) as c:
@@ -294,6 +301,8 @@ class Target:
         The whole request has one deadline (--scrape.timeout); a body with many engines is judged in a worker
         thread, so the event loop (the HTTP side, the other targets) never waits for it.
         """
+        import asyncio
+
         now = time.monotonic() if now is None else now
         wall = time.time() if wall is None else wall
         started = time.perf_counter()
@@ -337,6 +346,8 @@ THREAD_SAMPLES = 5000  # kept samples (~100 vLLM engines) above which a scrape i
 
 async def _settle(task: asyncio.Future[None]) -> None:
     """Wait for `task` (it never raises); cancel it when we are cancelled."""
+    import asyncio
+
     try:
         await asyncio.shield(task)
     except asyncio.CancelledError:

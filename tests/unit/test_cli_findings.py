@@ -29,9 +29,9 @@ def _must_not_serve(sidecar: object, sock: object) -> None:
     ("http://127.0.0.1:0", "target 'http://127.0.0.1:0' is not a usable URL: its port is not a number in 1-65535"),
     ("http://:8000", "target 'http://:8000' names no host: give vLLM's base URL such as http://127.0.0.1:8000"),
     ("ftp://h:21", "target 'ftp://h:21' is not an http(s) URL such as http://127.0.0.1:8000"),
-    ("http://h:1?x=1", "target 'http://h:1?x=1' has a query or fragment (?... or #...): give vLLM's base URL such "
+    ("http://h:1?x=1", "target 'http://h:1?...' has a query or fragment (?... or #...): give vLLM's base URL such "
      "as http://127.0.0.1:8000"),
-    ("http://h:1#top", "target 'http://h:1#top' has a query or fragment (?... or #...): give vLLM's base URL such "
+    ("http://h:1#top", "target 'http://h:1?...' has a query or fragment (?... or #...): give vLLM's base URL such "
      "as http://127.0.0.1:8000"),
     ("http://host:8000/v1", "target 'http://host:8000/v1' is the OpenAI base URL: vLLM's base URL is without /v1, "
      "http://host:8000"),
@@ -319,6 +319,7 @@ def test_notes_are_logged_once(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level("INFO", logger="vllm_headroom"):
         asyncio.run(ticks())
     assert [r.getMessage() for r in caplog.records] == [
+        "http://vllm:8000/v1/models answered HTTP 404",  # once, while /metrics answers
         "http://vllm:8000: --block-size 1 contradicts vLLM's cache_config_info block_size 32; the flag is used"]
 
 

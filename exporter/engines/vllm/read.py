@@ -138,8 +138,9 @@ class CacheInfo:
         return None
 
     def rejected(self) -> list[str]:
-        """One sentence per label that is no possible value; such a value is not used."""
-        keys = (*CAPACITY_RANGES, *FLOAT_RANGES)
+        """One sentence per label beyond blocks and block size (`unreadable` names those) that is no possible
+        value; such a value is not used."""
+        keys = [k for k in (*CAPACITY_RANGES, *FLOAT_RANGES) if k not in ("num_gpu_blocks", "block_size")]
         return [self._sentence(k, p) + ": it is not used" for k in keys if (p := self._problem(k)) is not None]
 
 

@@ -156,7 +156,8 @@ class FoundCmdline:
 
 def find_vllm_cmdline(port: int, proc: Path = Path("/proc"), engine: Engine = VLLM) -> FoundCmdline | None:
     """The command line of the process that listens on `port` (the target's): its socket inode in
-    /proc/net/tcp{,6}, the pid whose /proc/<pid>/fd holds it. Never a vllm-headroom process.
+    /proc/net/tcp{,6}, the pid whose /proc/<pid>/fd holds it, if that process is the engine's server
+    (`engine.is_server`). Never a vllm-headroom process.
 
     When the sockets cannot be matched to a process (another user's /proc/<pid>/fd is not readable), an engine
     server process (`engine.is_server`) whose own `--port` equals `port` (the engine's default port when it sets
@@ -165,7 +166,9 @@ def find_vllm_cmdline(port: int, proc: Path = Path("/proc"), engine: Engine = VL
     owner = socket_owner(listening_inodes(port, proc), proc)
     if owner is not None:
         argv = _argv(owner, proc)
-        if argv and not is_ours(argv) and owner != os.getpid():
+        # Only the engine's own server: a proxy, a port-forward or any other process that owns the port is not
+        # trusted for vLLM's flags (issue 21), even when its arguments look like them.
+        if argv and not is_ours(argv) and owner != os.getpid() and engine.is_server(argv):
             return FoundCmdline(argv, owner, "listening socket")
         return None
     matches: list[FoundCmdline] = []

@@ -36,7 +36,7 @@ WEB_READ_TIMEOUT: Final = 10.0  # s for a client's request to arrive whole (slow
 WEB_IDLE_TIMEOUT: Final = 5.0  # s a keep-alive connection may wait for its next request
 WEB_WRITE_TIMEOUT: Final = 30.0  # s a client may read nothing of an answer before it is dropped
 WEB_MAX_REQUESTS: Final = 16  # requests for a body answered at once (/metrics, /api/v1/diagnosis, ...)
-WEB_MAX_EXPENSIVE: Final = 2  # of which the status page and /api/v1/history
+WEB_MAX_EXPENSIVE: Final = 2  # the status page and /api/v1/history, in a lane of their own
 WEB_QUEUE: Final = 256  # requests waiting for their turn; beyond it 503 with Retry-After
 WEB_OPENAPI: Final = False  # serve the OpenAPI schema at /openapi.json
 

@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import socket
 import time
 from collections.abc import Awaitable, Callable, Generator, MutableMapping
 from dataclasses import dataclass
@@ -53,7 +54,7 @@ class Limits:
     idle_timeout: float = defaults.WEB_IDLE_TIMEOUT  # s a keep-alive connection may wait for its next request
     write_timeout: float = defaults.WEB_WRITE_TIMEOUT  # s a client may read nothing of an answer
     max_requests: int = defaults.WEB_MAX_REQUESTS  # concurrent requests for a body (/metrics, diagnosis, ...)
-    max_expensive: int = defaults.WEB_MAX_EXPENSIVE  # of which /, /api/v1/history at most
+    max_expensive: int = defaults.WEB_MAX_EXPENSIVE  # concurrent requests for /, /api/v1/history (a lane of its own)
     queue: int = defaults.WEB_QUEUE  # requests waiting for a turn in each lane; more are answered 503
 
 
@@ -68,7 +69,12 @@ class Guard:
         self.timed_out = 0  # dropped for a request not arriving (read) or an answer not read (write) in time
 
     def victim(self, newcomer: GuardedH11Protocol) -> GuardedH11Protocol | None:
-        return next((c for c in self.open if c is not newcomer and not c.busy()), None)
+        """The oldest connection with no request in progress, taken off the open ones (its close completes on a
+        later turn of the loop, after the rest of a burst of accepts)."""
+        victim = next((c for c in self.open if c is not newcomer and not c.busy()), None)
+        if victim is not None:
+            del self.open[victim]
+        return victim
 
 
 class GuardedH11Protocol(H11Protocol):
@@ -93,10 +99,11 @@ class GuardedH11Protocol(H11Protocol):
             victim = guard.victim(self)
             if victim is None:
                 guard.refused += 1
-                self.transport.close()
+                del guard.open[self]
+                self.transport.abort()
                 return
             guard.evicted += 1
-            victim.transport.close()
+            victim.transport.abort()  # at once, buffers dropped: it had no request in progress
         self._arm_read()
 
     def _arm_read(self) -> None:
@@ -223,25 +230,35 @@ class Front:
         if path in CHEAP:
             await self.app(scope, receive, with_headers)
             return
-        lanes = [self.bodies, self.expensive] if path in EXPENSIVE else [self.bodies]
-        entered: list[Lane] = []
+        lane = self.expensive if path in EXPENSIVE else self.bodies  # apart: a crowd at / never starves /metrics
+        if not await lane.enter():
+            await with_headers({"type": "http.response.start", "status": 503, "headers": [
+                (b"content-type", b"text/plain; charset=utf-8"), (b"retry-after", b"1"),
+                (b"content-length", str(len(BUSY_BODY)).encode())]})
+            await send({"type": "http.response.body", "body": BUSY_BODY})
+            return
         try:
-            for lane in lanes:
-                if not await lane.enter():
-                    await with_headers({"type": "http.response.start", "status": 503, "headers": [
-                        (b"content-type", b"text/plain; charset=utf-8"), (b"retry-after", b"1"),
-                        (b"content-length", str(len(BUSY_BODY)).encode())]})
-                    await send({"type": "http.response.body", "body": BUSY_BODY})
-                    return
-                entered.append(lane)
             await self.app(scope, receive, with_headers)
         finally:
-            for lane in entered:
-                lane.leave()
+            lane.leave()
+
+
+# asyncio accepts up to `backlog` connections per wake-up before any of them is seen by the protocol (and so
+# before the connection limit can close one): that burst must fit in the files kept free, so it stays small,
+# while the kernel's queue of connections not yet accepted stays long (the socket is listened on again).
+ACCEPT_BURST = 64
+LISTEN_QUEUE = 2048
 
 
 class Server(uvicorn.Server):
     """uvicorn's server without its 10-per-second poll (it sleeps until a signal comes) and with SIGHUP logged."""
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        for server in getattr(self, "servers", []):
+            for sock in server.sockets or ():
+                with contextlib.suppress(OSError), socket.fromfd(sock.fileno(), sock.family, sock.type) as dup:
+                    dup.listen(LISTEN_QUEUE)  # the same socket: only asyncio's own burst stays ACCEPT_BURST
 
     def __init__(self, config: uvicorn.Config) -> None:
         super().__init__(config)
@@ -256,6 +273,11 @@ class Server(uvicorn.Server):
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), 60.0)
             self._wake.clear()
+
+    def stop(self) -> None:
+        """Shut down from any thread (tests, an embedding program)."""
+        self.should_exit = True
+        self._poke()
 
     def _poke(self) -> None:
         if self._loop is not None and self._wake is not None:
@@ -293,4 +315,4 @@ def config(app: ASGIApp, limits: Limits, guard: Guard, log_level: str = "warning
     one per answer: uvicorn's is refreshed by the poll this server does not do)."""
     return uvicorn.Config(app, log_level=log_level, access_log=False, lifespan="on", http=protocol(guard),
                           timeout_keep_alive=int(max(1, limits.idle_timeout)), date_header=False,
-                          server_header=False, backlog=2048)
+                          server_header=False, backlog=ACCEPT_BURST)

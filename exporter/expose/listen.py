@@ -74,7 +74,10 @@ def raise_file_limit() -> int:
 
 def connection_limit(wanted: int, targets: int, files: int) -> int:
     """How many client connections to hold at most: `wanted`, but leaving files for the targets' connections
-    (two each), the log, /proc reads and the worker threads, so that a flood of clients can never make the
-    sidecar's own scrapes fail (issue 21: accept() failing with EMFILE took every target to `up 0`)."""
-    reserve = 2 * targets + 64
+    (two each), the log, /proc reads, the worker threads and bursts of accepts, so that a flood of clients can
+    never make the sidecar's own scrapes fail (issue 21: accept() failing with EMFILE took every target to
+    `up 0`)."""
+    from .http import ACCEPT_BURST
+
+    reserve = 2 * targets + 64 + 2 * ACCEPT_BURST  # a burst of accepts lands before the limit can close any
     return max(1, min(wanted, files - reserve))

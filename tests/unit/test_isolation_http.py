@@ -54,12 +54,14 @@ def serving(sidecar: Sidecar, limits: Limits) -> Iterator[tuple[int, Guard]]:
 
 async def _get(port: int, path: str) -> int:
     """One GET on a new connection; the status code, or 0 when the server closed the connection instead."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    async with asyncio.timeout(HANG):  # a guard: the old server left such a request unanswered forever
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
         writer.write(f"GET {path} HTTP/1.1\r\nHost: sidecar\r\nConnection: close\r\n\r\n".encode())
-        await writer.drain()
-        line = await reader.readline()
-        await reader.read()  # the whole answer
+        async with asyncio.timeout(HANG):
+            await writer.drain()
+            line = await reader.readline()
+            await reader.read()  # the whole answer
         return int(line.split()[1]) if line else 0
     except ConnectionError:
         return 0

@@ -29,12 +29,14 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 async def _get(port: int, path: str) -> int:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    async with asyncio.timeout(HANG):  # a guard: the old server left such a request unanswered forever
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
         writer.write(f"GET {path} HTTP/1.1\r\nHost: sidecar\r\nConnection: close\r\n\r\n".encode())
-        await writer.drain()
-        line = await reader.readline()
-        await reader.read()
+        async with asyncio.timeout(HANG):
+            await writer.drain()
+            line = await reader.readline()
+            await reader.read()
         return int(line.split()[1]) if line else 0
     except ConnectionError:
         return 0
@@ -127,9 +129,10 @@ def test_slowloris_cannot_take_the_probe_or_the_scrapes_files() -> None:
 
 
 async def _body(port: int, path: str) -> str:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(f"GET {path} HTTP/1.1\r\nHost: sidecar\r\nConnection: close\r\n\r\n".encode())
-    data = await reader.read()
+    async with asyncio.timeout(HANG):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(f"GET {path} HTTP/1.1\r\nHost: sidecar\r\nConnection: close\r\n\r\n".encode())
+        data = await reader.read()
     writer.close()
     return data.decode(errors="replace")
 

@@ -244,12 +244,14 @@ class Target:
         if info.version_answered:
             self.version = info.version
 
-    async def fetch_metrics(self, client: httpx.AsyncClient, now: float) -> str:
+    async def fetch_metrics(self, client: httpx.AsyncClient, now: float, deadline: float | None = None) -> str:
         """GET /metrics (raises ScrapeError) and /v1/models with /version when they are due, within one
-        deadline of --scrape.timeout; the body as text (one-shot use: the sidecar parses as it reads)."""
+        deadline of --scrape.timeout from now (or by `deadline`, on the event loop's clock); the body as text
+        (one-shot use: the sidecar parses as it reads)."""
         import asyncio
 
-        deadline = asyncio.get_running_loop().time() + self.settings.timeout
+        if deadline is None:
+            deadline = asyncio.get_running_loop().time() + self.settings.timeout
         models = asyncio.ensure_future(self._refresh_models(client, now, deadline))
         try:
             return await fetch(client, self.settings.url.rstrip("/") + "/metrics", self.settings.timeout,
@@ -287,10 +289,12 @@ class Target:
         """One synchronous fetch for the one-shot commands (diagnose, recommend), within --scrape.timeout."""
         import asyncio
 
-
         async def run() -> str:
+            # The deadline starts before the client: building its TLS context (certifi's roots) is a blocking
+            # 20-300 ms, more on a loaded machine, and it belongs to the user's --scrape.timeout too.
+            deadline = asyncio.get_running_loop().time() + self.settings.timeout
             async with client(self.settings.trust_env, self.settings.ca_file) as c:
-                return await self.fetch_metrics(c, time.monotonic())
+                return await self.fetch_metrics(c, time.monotonic(), deadline)
 
         return asyncio.run(run())
 

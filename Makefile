@@ -3,7 +3,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 # e.g. make fixtures SCENARIOS="false-full kv-full"; empty = all scenarios
 SCENARIOS ?=
 
-.PHONY: test test-fast golden vllm-venv fixtures demo-data e2e generate
+.PHONY: test test-fast golden vllm-venv fixtures demo-data e2e generate docs
 
 # Everything: installs what is missing (scripts/bootstrap), then ruff, mypy --strict, unit and e2e tests.
 test:
@@ -19,13 +19,32 @@ golden:
 
 # Every generated file of the monitoring bundle: dashboards, rules, promtool tests, PrometheusRule, Alertmanager
 # inhibit rules, and their kustomize and Helm copies (tests/monitoring and tests/deploy fail when one is stale).
-generate:
+generate: docs
 	$(PYTHON) -m grafana.generate
 
-# Verdicts against the engine's own truth on every recorded timeline: tests/fixtures/SCORE.md (issue 11).
+# The reference pages docs/reference/*.md (CLI flags, /metrics families, verdicts), generated from the argument parser,
+# the collector and the verdict catalogue (tests/unit/test_docs_reference.py fails when one is stale).
+docs:
+	$(PYTHON) -m exporter.cli.docs
+
+# Verdicts against the engine's own truth on every recorded timeline: tests/fixtures/SCORE.md (issues 11, 22).
+# First the randomized sweep (issue 22): SWEEP_SEEDS drawn workloads on a production-shaped vLLM 0.32.0 with the
+# engine-truth recorder (~1 min each after a ~1 min start, under the shared lock) into build/sweep/; SWEEP=0 skips it.
+SWEEP ?= 1
+SWEEP_SEEDS ?= 101 102 103 104
+DEV_PYTHON = $$(scripts/bootstrap)/bin/python
 .PHONY: score
 score:
-	$(PYTHON) -m tests.truth
+	if [ "$(SWEEP)" != 0 ]; then rm -rf build/sweep && flock /tmp/vllm-heavy.lock $(DEV_PYTHON) -m tests.e2e.production \
+		--sweep $(SWEEP_SEEDS) --out build/sweep/vllm-0.32.0 || true; fi
+	$(DEV_PYTHON) -m tests.truth --sweep build/sweep
+
+# Production-shaped recordings with the engine's own truth (issue 22): tests/fixtures/vllm-X/prod-*/, one server per
+# shape (~10 min for 0.32.0), under the shared lock. `make prod-fixtures VERSION=0.10.2 SCENARIOS="prod-kv"`.
+VERSION ?= 0.32.0
+.PHONY: prod-fixtures
+prod-fixtures:
+	flock /tmp/vllm-heavy.lock $(DEV_PYTHON) -m tests.e2e.production --version $(VERSION) $(SCENARIOS)
 
 # Build (first time, ~3 min) or reuse the cached venv holding vLLM 0.32.0 CPU; prints its python.
 vllm-venv:

@@ -9,6 +9,7 @@ is the median of the rounds, so a burst of load from other processes on the mach
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
 from collections.abc import Callable
@@ -40,9 +41,10 @@ def _cpu_per_call(fn: Callable[[str], object], texts: list[str], budget_s: float
             return spent / calls
 
 
-def measure(shape: str, frames: list[str], rounds: int, budget_s: float) -> dict[str, float]:
+def measure(shape: str, frames: list[str], rounds: int, budget_s: float,
+            vllm_args: list[str] | None = None) -> dict[str, float]:
     texts = [build(shape, f) for f in frames]
-    target = Target(Settings("http://bench", vllm_args=VLLM_ARGS.split(), discover_cmdline=False))
+    target = Target(Settings("http://bench", vllm_args=vllm_args or VLLM_ARGS.split(), discover_cmdline=False))
     clock = [0.0]
 
     def observe(text: str) -> object:
@@ -103,6 +105,13 @@ def main() -> None:
     for name in ("idle", "false-full", "kv-full", "preemption", "head-of-line"):
         text = (FIXTURES / name / "snapshot.prom").read_text()
         scenarios[name] = measure("1x", [text], rounds, budget / 2)
+    # Production-shaped recordings (tests/e2e/production.py: 20,000 blocks, 256 slots, 8,192-token budget), each
+    # with its own command line: the busiest frame, as a 256-slot engine exports it.
+    for name in ("prod-slots", "prod-kv", "prod-preempt"):
+        folder = FIXTURES / name
+        if (folder / "snapshot.prom").exists():
+            argv = [str(a) for a in json.loads((folder / "meta.json").read_text())["server_argv"]]
+            scenarios[name] = measure("1x", [(folder / "snapshot.prom").read_text()], rounds, budget / 2, argv)
     save("b1_parse", {"shapes": results, "scenarios": scenarios, "load_before": load_before,
                       "load_after": loadavg(), "goal_ratio": GOAL_RATIO, "goal_ms": GOAL_MS})
 

@@ -13,7 +13,7 @@ Phases, one after the other on the same machine (the load averages are recorded 
 - fleet: 1,000 targets at 5 s with the sidecar pinned to one core (achieved interval, share of the core);
 - one-shot: whole-process CPU of `diagnose FILE`, `estimate` and `import exporter.cli`, next to `python -c pass`.
 
-`BENCH_QUICK=1` shortens the steady phase to 60 s.
+`BENCH_QUICK=1` shortens the steady phase to 60 s, `B8_STEADY_SECONDS=N` sets it.
 """
 
 from __future__ import annotations
@@ -361,7 +361,7 @@ def main() -> None:
         result["oneshot"] = oneshot()
         print(result["oneshot"]["cpu_s_median"], flush=True)
         print(f"== steady, /metrics, crowd, slowloris ({time.strftime('%T')}, load {loadavg()})", flush=True)
-        result["steady"] = steady(tmp, 60.0 if quick() else 300.0)
+        result["steady"] = steady(tmp, float(os.environ.get("B8_STEADY_SECONDS", 60 if quick() else 300)))
         s = result["steady"]
         print({k: s[k] for k in ("one", "hundred")}, s["metrics_hey"], s["crowd"], s["slowloris"],
               s["after_crowd"], sep="\n", flush=True)

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from exporter.pipeline.scrape import parse_models, parse_version
+from exporter.pipeline.scrape import parse_frontend, parse_models, parse_version
 from exporter.pipeline.target import Target
 from exporter.replay import recording as replay
 
@@ -38,4 +38,5 @@ def as_recorded(target: Target, meta: dict[str, Any]) -> Target:
         target.models = parse_models(json.dumps(meta["v1_models"]))
     if meta.get("version"):
         target.version = parse_version(json.dumps(meta["version"]))
+        target.frontend = parse_frontend(json.dumps(meta["version"]))
     return target

@@ -6,12 +6,15 @@ import argparse
 import json
 import os
 import textwrap
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..core import defaults, units
+from ..core import defaults
+from ..engines.vllm import VLLM
 from ..planning import estimate as est
-from ..planning import startup_log
+from ..planning import memory, startup_log
 from .flags import UsageError, add, fraction, params, positive_int, tokens
 
 DESCRIPTION = (
@@ -50,18 +53,30 @@ examples:
 """
 
 
-def _gib_size(text: str) -> int:
-    """A size in the units grammar; a bare number is GiB."""
-    try:
-        return units.parse_size(text, default_unit="GiB")
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+def _gib_size(flag: str) -> Callable[[str], int]:
+    """`flag`'s size in the units grammar; a bare number is GiB, one that cannot be is refused as bytes."""
+    def conv(text: str) -> int:
+        try:
+            return memory.parse_gib_size(flag, text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    conv.__name__ = "size"
+    return conv
 
 
 def _gib_sizes(text: str) -> int | tuple[int, ...]:
     """One size, or one per pipeline stage separated by commas (a tuple)."""
-    sizes = tuple(_gib_size(part) for part in text.split(","))
+    sizes = tuple(_gib_size("--kv-cache-memory")(part) for part in text.split(","))
     return sizes if len(sizes) > 1 else sizes[0]
+
+
+def _vllm_bytes(text: str) -> int:
+    """vLLM's `--kv-cache-memory-bytes`, read as vLLM reads it."""
+    try:
+        return memory.parse_vllm_bytes("--kv-cache-memory-bytes", text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def register(sub: Any) -> None:
@@ -97,18 +112,25 @@ def register(sub: Any) -> None:
     add(g, "--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True,
         help="vLLM's default; hybrids then hold 2 (Mamba-2: 3) state blocks per request instead of 1")
     add(g, "--num-gpu-blocks-override", positive_int, help="like vLLM's: the number of blocks, no memory needed")
+    add(g, "--speculative-config", help="vLLM's --speculative-config JSON, e.g. '{\"method\": \"eagle3\", "
+        "\"model\": \"org/drafter\", \"num_speculative_tokens\": 3}': the drafter's layers join the KV cache")
+    add(g, "--draft-model-config", help="the drafter's config.json or folder (EAGLE, EAGLE3, DFlash, a draft model); "
+        "else its --speculative-config model is looked up like the model")
     add(g, "--allow-long-max-model-len", action="store_true",
         help="like VLLM_ALLOW_LONG_MAX_MODEL_LEN=1: a max_model_len above max_position_embeddings warns, not fails")
     g = p.add_argument_group("memory per device (a bare number is GiB)")
-    add(g, "--gpu-memory", _gib_size, help="memory of one device, e.g. 80GiB or 23.58GiB")
+    add(g, "--gpu-memory", _gib_size("--gpu-memory"), help="memory of one device, e.g. 80GiB or 23.58GiB")
     add(g, "--gpu-memory-utilization", fraction, defaults.ESTIMATE_GPU_MEMORY_UTILIZATION,
         help="vLLM's gpu_memory_utilization")
     add(g, "--params", params, help="parameter count when there is no safetensors index, e.g. 70B")
-    add(g, "--weights-bytes", _gib_size, help="weights' size of the whole model, e.g. 140GB (overrides the index)")
-    add(g, "--activation-memory", _gib_size,
+    add(g, "--weights-bytes", _gib_size("--weights-bytes"),
+        help="weights' size of the whole model, e.g. 140GB (overrides the index)")
+    add(g, "--activation-memory", _gib_size("--activation-memory"),
         help="activations, non-torch memory and CUDA graphs per device (default 2GiB)")
     add(g, "--kv-cache-memory", _gib_sizes, help="KV pool per device, e.g. 6.51GiB, or one per pipeline stage "
         "(12.13GiB,11.33GiB): skip the budget math")
+    add(g, "--kv-cache-memory-bytes", _vllm_bytes, help="vLLM's own flag, read as vLLM reads it: bytes, or with "
+        "k/m/g/t (x1000) or K/M/G/T (x1024), e.g. 6990059274 or 7G; the same pool as --kv-cache-memory")
     p.set_defaults(run=run)
 
 
@@ -125,6 +147,10 @@ def _inputs(args: argparse.Namespace) -> tuple[est.Inputs, startup_log.LogFacts 
     shape, indexed = est.load_model(model)
     pools = args.kv_cache_memory
     pools = (pools,) if isinstance(pools, int) else pools
+    if args.kv_cache_memory_bytes is not None:
+        if pools:
+            raise ValueError("give the KV pool once: --kv-cache-memory or vLLM's --kv-cache-memory-bytes, not both")
+        pools = (args.kv_cache_memory_bytes,)
     x = est.Inputs(
         shape=shape, dtype=args.dtype, kv_cache_dtype=args.kv_cache_dtype,
         tensor_parallel_size=args.tensor_parallel_size, pipeline_parallel_size=args.pipeline_parallel_size,
@@ -141,9 +167,32 @@ def _inputs(args: argparse.Namespace) -> tuple[est.Inputs, startup_log.LogFacts 
         allow_long_max_model_len=args.allow_long_max_model_len or os.environ.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN")
         in ("1", "true", "True"),
     )
+    if args.speculative_config:
+        x = _with_drafter(x, args.speculative_config, args.draft_model_config)
     if facts is not None:
         x = startup_log.apply(facts, x)
     return x, facts
+
+
+def _with_drafter(x: est.Inputs, text: str, draft_config: str | None) -> est.Inputs:
+    """`x` with vLLM's --speculative-config, read as vLLM reads it, and the drafter's shape when it has layers."""
+    spec, notes = VLLM.parse_args(["--speculative-config", text], "--speculative-config")
+    if notes:
+        raise ValueError(notes[0])
+    method = spec.get("speculative_method")
+    if method is None:
+        raise ValueError("--speculative-config names neither a method nor a model")
+    draft = None
+    if draft_config:
+        draft = est.load_model(draft_config)[0]
+    elif method not in ("mtp", "ngram", "suffix") and spec.get("speculative_model"):
+        try:
+            draft = est.load_model(spec["speculative_model"])[0]
+        except ValueError as exc:
+            raise ValueError(f"the {method} drafter's layers join the KV cache and its config.json is needed: "
+                             f"{exc}; or give --draft-model-config") from None
+    return replace(x, speculative_method=method, num_speculative_tokens=spec.get("num_speculative_tokens"),
+                   draft_shape=draft)
 
 
 def _log_rows(facts: startup_log.LogFacts, e: est.Estimate) -> list[tuple[str, str, Any, Any]]:

@@ -159,6 +159,15 @@ multiple = _arg_type(_multiple)
 params = _arg_type(units.parse_params)
 
 
+def gib_size(flag: str) -> Callable[[str], int]:
+    """`flag`'s size, a bare number read as GiB; one that cannot be GiB is refused as bytes, with the conversion."""
+    from ..planning.memory import parse_gib_size
+
+    conv = _arg_type(lambda text: parse_gib_size(flag, text))
+    conv.__name__ = "size"
+    return conv
+
+
 class Parser(argparse.ArgumentParser):
     """argparse with one-sentence errors (UsageError) that name the nearest flag for an unknown one."""
 
@@ -363,6 +372,20 @@ def add_config_flags(p: argparse.ArgumentParser, verdict: bool = True) -> None:
     add(g, "--vllm-args", help="vLLM's command line as one string, e.g. \"vllm serve M --max-num-seqs 64\"")
     add(g, "--model-config", help="the model's config.json (or folder): adds KV bytes per token, bytes free and "
         "bytes per worst-case request")
+    add(g, "--draft-model-config", help="the speculative drafter's config.json (or folder), with --model-config: "
+        "its layers join the KV cache (EAGLE, EAGLE3, DFlash, a draft model; MTP needs none)")
+    add(g, "--vllm-startup-log", help="vLLM's start-up log (a file): capacity, KV memory and flags when vLLM "
+        f"exports no {_CACHE_CONFIG} (the Rust frontend); read again every --models.interval")
+    g = p.add_argument_group("KV pool per device, with --model-config: an estimated capacity when vLLM states none "
+                             "(a bare number is GiB)")
+    add(g, "--kv-cache-memory", gib_size("--kv-cache-memory"), help="the KV pool per device, as vLLM's "
+        "'Available KV cache memory' (e.g. 6.51GiB)")
+    add(g, "--gpu-memory", gib_size("--gpu-memory"), help="memory of one device; with the weights (the model "
+        "folder's safetensors index, --weights-bytes or --params) and vLLM's gpu_memory_utilization")
+    add(g, "--weights-bytes", gib_size("--weights-bytes"), help="the whole model's weights, e.g. 140GB")
+    add(g, "--params", params, help="parameter count when there is no safetensors index, e.g. 70B")
+    add(g, "--activation-memory", gib_size("--activation-memory"), help="activations, non-torch memory and CUDA "
+        "graphs per device (unstated: anywhere from 0 to 4GiB, the estimate's range)")
     g = p.add_argument_group("request profile and verdict" if verdict else "request profile")
     add(g, "--profile.quantile", fraction, defaults.PROFILE_QUANTILE, help="quantile of request lengths for "
         "worst-case math")

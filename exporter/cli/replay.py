@@ -36,8 +36,10 @@ def register(sub: Any) -> None:
                        "own clock, so a sidecar, a Prometheus or a test can scrape a real incident again. Without "
                        "a folder it serves the demo's embedded false-full incident. It says what it serves and "
                        "where on start.",
-                       epilog="example:\n  vllm-headroom replay tests/fixtures/vllm-0.32.0/false-full --speed 2 &\n"
-                       "  vllm-headroom serve --target http://127.0.0.1:8000 --web.listen-address :9478",
+                       epilog="example (the recorded incident holds ~17 s, shorter than serve's default 30 s "
+                       "false-full hold; replay says so on start):\n"
+                       "  vllm-headroom replay &\n"
+                       "  vllm-headroom serve --verdict.false-full-hold 10s    # then open http://127.0.0.1:9478/",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     r.add_argument("recording", nargs="?", help="recording folder (default: the embedded demo incident)")
     add(r, "--speed", multiple, 1.0, help="replay speed-up factor", env=ENV_PREFIX + "REPLAY_SPEED")
@@ -78,5 +80,7 @@ def run_replay(args: argparse.Namespace) -> int:
           f"{meta.get('vllm_version', '?')}, {len(rec.frames)} frames over {rec.duration:.1f} s) at speed "
           f"{args.speed:g}{', looping' if args.loop else ''} as vLLM on http://{host_port(host, port)}: /metrics, "
           "/v1/models, /version, /health (Ctrl-C to stop).", flush=True)
+    if hint := recording.hold_hint(rec, args.speed):
+        print(hint, flush=True)
     recording.serve(recording.Player(rec, speed=args.speed, loop=args.loop, start_at=args.start_at), sock)
     return 0

@@ -6,10 +6,16 @@ import argparse
 import os
 import re
 from pathlib import Path
+from typing import Any
 
-from ..pipeline.config import Overrides, split_args
+from ..core import defaults as core_defaults
+from ..core.units import format_size
+from ..model.shape import ModelShape
+from ..pipeline.capacity import KvPool
+from ..pipeline.config import Overrides, parse_vllm_args, split_args
 from ..pipeline.target import Settings
 from ..pipeline.verdict import Thresholds
+from ..planning import memory
 from ..planning.estimate import load_model
 from .flags import ENV_PREFIX, UsageError, opt
 
@@ -69,11 +75,19 @@ def settings_for(url: str, args: argparse.Namespace) -> Settings:
     except ValueError as exc:
         raise UsageError(f"--vllm-args cannot be split like a shell line: {exc}") from None
     shape = None
+    indexed = None
     if opt(args, "model_config"):
         try:
-            shape = load_model(Path(args.model_config))[0]
+            shape, indexed = load_model(Path(args.model_config))
         except ValueError as exc:
             raise UsageError(f"--model-config: {exc}") from None
+    draft = None
+    if opt(args, "draft_model_config"):
+        try:
+            draft = load_model(Path(args.draft_model_config))[0]
+        except ValueError as exc:
+            raise UsageError(f"--draft-model-config: {exc}") from None
+    pool = kv_pool(args, shape, indexed, parse_vllm_args(vllm_args) if vllm_args else {})
     defaults = Settings(url=url)
     return Settings(
         url=url,
@@ -97,4 +111,50 @@ def settings_for(url: str, args: argparse.Namespace) -> Settings:
         model_shape=shape,
         trust_env=bool(opt(args, "scrape.trust_env")),
         ca_file=ca_file(args),
+        draft_shape=draft,
+        startup_log=opt(args, "vllm_startup_log"),
+        kv_pool=pool,
     )
+
+
+def kv_pool(args: argparse.Namespace, shape: ModelShape | None, indexed: int | None,
+            vllm_args: dict[str, Any]) -> KvPool | None:
+    """The KV pool per device the operator gave (--kv-cache-memory, or --gpu-memory with the weights), with its
+    range: vLLM's gpu_memory_utilization from --vllm-args, else both of its defaults (0.9 up to 0.19, 0.92 from
+    0.20); the activation reserve as stated, else 0 to twice our estimate's default. Raises UsageError for a pool
+    that cannot be used (no --model-config, no weights)."""
+    stated, gpu = opt(args, "kv_cache_memory"), opt(args, "gpu_memory")
+    if stated is None and gpu is None:
+        return None
+    if shape is None:
+        raise UsageError("--kv-cache-memory and --gpu-memory size the KV cache from the model's layout: "
+                         "give --model-config too")
+    try:
+        if stated is not None:
+            memory.check_size("--kv-cache-memory", stated)
+            return KvPool(stated, stated, f"--kv-cache-memory {format_size(stated)}")
+        memory.check_size("--gpu-memory", gpu)
+        weights = opt(args, "weights_bytes") or indexed
+        if weights is None and opt(args, "params") is not None:
+            weights = memory.weights_from_params(opt(args, "params"), shape, shape.dtype)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if weights is None:
+        raise UsageError("--gpu-memory needs the weights' size: a model folder with a safetensors index, "
+                         "--weights-bytes or --params")
+    tp = int(vllm_args.get("tensor_parallel_size") or 1)
+    pp = int(vllm_args.get("pipeline_parallel_size") or 1)
+    per_device = memory.weights_per_device(weights, tp, pp)
+    util_text = vllm_args.get("gpu_memory_utilization")
+    utils = (float(util_text), float(util_text)) if util_text else core_defaults.VLLM_GPU_MEMORY_UTILIZATION_DEFAULTS
+    act = opt(args, "activation_memory")
+    acts = (act, act) if act is not None else core_defaults.ACTIVATION_BYTES_RANGE
+    low, high = memory.kv_pool_range(gpu, utils, per_device, acts)
+    util_basis = f"gpu_memory_utilization {utils[0]:g}" if utils[0] == utils[1] else \
+        f"gpu_memory_utilization {utils[0]:g}-{utils[1]:g} (vLLM's default by release)"
+    act_basis = f"activations {format_size(act)}" if act is not None else \
+        f"activations {format_size(acts[0])}-{format_size(acts[1])} (unstated)"
+    stated_tp = "tensor_parallel_size" in vllm_args
+    par = f"TP {tp}, PP {pp}" + ("" if stated_tp else " (vLLM's default, no --vllm-args says)")
+    return KvPool(low, high, f"--gpu-memory {format_size(gpu)} x {util_basis} - weights {format_size(per_device)} "
+                  f"per device ({par}) - {act_basis}")

@@ -56,6 +56,8 @@ PROFILE_MIN_REQUESTS: Final = 20  # fewer finished requests behind the profile: 
 # (vllm/engine/arg_utils.py `get_batch_defaults` @0.32.0; 8192 on H100/H200-class, 16384 from 160 GiB):
 # the device is not exported, so the sidecar assumes this and says so.
 VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS: Final = 2048
+# Every device class's default (the same rule): what an unknown budget may be, where a figure depends on it.
+VLLM_MAX_NUM_BATCHED_TOKENS_DEFAULTS: Final = (2048, 8192, 16384)
 
 # -- demo and replay -----------------------------------------------------------------------------------
 DEMO_LISTEN_ADDRESS: Final = "127.0.0.1:9478"
@@ -72,6 +74,11 @@ ESTIMATE_MAX_NUM_SEQS: Final = 256
 ESTIMATE_MAX_NUM_BATCHED_TOKENS: Final = 8192
 ESTIMATE_GPU_MEMORY_UTILIZATION: Final = 0.92
 ESTIMATE_ACTIVATION_BYTES: Final = 2 * 1024**3  # activations, non-torch memory and CUDA graphs per device
+# vLLM's default gpu_memory_utilization: 0.9 up to 0.19, 0.92 from 0.20 (vllm/config/cache.py); the sidecar's
+# estimated capacity takes both ends when the command line states none.
+VLLM_GPU_MEMORY_UTILIZATION_DEFAULTS: Final = (0.9, 0.92)
+# The activation reserve (activations, non-torch memory, CUDA graphs) the sidecar's estimate spans when unstated.
+ACTIVATION_BYTES_RANGE: Final = (0, 2 * ESTIMATE_ACTIVATION_BYTES)
 ESTIMATE_TENSOR_PARALLEL_SIZE: Final = 1
 
 # Durations and sizes by name, for generators that write them in the units grammar (Helm, rules, docs).

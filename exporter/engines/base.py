@@ -25,6 +25,29 @@ class Samples(Protocol):
 FULL_PROMPT = "full_prompt"  # the whole uncached prompt (vLLM >= 0.19 and V0)
 FIRST_CHUNK = "first_chunk"  # only the step's first prefill chunk (vLLM V1 < 0.19)
 
+
+
+@dataclass(frozen=True)
+class AdmissionRule:
+    """What the queue head must pass to be admitted, per release (each engine's releases name the upstream
+    lines; `pipeline/derive.py` `admission_need` applies it).
+
+    `gate`: FULL_PROMPT (the whole uncached prompt, then the step's chunk) or FIRST_CHUNK (the step's chunk
+    only); `watermark`: a `--watermark` share of the blocks stays free when admitting; `active_cap`: a cap on
+    admissions below max_num_seqs exists (`--max-num-active-seqs`); `lookahead`: the per-step gate adds the
+    drafter's lookahead tokens; `local_cadence`: `--prefill-schedule-interval` holds prefills without data
+    parallelism too; `skips_unschedulable_head`: a head with no schedulable token is skipped, not a stop.
+    """
+
+    gate: str
+    watermark: bool = False
+    active_cap: bool = False
+    lookahead: bool = True
+    local_cadence: bool = False
+    skips_unschedulable_head: bool = False
+    era: str = ""
+
+
 # The request-length histograms, by role (the keys of `EngineSample.histograms`).
 PROMPT_LENGTHS = "prompt"
 MAX_TOKENS_LENGTHS = "max_tokens"
@@ -87,6 +110,34 @@ class EngineSample:
     prefix_hits_total: float | None = None  # tokens found there
     awake: bool | None = None
     histograms: dict[str, Histogram] = field(default_factory=dict)  # by role: PROMPT_LENGTHS, ...
+    # Why requests are deferred: LoRA adapters (None: no LoRA info exported) and remote-KV loads by stage.
+    lora: LoraState | None = None
+    kv_fetch_by_stage: dict[str, float] = field(default_factory=dict)
+    # KV connectors: counters by (connector, role), e.g. ("nixl", "kv_expired_requests"); transfers completed.
+    connector_counters: dict[tuple[str, str], float] = field(default_factory=dict)
+    connector_transfers: dict[str, float] = field(default_factory=dict)
+    offload_tiers: tuple[OffloadTier, ...] = ()  # KV offloading tiers of this engine (never free GPU blocks)
+    offload_usage: float | None = None  # the CPU tier's usage fraction
+
+
+@dataclass(frozen=True)
+class LoraState:
+    """LoRA adapters as the engine exports them: the cap and the adapter names waiting and running."""
+
+    max_lora: int | None
+    waiting: tuple[str, ...]
+    running: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class OffloadTier:
+    """One KV offloading tier of one engine (host memory, disk): its size as exported; None where not."""
+
+    kind: str  # "cpu"
+    size_bytes: int | None
+    size_tokens: int | None
+    chunks: int | None
+    blocks_per_chunk: int | None
 
 
 class CapacityInfo(Protocol):
@@ -130,6 +181,8 @@ class ReleaseRules(Protocol):
     def admission(self) -> str: ...  # FULL_PROMPT or FIRST_CHUNK
     @property
     def conservative(self) -> tuple[str, ...]: ...
+    @property
+    def admission_rule(self) -> AdmissionRule: ...
     def describe(self) -> str: ...
 
 
@@ -202,3 +255,6 @@ class Engine(Protocol):
         """(derived max_model_len, the config key it came from, the default max_model_len) of a model config."""
     def parse_startup_log(self, text: str) -> LogFacts:
         """The capacity facts of a pasted start-up log; ValueError when it has none."""
+    def blocks_from_log_figures(self, facts: LogFacts, block_size: int, per_request: int) -> tuple[int, int] | None:
+        """(lowest, highest) block counts the log's printed capacity figures allow, R = `per_request` blocks per
+        request of the log's max_model_len; None when they allow none or the log prints none."""

@@ -63,6 +63,18 @@ _ENGINE_GAUGES: list[tuple[str, str, Callable[[EngineReport], float | None]]] = 
      lambda e: None if e.kv_bytes is None else e.kv_bytes.kv_free_bytes),
     ("worst_case_request_bytes", "Bytes one request holds at its worst case (with --model-config).",
      lambda e: None if e.kv_bytes is None else e.kv_bytes.worst_case_request_bytes),
+    ("admission_lookahead_tokens", "Tokens a speculative drafter adds to the admission's per-step gate per "
+     "request (vLLM's num_lookahead_tokens; absent without --speculative-config).",
+     lambda e: None if e.config.num_lookahead_tokens is None else e.config.num_lookahead_tokens.value),
+    ("admission_watermark_blocks", "Blocks vLLM's --watermark keeps free when admitting beside running requests "
+     "(absent without the flag).", lambda e: (e.headroom.admission.watermark_blocks
+                                             if e.headroom.admission and e.config.watermark else None)),
+    ("kv_offload_capacity_tokens", "Tokens the engine's KV offload tiers (host memory) hold at max_model_len; "
+     "never free GPU blocks (absent without an offload tier).",
+     lambda e: None if e.kv_transfer is None else e.kv_transfer.offload_tokens),
+    ("kv_transfer_lease_seconds", "How long a P/D producer holds a finished prefill's blocks for its decode side "
+     "(NIXL's kv_lease_duration; absent without a connector).",
+     lambda e: None if e.kv_transfer is None else e.kv_transfer.lease_seconds),
 ]
 
 
@@ -72,10 +84,16 @@ class HeadroomCollector(Collector):
     def __init__(self, targets: Sequence[Target]) -> None:
         self.targets = targets
 
-    def describe(self) -> Iterable[GaugeMetricFamily]:
-        return []  # collect() is cheap but needs live targets; skip registration-time collection
+    def describe(self) -> Iterable[GaugeMetricFamily | CounterMetricFamily]:
+        """Every family collect() may yield, without samples (prometheus_client's describe): those it yields only
+        while they have samples included. Registration checks names with it; docs/reference/metrics.md is
+        generated from it (`python -m exporter.cli.docs`)."""
+        return list(HeadroomCollector([])._families(describing=True))
 
     def collect(self) -> Iterable[GaugeMetricFamily | CounterMetricFamily]:
+        return self._families(describing=False)
+
+    def _families(self, describing: bool) -> Iterable[GaugeMetricFamily | CounterMetricFamily]:
         # Every per-target series names the vLLM URL it is about, one target or several: the alert rules take vLLM's
         # host:port from it (the sidecar's own `instance` does not say which port, and two vLLMs on one machine
         # differ by nothing else).
@@ -166,21 +184,21 @@ class HeadroomCollector(Collector):
                 info_rows.append((row, 1.0))
         yield up
         yield seen_up
-        if down_since.samples:  # only while down: a family without samples would only advertise a name
+        if describing or down_since.samples:  # only while down: a family without samples would only advertise a name
             yield down_since
         yield duration
         yield errors
         # A family with no samples (e.g. byte figures without --model-config) would only advertise a name.
-        yield from (g for g in gauges.values() if g.samples)
+        yield from (g for g in gauges.values() if describing or g.samples)
         yield worst
         yield concurrency
         yield profile
         yield verdict
         yield binding
-        if undetermined.samples:
+        if describing or undetermined.samples:
             yield undetermined
-        if info_rows:
-            names = sorted({k for row, _ in info_rows for k in row})
+        if describing or info_rows:
+            names = sorted({k for row, _ in info_rows for k in row}) or el
             info = GaugeMetricFamily(P + "config_info",
                                      "Serving config of the engine; each <key>_source label names where it came from.",
                                      labels=names)

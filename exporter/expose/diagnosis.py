@@ -78,7 +78,7 @@ def _used(e: EngineReport) -> str:
 
 def _slots_full(e: EngineReport) -> str:
     h, used = e.headroom, _used(e)
-    slots = "" if e.max_num_seqs is None else f" of max_num_seqs={e.max_num_seqs}"
+    slots = "" if e.max_num_seqs is None else f" of {e.cap_setting}={e.max_num_seqs}"
     if e.slots_inferred:
         cap = e.max_num_seqs or e.running
         return (f"{used}, {e.running} requests run and {e.waiting} wait although {h.kv_free_blocks} blocks are "
@@ -94,7 +94,7 @@ def _slots_full(e: EngineReport) -> str:
 def _kv_full(e: EngineReport) -> str:
     h, used = e.headroom, _used(e)
     if e.max_num_seqs is not None and e.running >= e.max_num_seqs:
-        slots = f" of max_num_seqs={e.max_num_seqs}"
+        slots = f" of {e.cap_setting}={e.max_num_seqs}"
         why = (f"{h.kv_free_blocks} free blocks cannot hold the next request's {h.prompt_blocks}"
                if h.kv_free_blocks < h.prompt_blocks else
                f"the {e.running} running requests, each growing to {h.worst_case_blocks_profile} blocks, need up to "
@@ -350,9 +350,99 @@ def engine_json(e: EngineReport, engines: list[EngineReport] | None = None) -> d
             "max_tokens": None if e.max_tokens is None else e.max_tokens.__dict__,
         },
         "config": e.config.as_json(),
+        "capacity": capacity_json(e),
+        "admission": admission_json(e),
+        "kv_transfer": kv_transfer_json(e),
+        "deferred_causes": list(e.deferred_causes),
         "vllm_cmdline": None if e.cmdline_pid is None else {"pid": e.cmdline_pid, "found_by": e.cmdline_found_by},
         **({} if e.kv_bytes is None else dict(e.kv_bytes.__dict__)),
     }
+
+
+def capacity_json(e: EngineReport) -> dict[str, Any] | None:
+    """Where the engine's block count came from, its range when inferred, and what the range decides."""
+    known = e.config.num_gpu_blocks
+    if known is None:
+        return None
+    return {"num_gpu_blocks": known.value, "source": str(known.source),
+            "low": known.low if known.uncertain else None, "high": known.high if known.uncertain else None,
+            "basis": known.basis, "decides": e.capacity_decides}
+
+
+def admission_json(e: EngineReport) -> dict[str, Any]:
+    """What admitting the queue head takes, gate by gate, and what the headroom cannot show."""
+    need = e.headroom.admission
+    cfg = e.config
+    return {
+        "gate": None if need is None else need.gate,
+        "blocks_per_request": e.headroom.prompt_blocks,
+        "full_prompt_blocks": None if need is None else need.full_prompt_blocks,
+        "step_blocks": None if need is None else need.step_blocks,
+        "watermark_blocks": 0 if need is None else need.watermark_blocks,
+        "lookahead_tokens": 0 if need is None else need.lookahead_tokens,
+        "cap": e.max_num_seqs,
+        "max_num_active_seqs": None if cfg.max_num_active_seqs is None else cfg.max_num_active_seqs.value,
+        "prefill_schedule_interval": None if cfg.prefill_schedule_interval is None
+        else cfg.prefill_schedule_interval.value,
+        "notes": list(e.admission_notes),
+    }
+
+
+def kv_transfer_json(e: EngineReport) -> dict[str, Any] | None:
+    """The connector, role and lease, the connector's counters, remote-KV loads and the offload tiers."""
+    k = e.kv_transfer
+    if k is None:
+        return None
+    return {
+        "connector": k.connector, "kv_role": k.role, "lease_seconds": k.lease_seconds, "lease_source": k.lease_source,
+        "counters": {f"{c}_{r}": v for (c, r), v in sorted(k.counters.items())},
+        "transfers": dict(k.transfers), "remote_kv_loads": dict(k.loads_by_stage),
+        "offload_tiers": [{"kind": t.kind, "size_bytes": t.size_bytes, "size_tokens": t.size_tokens,
+                           "chunks": t.chunks, "blocks_per_chunk": t.blocks_per_chunk} for t in k.offload],
+        "offload_usage_ratio": k.offload_usage,
+        "offload_is_free_gpu": False,  # offloaded tiers never count as free GPU blocks
+    }
+
+
+def _kv_transfer_text(e: EngineReport) -> list[str]:
+    k = e.kv_transfer
+    if k is None:
+        return []
+    out = []
+    if k.connector or k.role:
+        lease = f", producer lease {k.lease_seconds} s ({k.lease_source})" if k.lease_seconds is not None else ""
+        out.append(f"kv transfer: {k.connector or 'connector ?'} as {k.role or 'role ?'}{lease}")
+    if k.counters:
+        out.append("kv transfer counters: " + ", ".join(f"{c} {r.replace('_', ' ')} {v:g}"
+                                                        for (c, r), v in sorted(k.counters.items())))
+    if k.loads_by_stage:
+        out.append("remote KV loads: " + ", ".join(f"{int(v)} {s.replace('_', ' ')}"
+                                                   for s, v in sorted(k.loads_by_stage.items())))
+    if k.offload:
+        tokens = k.offload_tokens
+        usage = "" if k.offload_usage is None else f", {_pct(k.offload_usage)} in use"
+        out.append(f"KV offload: {len(k.offload)} host tier(s), "
+                   f"{'?' if tokens is None else f'{tokens:,}'} tokens{usage} (not free GPU blocks)")
+    return out
+
+
+def _admission_text(e: EngineReport) -> str | None:
+    need = e.headroom.admission
+    if need is None or (need.lookahead_tokens == 0 and need.watermark_blocks == 0 and not e.admission_notes):
+        return None
+    parts = [f"{need.blocks} blocks per request ({'whole prompt' if need.gate == 'full_prompt' else 'first chunk'}"
+             + (f", +{need.lookahead_tokens} lookahead tokens" if need.lookahead_tokens else "") + ")"]
+    if need.watermark_blocks:
+        parts.append(f"{need.watermark_blocks} watermark blocks kept free")
+    return "admission: " + "; ".join(parts)
+
+
+def _capacity_text(e: EngineReport) -> str | None:
+    known = e.config.num_gpu_blocks
+    if known is None or known.source in ("cache_config_info", "flag"):
+        return None
+    span = f", {known.low:,}-{known.high:,}" if known.uncertain else ""
+    return f"capacity: {known.value:,} blocks ({known.source}{span}: {known.basis or 'as stated'})"
 
 
 def _down_json(r: TargetReport, model: str, engine: str) -> dict[str, Any]:
@@ -378,6 +468,7 @@ def target_json(r: TargetReport) -> dict[str, Any]:
         "scrape_number": r.scrape_number,
         "scrape_duration_seconds": r.scrape_duration_seconds,
         "vllm_version": r.version,
+        "vllm_frontend": r.frontend,
         "vllm_rules": None if r.rules is None else {
             "source": r.rules.source, "release": r.rules.release, "engine": r.rules.engine,
             "admission": r.rules.admission, "usage_counts_null_block": r.rules.usage_counts_null_block,
@@ -438,6 +529,18 @@ def render_text(reports: list[TargetReport]) -> str:
                 f"{'?' if h.max_concurrency_max_model_len is None else h.max_concurrency_max_model_len}")
             cfg = ", ".join(f"{k}={v['value']} ({v['source']})" for k, v in e.config.as_json().items())
             lines.append(f"  config: {cfg}")
+            if (cap := _capacity_text(e)) is not None:
+                lines.append(f"  {cap}")
+            if e.capacity_decides:
+                lines.append(f"  note: {e.capacity_decides}")
+            if (adm := _admission_text(e)) is not None:
+                lines.append(f"  {adm}")
+            for n in e.admission_notes:
+                lines.append(f"  note: {n}")
+            for line in _kv_transfer_text(e):
+                lines.append(f"  {line}")
+            for n in e.deferred_causes:
+                lines.append(f"  deferred: {n}")
             if r.rules is not None:
                 lines.append(f"  rules: {r.rules.describe()}")
             if e.cmdline_pid is not None:

@@ -17,6 +17,13 @@ Follows vLLM 0.32.0 on its default (layer-outer, `LBNHC`) KV layout:
 - Per request (`get_max_concurrency_for_kv_cache_config`): full attention cdiv(L, bs); sliding window
   cdiv(min(window − 1 + in-flight, L), bs) + 1; a linear group 1 block, or 2 + prefill checkpoints with
   prefix caching (`mamba_cache_mode` 'align', vLLM 0.32.0's default for hybrids).
+- A speculative drafter with its own KV (EAGLE, EAGLE3, MTP, a draft model: `uses_draft_kv_cache`,
+  vllm/config/speculative.py:2172-2177 @0.33.0) adds its attention layers to the model's KV-cache spec after the
+  target's; they are grouped with the target's layers of the same spec (`_get_kv_cache_groups_uniform_page_size`,
+  vllm/v1/core/kv_cache_planning.py:416-560 @0.33.0). gpt-oss-120b + an EAGLE3 drafter: 19 full + 18 sliding
+  layers form 2 groups of 19 ("Add 1 padding layers, may waste at most 5.56% KV cache memory", vllm-project/vllm
+  PR#29303), so a block holds 19 layers' pages, not the 18 of the target alone. The drafter runs on the last
+  pipeline stage.
 
 Shared by the sidecar (absolute bytes of a running server) and the planner (`estimate`).
 """
@@ -25,7 +32,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .shape import FULL, LINEAR, SLIDING, ModelShape
+from ..core.errors import Unsupported
+from .shape import FULL, LINEAR, NONE, SLIDING, ModelShape
 
 DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2}
 KV_DTYPE_BYTES = {"fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
@@ -56,10 +64,13 @@ def resolve_kv_dtype(shape: ModelShape, cache_dtype: str | None) -> str:
     return shape.dtype if cache_dtype in (None, "", "auto") else str(cache_dtype)
 
 
-def served_kv_bytes_per_token(shape: ModelShape, cache_dtype: str | None, tp: int) -> int:
-    """KV bytes per token per device of a running server (attention layers only; linear layers hold a state)."""
+def served_kv_bytes_per_token(shape: ModelShape, cache_dtype: str | None, tp: int,
+                              drafter: Drafter | None = None) -> int:
+    """KV bytes per token per device of a running server (attention layers only; linear layers hold a state),
+    the drafter's layers included."""
     kv = resolve_kv_dtype(shape, cache_dtype)
-    return kv_bytes_per_token_per_layer(shape, dtype_bytes(kv), tp) * shape.attention_layers
+    extra = len(drafter.kinds) if drafter is not None else 0
+    return kv_bytes_per_token_per_layer(shape, dtype_bytes(kv), tp) * (shape.attention_layers + extra)
 
 
 def pp_partitions(num_layers: int, pp: int) -> list[int]:
@@ -85,6 +96,17 @@ class Group:
 
 
 @dataclass(frozen=True)
+class Drafter:
+    """A speculative drafter's attention layers that join the target's KV-cache groups: their kinds (FULL or
+    SLIDING, in layer order), one layer's KV bytes per token per rank, and where the shape was read."""
+
+    method: str
+    kinds: tuple[str, ...]
+    bytes_per_token: int
+    source: str = ""
+
+
+@dataclass(frozen=True)
 class Plan:
     """vLLM's KV-cache plan for one model on one parallel layout: every figure per device (rank)."""
 
@@ -96,6 +118,8 @@ class Plan:
     stages: tuple[tuple[int, int], ...]  # [start, end) layer range of each pipeline stage
     linear_blocks: int  # blocks a linear group holds per request
     window: int | None
+    drafter: Drafter | None = None
+    padding: tuple[tuple[str, int, int], ...] = ()  # (kind, padding layers, layers of the kind), as vLLM warns
 
     @property
     def stage_bytes_per_block(self) -> tuple[int, ...]:
@@ -130,17 +154,33 @@ def hybrid_block_size(shape: ModelShape, block_size: int, attn_per_token: int, s
     return max(block_size, kernel * ceil_div(state, kernel * attn_per_token))
 
 
-def group_layers(shape: ModelShape) -> tuple[Group, ...]:
-    """Split layers into vLLM's equal-size groups, one kind per group, round-robin within a kind."""
-    kinds = shape.layer_kinds
+def padding(kinds: tuple[str, ...]) -> tuple[tuple[str, int, int], ...]:
+    """(kind, padding layers, layers of that kind) for each kind vLLM pads to the group size: its warning
+    "Add %d padding layers, may waste at most %.2f%% KV cache memory" (padding / layers × 100,
+    vllm/v1/core/kv_cache_planning.py:533-541 @0.33.0)."""
+    counts = [(k, kinds.count(k)) for k in (FULL, SLIDING, LINEAR) if kinds.count(k)]
+    if not counts:
+        return ()
+    size = _group_size([n for _k, n in counts])
+    return tuple((k, size - n % size, n) for k, n in counts if n % size)
+
+
+def _group_size(counts: list[int]) -> int:
+    """vLLM's group size: the smallest kind's layer count, or the largest when within 1.5× of it
+    (kv_cache_planning.py:521-532 @0.33.0)."""
+    size = min(counts)
+    return max(counts) if max(counts) < 1.5 * size else size
+
+
+def group_layers(shape: ModelShape, extra: tuple[str, ...] = ()) -> tuple[Group, ...]:
+    """Split layers into vLLM's equal-size groups, one kind per group, round-robin within a kind; `extra` are a
+    drafter's layers, indexed after the target's."""
+    kinds = shape.layer_kinds + extra
     buckets = [(k, [i for i, kind in enumerate(kinds) if kind == k]) for k in (FULL, SLIDING, LINEAR)]
     buckets = [(k, idx) for k, idx in buckets if idx]
     if not buckets:
         return ()
-    counts = [len(idx) for _, idx in buckets]
-    size = min(counts)
-    if max(counts) < 1.5 * size:
-        size = max(counts)
+    size = _group_size([len(idx) for _, idx in buckets])
     groups: list[Group] = []
     for kind, idx in buckets:
         n = ceil_div(len(idx), size)
@@ -148,8 +188,38 @@ def group_layers(shape: ModelShape) -> tuple[Group, ...]:
     return tuple(groups)
 
 
+def drafter_of(method: str | None, shape: ModelShape, kv_dtype: str, tp: int,
+               draft: ModelShape | None = None) -> Drafter | None:
+    """The drafter whose layers join the KV cache, None for a method without KV (ngram, suffix) or none at all.
+
+    MTP drafts with the target's own `mtp_layers` (their attention as the target's); EAGLE, EAGLE3, DFlash,
+    DSpark and a draft model with the layers of `draft` (its config.json), which is needed. Raises ValueError when
+    the drafter's shape is unknown or holds layers that keep no plain KV (linear, Mamba).
+    """
+    if method is None or method in ("ngram", "ngram_gpu", "suffix", "custom_class", "extract_hidden_states"):
+        return None
+    kv = dtype_bytes(kv_dtype)
+    if method == "mtp":
+        if not shape.mtp_layers:
+            raise ValueError(f"{shape.model_type}: the config names no MTP layers (num_nextn_predict_layers, "
+                             "mtp_num_hidden_layers), so the MTP drafter's KV cannot be sized")
+        kind = FULL if FULL in shape.layer_kinds else SLIDING
+        return Drafter("mtp", (kind,) * shape.mtp_layers, kv_bytes_per_token_per_layer(shape, kv, tp),
+                       "the model's own MTP layers")
+    if draft is None:
+        raise ValueError(f"the {method} drafter's layers join the KV cache: give its config.json "
+                         "(--draft-model-config) to size them")
+    kinds = tuple(k for k in draft.layer_kinds if k != NONE)
+    if SLIDING in kinds and draft.sliding_window != shape.sliding_window:
+        raise Unsupported(f"the {method} drafter's sliding window ({draft.sliding_window}) differs from the "
+                          f"target's ({shape.sliding_window}): its layers form groups this version does not size")
+    if LINEAR in kinds:
+        raise ValueError(f"the {method} drafter has linear/Mamba layers, which this version does not size")
+    return Drafter(method, kinds, kv_bytes_per_token_per_layer(draft, kv, tp), draft.source or draft.model_type)
+
+
 def plan(shape: ModelShape, kv_dtype: str, tp: int, block_size: int, pp: int = 1, prefix_caching: bool = True,
-         model_dtype: str | None = None, ssm_dtype: str | None = None) -> Plan:
+         model_dtype: str | None = None, ssm_dtype: str | None = None, drafter: Drafter | None = None) -> Plan:
     """vLLM 0.32.0's KV-cache plan: block size, page, groups and stages; ValueError for a TP the state cannot split.
 
     kv_dtype: the attention cache dtype ('fp8', 'bfloat16', ...); model_dtype: the dtype linear states use
@@ -171,12 +241,23 @@ def plan(shape: ModelShape, kv_dtype: str, tp: int, block_size: int, pp: int = 1
         page = block_size * per_token
     else:
         page = state
+    extra: tuple[str, ...] = ()
+    if drafter is not None and drafter.kinds:
+        if drafter.bytes_per_token != per_token:
+            raise Unsupported(f"the {drafter.method} drafter's KV page ({drafter.bytes_per_token} bytes per token "
+                              f"and layer) differs from the target's ({per_token}): vLLM then unifies the page "
+                              "sizes, which this version does not size")
+        if state and SLIDING in drafter.kinds:
+            raise Unsupported("a sliding-window drafter on a hybrid model is not sized by this version")
+        extra = drafter.kinds
     parts = pp_partitions(shape.num_layers, pp)
+    parts[-1] += len(extra)  # the drafter runs on the last pipeline stage
     stages = tuple((sum(parts[:s]), sum(parts[:s + 1])) for s in range(pp))
-    return Plan(block_size, per_token, page, state, group_layers(shape), stages, linear_blocks,
-                shape.sliding_window)
+    return Plan(block_size, per_token, page, state, group_layers(shape, extra), stages, linear_blocks,
+                shape.sliding_window, drafter, padding(shape.layer_kinds + extra))
 
 
-def bytes_per_block(shape: ModelShape, cache_dtype: str | None, tp: int, block_size: int) -> int:
+def bytes_per_block(shape: ModelShape, cache_dtype: str | None, tp: int, block_size: int,
+                    drafter: Drafter | None = None) -> int:
     """Bytes one pool block takes per device of a running server (its block_size is already aligned)."""
-    return plan(shape, resolve_kv_dtype(shape, cache_dtype), tp, block_size).bytes_per_block
+    return plan(shape, resolve_kv_dtype(shape, cache_dtype), tp, block_size, drafter=drafter).bytes_per_block

@@ -134,6 +134,7 @@ class ModelShape:
     implied_params: int | None = None  # a rough parameter count from the config, for a sanity warning
     source: str = ""  # where the config was read from (the HF snapshot for an id)
     experts: int | None = None  # routed experts, where vLLM's MoE block refuses a TP above them
+    mtp_layers: int = 0  # multi-token-prediction layers the config ships (num_nextn_predict_layers, ...)
 
     @property
     def layer_kinds(self) -> tuple[str, ...]:
@@ -462,8 +463,14 @@ def _with_params(cfg: dict[str, Any], shape: ModelShape) -> ModelShape:
         implied = None
     key = _EXPERTS_TP.get(shape.model_type)
     experts = cfg.get(key) if key else None
-    return replace(shape, implied_params=implied,
+    # The MTP drafter's layers, as vLLM reads them for `--speculative-config {"method": "mtp"}`
+    # (`SpeculativeConfig.hf_config_override`, vllm/config/speculative.py:735-1020 @0.33.0).
+    mtp = next((cfg[k] for k in _MTP_KEYS if isinstance(cfg.get(k), int) and not isinstance(cfg.get(k), bool)), 0)
+    return replace(shape, implied_params=implied, mtp_layers=max(0, mtp),
                    experts=experts if isinstance(experts, int) and not isinstance(experts, bool) else None)
+
+
+_MTP_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_layers")
 
 
 def _implied_params(c: dict[str, Any], shape: ModelShape) -> int | None:

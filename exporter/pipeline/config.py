@@ -2,9 +2,17 @@
 
 Precedence, highest first: our own flags/env > the vLLM command line (`--vllm-args`, or read from
 /proc/<pid>/cmdline when the pod shares its process namespace) > the capacity facts vLLM exports
-(cache_config_info) > `/v1/models`.
+(cache_config_info) > `/v1/models` > vLLM's start-up log (`--vllm-startup-log`) > our estimate.
 `max_num_seqs` and `max_num_batched_tokens` are in no vLLM metric and their defaults depend on version and
 hardware, so when nobody states them they stay unknown rather than assumed.
+
+Capacity (`num_gpu_blocks`) without `cache_config_info` (the Rust frontend exports none; a scrape relabelling
+may drop it): our `--num-gpu-blocks`; vLLM's own `--num-gpu-blocks-override` on its command line; the start-up
+log's "Overriding num_gpu_blocks=N with num_gpu_blocks_override=M" (M), or its "KV cache size: T tokens,
+Maximum concurrency for L tokens per request: C x" line (the blocks both printed figures allow); else an
+estimate from the model's config (`--model-config`) and the KV pool (vLLM's `--kv-cache-memory-bytes`, the
+log's "Available KV cache memory", our `--kv-cache-memory` or `--gpu-memory`), with the range the pool's
+precision allows. Each carries its source, and a range where it is inferred (`Known.low`/`high`).
 """
 
 from __future__ import annotations
@@ -18,10 +26,11 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from ..engines.base import CapacityInfo, Engine
+from ..engines.base import CapacityInfo, Engine, LogFacts
 from ..engines.vllm import VLLM
 
 # vLLM's argv grammar lives in its wing; these names stay importable from here for tools and tests.
+from ..engines.vllm.args import NIXL_DEFAULT_LEASE
 from ..engines.vllm.args import parse_token_count as parse_token_count
 from ..engines.vllm.args import parse_vllm_args as parse_vllm_args
 from ..engines.vllm.args import parse_vllm_args_noting as parse_vllm_args_noting
@@ -35,6 +44,8 @@ class Source(StrEnum):
     V1_MODELS = "v1_models"
     INFERRED = "inferred"  # from what the engine did (max_num_seqs: the highest running count beside room)
     DEFAULT = "default"  # the release's default, assumed because nobody stated the value
+    STARTUP_LOG = "startup_log"  # vLLM's start-up log (--vllm-startup-log): what it printed
+    ESTIMATED = "estimated"  # our estimate from the model's config and the KV pool, with its range
 
 
 T = TypeVar("T", int, float, str, bool)
@@ -42,10 +53,19 @@ T = TypeVar("T", int, float, str, bool)
 
 @dataclass(frozen=True)
 class Known(Generic[T]):
-    """One config value and where it came from."""
+    """One config value and where it came from; an inferred or estimated one with the range it may take
+    (`low`..`high`, both None when it is exact) and how it was derived (`basis`, one phrase)."""
 
     value: T
     source: Source
+    low: T | None = None
+    high: T | None = None
+    basis: str | None = None
+
+    @property
+    def uncertain(self) -> bool:
+        """The value may be another within [low, high]: a conclusion must hold at both ends."""
+        return self.low is not None and self.high is not None and self.low != self.high
 
 
 @dataclass(frozen=True)
@@ -208,14 +228,35 @@ class ServingConfig:
     kv_cache_dtype: Known[str] | None = None  # vLLM's --kv-cache-dtype
     cache_dtype: Known[str] | None = None  # the cache_dtype label of vLLM's cache_config_info
     gpu_memory_utilization: Known[float] | None = None
+    pipeline_parallel_size: Known[int] | None = None
+    kv_cache_memory_bytes: Known[int] | None = None  # vLLM's --kv-cache-memory-bytes: the KV pool per device
+    # Admission (vllm/config/scheduler.py @0.33.0; which release applies which: engines/vllm/releases.py)
+    max_num_active_seqs: Known[int] | None = None  # admission cap into RUNNING, <= max_num_seqs (>= 0.32)
+    watermark: Known[float] | None = None  # share of blocks kept free when admitting (>= 0.24)
+    prefill_schedule_interval: Known[int] | None = None  # admit prefills once every N steps
+    scheduler_reserve_full_isl: Known[bool] | None = None  # the whole-prompt gate (>= 0.19, default on)
+    # Speculative decoding (--speculative-config)
+    speculative_method: Known[str] | None = None
+    speculative_model: Known[str] | None = None
+    num_speculative_tokens: Known[int] | None = None
+    num_lookahead_tokens: Known[int] | None = None  # KV slots per request past the scheduled tokens
+    # Disaggregated prefill / KV connectors (--kv-transfer-config)
+    kv_connector: Known[str] | None = None
+    kv_role: Known[str] | None = None  # kv_producer | kv_consumer | kv_both
+    kv_lease_duration: Known[int] | None = None  # s: NIXL's hold of a finished prefill's blocks
 
     def as_json(self) -> dict[str, dict[str, Any]]:
-        """{key: {"value", "source"}} for the known fields, sorted by key."""
+        """{key: {"value", "source"[, "low", "high"][, "basis"]}} for the known fields, sorted by key."""
         out: dict[str, dict[str, Any]] = {}
         for f in sorted(fields(self), key=lambda f: f.name):
             known = getattr(self, f.name)
             if known is not None:
-                out[f.name] = {"value": known.value, "source": str(known.source)}
+                item: dict[str, Any] = {"value": known.value, "source": str(known.source)}
+                if known.uncertain:
+                    item["low"], item["high"] = known.low, known.high
+                if known.basis:
+                    item["basis"] = known.basis
+                out[f.name] = item
         return out
 
 
@@ -269,8 +310,10 @@ def resolve(
     cache: CapacityInfo | None,
     data_parallel_engines: int,
     models_max_model_len: int | None,
+    log: LogFacts | None = None,
 ) -> ServingConfig:
-    """Merge every source by precedence into one ServingConfig."""
+    """Merge every source by precedence into one ServingConfig (capacity from the log's figures or an estimate:
+    `pipeline.capacity.with_capacity`, once the block size and the layout's flags are resolved)."""
     values: dict[str, Known[Any]] = {}
 
     def offer(key: str, raw: object, source: Source) -> None:
@@ -297,5 +340,23 @@ def resolve(
         offer("enable_prefix_caching", cache.enable_prefix_caching, Source.CACHE_CONFIG_INFO)
         offer("cache_dtype", cache.cache_dtype, Source.CACHE_CONFIG_INFO)
         offer("gpu_memory_utilization", cache.gpu_memory_utilization, Source.CACHE_CONFIG_INFO)
+    # vLLM's own override replaces the profiled count per engine (vllm/v1/core/kv_cache_planning.py:1520-1530
+    # @0.33.0); what vLLM exports, when it does, is what it did, so it comes first.
+    override = (vllm_args or {}).get("num_gpu_blocks_override")
+    if override is not None and "num_gpu_blocks" not in values:
+        values["num_gpu_blocks"] = Known(int(override), vllm_args_source,
+                                         basis=f"vLLM's --num-gpu-blocks-override {int(override)}")
     offer("max_model_len", models_max_model_len, Source.V1_MODELS)
+    connector = values.get("kv_connector")
+    if connector is not None and "nixl" in str(connector.value).lower() and "kv_lease_duration" not in values:
+        values["kv_lease_duration"] = Known(NIXL_DEFAULT_LEASE, Source.DEFAULT,
+                                            basis="NIXL's default kv_lease_duration (vLLM 0.32-0.33)")
+    if log is not None:
+        # The log's "non-default args" are vLLM's command line as it parsed it; its attention block size line is
+        # the block size a hybrid model really got.
+        if log.attention_block_size:
+            offer("block_size", log.attention_block_size, Source.STARTUP_LOG)
+        for key, raw in log.flags:
+            if key != "num_gpu_blocks_override":
+                offer(key, raw, Source.STARTUP_LOG)
     return ServingConfig(**values)

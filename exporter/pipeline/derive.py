@@ -72,28 +72,91 @@ def slot_headroom(max_num_seqs: int, running: int) -> int:
 
 
 # The admission rules by name (engines/base.py): FULL_PROMPT (vLLM >= 0.19 and V0: the whole uncached prompt
-# must fit), FIRST_CHUNK (V1 < 0.19: only the step's first prefill chunk must fit).
+# must fit, then the step's chunk), FIRST_CHUNK (V1 < 0.19: only the step's first prefill chunk must fit).
 
 
-def admission_blocks(prompt: int, block_size: int, rule: str = FULL_PROMPT, token_budget: int | None = None) -> int:
-    """Free blocks the queue head must find to be admitted (uncached prompt P tokens, budget = token budget).
+@dataclass(frozen=True)
+class AdmissionNeed:
+    """What admitting the queue head takes: `blocks` per such request (the larger of the two gates), the
+    `watermark_blocks` that must stay free besides (once, not per request), the `lookahead_tokens` the per-step
+    gate adds, and each gate's blocks (`full_prompt_blocks` None where the release has no full-prompt gate)."""
 
-    - FULL_PROMPT, vLLM ≥ 0.19: `scheduler_reserve_full_isl` (default True) refuses a new request unless
-      `can_fit_full_sequence`: ceil(P / bs) (vllm/v1/core/sched/scheduler.py:731-742,
-      vllm/config/scheduler.py:139 @0.19.1). V0 likewise allocates the whole prompt (`can_allocate`,
-      vllm/core/block_manager.py:111-145 @0.8.5, less a watermark of 1 % of the blocks).
-    - FIRST_CHUNK, V1 < 0.19: the scheduler allocates only `num_new_tokens = min(P, token_budget)`
-      (vllm/v1/core/sched/scheduler.py:670 @0.18.0, :437 @0.11.0): ceil(min(P, budget) / bs). The budget
-      is max_num_batched_tokens less what running requests took this step; with it unknown, the whole
-      prompt (the conservative reading: never more admissions than the engine makes).
+    blocks: int
+    step_blocks: int
+    full_prompt_blocks: int | None
+    watermark_blocks: int = 0
+    lookahead_tokens: int = 0
+    gate: str = FULL_PROMPT
+    reserved_blocks: int = 0  # kept for in-flight async KV loads (the per-step gate of an async-load head only)
+
+    def admits(self, free: int, running: int) -> bool:
+        """The head passes both gates with `free` blocks: full-prompt blocks + watermark <= free, and step
+        blocks + watermark <= free − reserved (the watermark only beside a running request)."""
+        wm = self.watermark_blocks if running > 0 else 0
+        full_ok = self.full_prompt_blocks is None or self.full_prompt_blocks + wm <= free
+        return full_ok and self.step_blocks + wm <= free - self.reserved_blocks
+
+
+def admission_need(prompt: int, block_size: int, rule: str = FULL_PROMPT, token_budget: int | None = None,
+                   lookahead: int = 0, watermark_blocks: int = 0, max_model_len: int | None = None,
+                   reserved_blocks: int = 0) -> AdmissionNeed:
+    """Free blocks the queue head (uncached prompt P tokens) must find, by the release's rule.
+
+    - The full-prompt gate (FULL_PROMPT, vLLM >= 0.19, `scheduler_reserve_full_isl` default True):
+      ceil(min(P, L) / bs) + watermark against the free blocks, no lookahead, no reserved blocks
+      (`allocate_slots(full_sequence_must_fit=True)`, vllm/v1/core/kv_cache_manager.py:531-548 @0.33.0, :522-539
+      @0.32.0; `can_fit_full_sequence`, vllm/v1/core/sched/scheduler.py:731-742 @0.19.1). V0 likewise allocates
+      the whole prompt (`can_allocate`, vllm/core/block_manager.py:111-145 @0.8.5, less a watermark of 1 %).
+    - The per-step gate (every V1 release): ceil(min(chunk + lookahead, L) / bs) + watermark against the free
+      blocks less `reserved_blocks` (kv_cache_manager.py:550-588 @0.33.0, :541-579 @0.32.0), the chunk
+      min(P, token budget) (scheduler.py:1295-1346 @0.33.0, :670 @0.18.0, :437 @0.11.0), the lookahead
+      `num_lookahead_tokens` (k for EAGLE, MTP and draft models, k + 1 for DFlash: vllm/config/vllm.py:626-652
+      @0.33.0). Reserved blocks apply to an async KV load only (the remaining blocks of the loads already in flight
+      plus the spec-decode step's, scheduler.py:1420-1430 @0.33.0), which no metric exports; for any other head
+      they are 0. `blocks` is then max(full-prompt blocks, step blocks + reserved): what the head needs free.
+    - FIRST_CHUNK (V1 < 0.19, or `--no-scheduler-reserve-full-isl`): the per-step gate alone. With the budget
+      unknown, the whole prompt (the conservative reading: never more admissions than the engine makes).
+
+    The watermark (`int(watermark × num_gpu_blocks)`, kv_cache_manager.py:209-210 @0.33.0) is kept once, not per
+    request, and only when a request already runs (:518-525): see `kv_admission_headroom`.
     """
-    tokens = prompt if rule == FULL_PROMPT or token_budget is None else min(prompt, token_budget)
-    return max(1, blocks_for_tokens(tokens, block_size))
+    tokens = prompt if max_model_len is None else min(prompt, max_model_len)
+    chunk = tokens if token_budget is None else min(tokens, token_budget)
+    step_tokens = chunk + max(lookahead, 0)
+    if max_model_len is not None:
+        step_tokens = min(step_tokens, max_model_len)
+    step = max(1, blocks_for_tokens(step_tokens, block_size))
+    if rule == FULL_PROMPT:
+        full = max(1, blocks_for_tokens(tokens, block_size))
+        return AdmissionNeed(max(full, step + reserved_blocks), step, full, watermark_blocks, lookahead, rule,
+                             reserved_blocks)
+    if token_budget is None:
+        step = max(step, blocks_for_tokens(tokens, block_size))
+    return AdmissionNeed(step + reserved_blocks, step, None, watermark_blocks, lookahead, rule, reserved_blocks)
 
 
-def kv_admission_headroom(free: int, prompt_blocks: int) -> int:
-    """Requests whose admission blocks (`admission_blocks`) fit in free blocks now: floor(free / blocks)."""
-    return free // max(prompt_blocks, 1)
+def admission_blocks(prompt: int, block_size: int, rule: str = FULL_PROMPT, token_budget: int | None = None,
+                     lookahead: int = 0, max_model_len: int | None = None) -> int:
+    """Blocks the queue head must find per request (`admission_need(...).blocks`; the watermark apart)."""
+    return admission_need(prompt, block_size, rule, token_budget, lookahead, 0, max_model_len).blocks
+
+
+def watermark_blocks(watermark: float, num_gpu_blocks: int) -> int:
+    """Blocks `--watermark` keeps free when admitting: int(watermark × num_blocks), num_blocks counting the null
+    block (`KVCacheManager.__init__`, vllm/v1/core/kv_cache_manager.py:209-210 @0.33.0, :207-208 @0.32.0)."""
+    return int(watermark * num_gpu_blocks) if watermark > 0 else 0
+
+
+def kv_admission_headroom(free: int, prompt_blocks: int, watermark: int = 0, running: int = 1) -> int:
+    """Requests whose admission blocks fit in free blocks now: floor((free − watermark) / blocks), the watermark
+    applied only once a request runs (vLLM: `has_scheduled_reqs=bool(self.running)`, so the first admission into
+    an idle engine needs no watermark: 1 when it fits, then as many as fit above the watermark)."""
+    per = max(prompt_blocks, 1)
+    if watermark <= 0:
+        return free // per
+    if running <= 0:
+        return 0 if free < per else max(1, (free - watermark) // per)
+    return max(0, (free - watermark) // per)
 
 
 def admission_headroom(slots: int | None, kv: int) -> int:
@@ -137,6 +200,8 @@ class Inputs:
     admission_rule: str = FULL_PROMPT  # the release's rule (the engine's release rules); see admission_blocks
     max_num_batched_tokens: int | None = None  # the token budget, for FIRST_CHUNK
     prefix_hit_share: float = 0.0  # share of prompt tokens found in the prefix cache lately (0..1)
+    lookahead_tokens: int = 0  # the per-step gate's lookahead (the drafter's num_lookahead_tokens)
+    watermark: float = 0.0  # vLLM's --watermark where the release applies it, else 0
 
 
 @dataclass(frozen=True)
@@ -161,6 +226,13 @@ class Pool:
     hybrid: bool
     held_blocks_per_running: int | None = None  # ceil(used / running): the in-flight floor of a request's size
     worst_case_blocks_profile_only: int = 0  # W from the profile alone, before the in-flight floor
+    admission: AdmissionNeed | None = None  # what the head's admission takes (gates, watermark, lookahead)
+    head_admissible: bool = True  # the queue head passes the admission gates with the free blocks now
+
+    @property
+    def head_fits(self) -> bool:
+        """The queue head's blocks (and the watermark beside running requests) fit in the free blocks now."""
+        return self.kv_free_blocks >= self.prompt_blocks and self.head_admissible
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -196,8 +268,10 @@ def pool(x: Inputs) -> Pool:
         else:
             w_max = blocks_for_tokens(x.max_model_len, bs)
     prompt = x.prompt_tokens if x.prompt_tokens is not None else 1
-    prompt_blocks = admission_blocks(uncached_prompt(prompt, x.prefix_hit_share), bs, x.admission_rule,
-                                     x.max_num_batched_tokens)
+    need = admission_need(uncached_prompt(prompt, x.prefix_hit_share), bs, x.admission_rule,
+                          x.max_num_batched_tokens, x.lookahead_tokens, watermark_blocks(x.watermark, x.num_gpu_blocks),
+                          x.max_model_len)
+    prompt_blocks = need.blocks
     if x.max_tokens is not None:
         w = worst_case_blocks(prompt, x.max_tokens, x.max_model_len, bs)
         if w_max is not None:
@@ -212,7 +286,7 @@ def pool(x: Inputs) -> Pool:
         # Requests in flight already hold more than the profile's worst case: a new workload the profile (of
         # finished requests) has not seen. Each will end at least this large on average.
         w = held if w_max is None else min(max(w, held), max(w_max, held))
-    kv = kv_admission_headroom(free, prompt_blocks)
+    kv = kv_admission_headroom(free, prompt_blocks, need.watermark_blocks, x.running)
     safe = safe_headroom(capacity, used, x.running, w)
     tokens = x.kv_cache_size_tokens if hybrid and x.kv_cache_size_tokens else capacity * bs
     return Pool(
@@ -232,6 +306,8 @@ def pool(x: Inputs) -> Pool:
         hybrid=hybrid,
         held_blocks_per_running=held,
         worst_case_blocks_profile_only=w_profile,
+        admission=need,
+        head_admissible=need.admits(free, x.running),
     )
 
 
@@ -255,6 +331,8 @@ def with_slots(p: Pool, max_num_seqs: int | None, running: int) -> Headroom:
         hybrid=p.hybrid,
         held_blocks_per_running=p.held_blocks_per_running,
         worst_case_blocks_profile_only=p.worst_case_blocks_profile_only,
+        admission=p.admission,
+        head_admissible=p.head_admissible,
         effective_usage_ratio=effective_usage(p.kv_capacity_blocks, p.worst_case_blocks_profile, slots,
                                               p.safe_headroom_requests),
         slot_headroom_requests=slots,

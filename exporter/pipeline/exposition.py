@@ -1,4 +1,11 @@
-"""Parse the Prometheus text exposition (format 0.0.4) that vLLM serves on /metrics.
+"""Parse the Prometheus text exposition (format 0.0.4) and the OpenMetrics text (1.0.0) vLLM serves on /metrics.
+
+vLLM's Python API server answers in format 0.0.4; its Rust frontend (vllm-rs, VLLM_USE_RUST_FRONTEND=1, 0.32.0)
+answers in OpenMetrics whatever the Accept header asks for (tests/fixtures/vllm-0.32.0-rust/): counters typed by
+their base name (`# TYPE <family> counter` above the sample `<family>_total`) and a final `# EOF`.
+OpenMetrics also allows `# UNIT` lines, a missing line feed after `# EOF`, and an exemplar after any sample's value
+(`... 5 # {trace_id="..."} 0.5 1700000000.1`). Sample names are the same in both formats and comments are never
+read, so only the sample lines' syntax differs: an exemplar is skipped.
 
 Only the families the sidecar uses are fully parsed (labels and values); every other sample line is checked
 for a well-formed value and then skipped, which keeps a ~53 KB vLLM scrape cheap. An engine's other sample-name
@@ -261,7 +268,7 @@ class Parser:
 
     def close(self) -> Exposition:
         """The parsed exposition; raises ExpositionError for a body that is cut, no exposition, or malformed."""
-        if self._rest and not self._blank:
+        if self._rest and not self._blank and not _ends_with_eof(self._rest):
             _raise_if_not_an_exposition(self._head)
             # The format requires a final line feed; its absence means the body was cut off.
             raise ExpositionError("the exposition ends mid-line (truncated body)", reason="truncated")
@@ -289,6 +296,27 @@ def _needle(renames: tuple[tuple[str, str], ...]) -> str:
     return needle
 
 
+def _ends_with_eof(text: str) -> bool:
+    """OpenMetrics ends with `# EOF`, its line feed optional (`exposition = metricset HASH SP eof [ LF ]`)."""
+    return text.endswith("# EOF") and (len(text) == 5 or text[-6] == "\n")
+
+
+def _label_set_end(line: str, brace: int, line_no: int) -> int:
+    """Index of the `}` closing the label set opened at `brace`, skipping quoted values (they may hold `}` and
+    ` # `): the exemplar after the value has a label set of its own, so the last `}` of the line is not it."""
+    pos, end = brace + 1, len(line)
+    while pos < end:
+        c = line[pos]
+        if c == "}":
+            return pos
+        if c == '"':
+            pos += 1
+            while pos < end and line[pos] != '"':
+                pos += 2 if line[pos] == "\\" else 1
+        pos += 1
+    raise ExpositionError(f"line {line_no}: unclosed label set")
+
+
 def _raise_if_not_an_exposition(text: str) -> None:
     sniffed = sniff(text)
     if sniffed is not None:
@@ -311,9 +339,11 @@ def _parse_lines(lines: Iterable[tuple[int, str]], samples: dict[str, Series], w
             raise ExpositionError(f"line {line_no}: not a metric line: {line[:60]!r}")
         brace = line.find("{")
         space = line.find(" ")
+        # An OpenMetrics exemplar (` # {labels} value [timestamp]`) follows the value: it has braces of its own.
+        exemplar = " # " in line
         if brace != -1 and (space == -1 or brace < space):
             name = line[:brace]
-            close = line.rfind("}")
+            close = _label_set_end(line, brace, line_no) if exemplar else line.rfind("}")
             if close < brace:
                 raise ExpositionError(f"line {line_no}: unclosed label set")
             label_text = line[brace + 1 : close]
@@ -326,6 +356,10 @@ def _parse_lines(lines: Iterable[tuple[int, str]], samples: dict[str, Series], w
             rest = line[space:]
         if want is not None and name not in want:
             continue  # a longer name that shares a wanted prefix
+        if exemplar:
+            rest, hashed, example = rest.partition(" # ")
+            if hashed and not example.lstrip().startswith("{"):
+                raise ExpositionError(f"line {line_no}: expected an exemplar's label set after ' # ' in {name}")
         tokens = rest.split()
         if not tokens or len(tokens) > 2:
             raise ExpositionError(f"line {line_no}: expected 'value [timestamp]' after {name}")

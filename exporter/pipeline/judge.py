@@ -18,13 +18,13 @@ from dataclasses import dataclass, field, replace
 
 from ..core import defaults
 from ..engines.base import GENERATION_LENGTHS, MAX_TOKENS_LENGTHS, PROMPT_LENGTHS, EngineSample, Snapshot
-from ..model.kv_layout import bytes_per_block, served_kv_bytes_per_token
+from ..model.kv_layout import bytes_per_block, drafter_of, resolve_kv_dtype, served_kv_bytes_per_token
 from ..model.shape import ModelShape
 from . import derive
 from .config import FoundCmdline, Known, ServingConfig, Source, value
 from .derive import Headroom, Pool
 from .profile import Quantile, Window, histogram_quantile, profile_value
-from .report import BudgetUse, EngineGap, EngineReport, ProfileQuality
+from .report import BudgetUse, EngineGap, EngineReport, KvTransfer, ProfileQuality
 from .verdict import Observation, Thresholds, Tracker
 
 
@@ -36,6 +36,7 @@ class Judging:
     quantile: float = defaults.PROFILE_QUANTILE
     window: float = defaults.PROFILE_WINDOW  # s
     model_shape: ModelShape | None = None  # from --model-config: adds absolute bytes
+    draft_shape: ModelShape | None = None  # from --draft-model-config: the speculative drafter's layers
 
 
 class EngineHistory:
@@ -159,14 +160,158 @@ def largest_prompt_blocks(e: EngineSample, max_model_len: int | None, block_size
 
 
 def kv_bytes(shape: ModelShape | None, cfg: ServingConfig, headroom: Headroom,
-             block_size: int) -> derive.KvBytes | None:
+             block_size: int, draft: ModelShape | None = None) -> derive.KvBytes | None:
     """Absolute bytes per device, with --model-config; None without it."""
     if shape is None:
         return None
     cache_dtype = value(cfg.kv_cache_dtype) or value(cfg.cache_dtype)
     tp = value(cfg.tensor_parallel_size) or 1
-    per_block = bytes_per_block(shape, cache_dtype, tp, block_size)
-    return derive.kv_bytes(headroom, served_kv_bytes_per_token(shape, cache_dtype, tp), per_block)
+    try:
+        drafter = drafter_of(value(cfg.speculative_method), shape, resolve_kv_dtype(shape, cache_dtype), tp, draft)
+        per_block = bytes_per_block(shape, cache_dtype, tp, block_size, drafter)
+    except ValueError:
+        return None  # a drafter whose layers cannot be sized: no byte figures rather than wrong ones
+    return derive.kv_bytes(headroom, served_kv_bytes_per_token(shape, cache_dtype, tp, drafter), per_block)
+
+
+def admission_cap(cfg: ServingConfig, snap: Snapshot) -> int | None:
+    """The cap on admissions into RUNNING: max_num_seqs, or `--max-num-active-seqs` below it where the release
+    has it (vLLM >= 0.32, `max_num_active_reqs`, vllm/v1/core/sched/scheduler.py:134-138 @0.33.0; a paused
+    streaming session holds one of its slots, :1071-1074, and no metric counts those)."""
+    seqs, active = value(cfg.max_num_seqs), value(cfg.max_num_active_seqs)
+    rule = snap.rules.admission_rule if snap.rules is not None else None
+    if active is None or rule is None or not rule.active_cap:
+        return seqs
+    return active if seqs is None else min(seqs, active)
+
+
+def cap_setting(cfg: ServingConfig, snap: Snapshot) -> str:
+    """The flag behind `admission_cap`: max_num_active_seqs where it is below max_num_seqs (or max_num_seqs is
+    unknown) and the release applies it, else max_num_seqs. Raising max_num_seqs does not lift the other."""
+    seqs, active = value(cfg.max_num_seqs), value(cfg.max_num_active_seqs)
+    rule = snap.rules.admission_rule if snap.rules is not None else None
+    if active is not None and rule is not None and rule.active_cap and (seqs is None or active < seqs):
+        return "max_num_active_seqs"
+    return "max_num_seqs"
+
+
+def admission_inputs(cfg: ServingConfig, snap: Snapshot) -> tuple[str, int, float]:
+    """(gate, lookahead tokens, watermark share) the head's admission is judged with: the release's gate
+    (`--no-scheduler-reserve-full-isl` turns the full-prompt gate off: vllm/config/scheduler.py:190 @0.33.0),
+    the drafter's lookahead where the per-step gate adds it, the watermark where the release applies one."""
+    rule = snap.rules.admission_rule if snap.rules is not None else None
+    gate = rule.gate if rule is not None else derive.FULL_PROMPT
+    if gate == derive.FULL_PROMPT and value(cfg.scheduler_reserve_full_isl) is False and (
+            rule is None or rule.era != "V0"):
+        gate = derive.FIRST_CHUNK
+    lookahead = (value(cfg.num_lookahead_tokens) or 0) if rule is None or rule.lookahead else 0
+    watermark = (value(cfg.watermark) or 0.0) if rule is None or rule.watermark else 0.0
+    return gate, lookahead, watermark
+
+
+def admission_notes(cfg: ServingConfig, snap: Snapshot) -> tuple[str, ...]:
+    """What the admission headroom cannot show, one sentence each, from the flags and the release's rules
+    (engines/vllm/releases.py `admission_rule_of` names the upstream lines)."""
+    rule = snap.rules.admission_rule if snap.rules is not None else None
+    out: list[str] = []
+    interval = value(cfg.prefill_schedule_interval)
+    dp = value(cfg.data_parallel_size) or snap.data_parallel_engines
+    if interval is not None and interval > 1:
+        if rule is None or rule.local_cadence or dp > 1:
+            out.append(f"prefill_schedule_interval {interval}: while requests decode, prefills (new ones and "
+                       f"running chunks) run once every {interval} steps; no metric or log shows the hold, and it "
+                       "lifts while a release step cannot drain the queue, so it delays short queues, never holds "
+                       "a standing one")
+        else:
+            out.append(f"prefill_schedule_interval {interval} holds prefills on this release only under "
+                       "data-parallel coordination (0.33 applies it on every engine); no effect here")
+    active = value(cfg.max_num_active_seqs)
+    if active is not None:
+        if rule is not None and not rule.active_cap:
+            out.append(f"max_num_active_seqs {active} is no flag of this release (>= 0.32): not applied")
+        else:
+            out.append(f"admission into RUNNING stops at max_num_active_seqs {active}; paused streaming sessions "
+                       "hold one of those slots and no metric counts them, so slot headroom is at most this")
+    w = value(cfg.watermark)
+    if w and rule is not None and not rule.watermark:
+        out.append(f"watermark {w:g} is no flag of this release (>= 0.24): not applied")
+    elif w:
+        out.append(f"watermark {w:g}: that share of the blocks stays free when a request is admitted beside "
+                   "running ones (not for the first into an idle engine)")
+    if cfg.speculative_method is not None and cfg.num_lookahead_tokens is None:
+        out.append(f"{cfg.speculative_method.value} drafter without num_speculative_tokens: the per-step "
+                   "lookahead is unknown and not counted")
+    if value(cfg.scheduler_reserve_full_isl) is False:
+        out.append("--no-scheduler-reserve-full-isl: only the step's chunk must fit; later chunks can preempt")
+    if value(cfg.kv_role) in ("kv_consumer", "kv_both"):
+        out.append("a request loading remote KV holds its blocks while counted as waiting, and is admitted "
+                   "against free blocks less those in-flight loads still need (not exported)")
+    return tuple(out)
+
+
+def kv_transfer(cfg: ServingConfig, e: EngineSample) -> KvTransfer | None:
+    """The engine's KV-transfer facts, None when it has no connector, no connector series and no offload tier."""
+    if (cfg.kv_connector is None and cfg.kv_role is None and not e.connector_counters and not e.kv_fetch_by_stage
+            and not e.offload_tiers):
+        return None
+    lease = cfg.kv_lease_duration
+    return KvTransfer(value(cfg.kv_connector), value(cfg.kv_role), value(lease),
+                      None if lease is None else (lease.basis or str(lease.source)), dict(e.connector_counters),
+                      dict(e.connector_transfers), dict(e.kv_fetch_by_stage), e.offload_tiers, e.offload_usage)
+
+
+def deferred_causes(e: EngineSample, cfg: ServingConfig) -> tuple[str, ...]:
+    """What the exposition shows behind the waiting requests counted by reason "deferred", one sentence each.
+
+    vLLM counts a request as deferred from its first skip until it is admitted or finishes (`skip_request` adds
+    it to `deferred_waiting`, discarded only at admission: vllm/v1/core/sched/scheduler.py:1052-1058 and :1548
+    @0.33.0, exported by `len(self.deferred_waiting)`, :3288), so a request skipped once for a LoRA slot or a
+    remote-KV load that now waits for blocks or a slot is still "deferred". The LoRA adapters waiting (vLLM's
+    LoRA info series) and the remote-KV loads by stage (its KV-fetch series, kv_consumer only; the names are in
+    engines/vllm/metrics.py) say whether a cause of skipping is still there."""
+    deferred = e.waiting_by_reason.get("deferred")
+    if not deferred:
+        return ()
+    out: list[str] = []
+    if e.lora is not None and e.lora.waiting:
+        out.append(f"LoRA: adapters {', '.join(e.lora.waiting)} wait for a slot (max_lora "
+                   f"{e.lora.max_lora if e.lora.max_lora is not None else '?'}, running "
+                   f"{', '.join(e.lora.running) or 'none'})")
+    loads = {k: v for k, v in e.kv_fetch_by_stage.items() if v}
+    if loads:
+        out.append("remote KV: " + ", ".join(f"{int(v)} {k.replace('_', ' ')}" for k, v in sorted(loads.items())))
+    elif value(cfg.kv_role) in ("kv_consumer", "kv_both"):
+        out.append("remote KV: a kv_consumer (its loads by stage are not exported by this release)")
+    if not out:
+        out.append(f"{int(deferred)} counted as deferred with no LoRA adapter waiting and no remote-KV load in "
+                   "flight: requests skipped once (grammar, streaming input, stale output) stay counted until "
+                   "admitted, so they may now wait for a slot or blocks")
+    return tuple(out)
+
+
+def capacity_decides(cfg: ServingConfig, x: derive.Inputs, nominal: Pool) -> str | None:
+    """One sentence when num_gpu_blocks is known only within a range (the start-up log's rounding, an estimate)
+    and what the answer rests on differs between its ends: whether the queue head fits, whether the pool holds
+    one max_model_len request, whether running requests will outgrow it, whether a block is free. None when the
+    value is exact or the range agrees."""
+    known = cfg.num_gpu_blocks
+    if known is None or not known.uncertain or known.low is None or known.high is None:
+        return None
+    ends = [derive.pool(replace(x, num_gpu_blocks=n)) for n in (known.low, known.high)]
+
+    def facts(p: Pool) -> tuple[bool, bool, bool, bool]:
+        w_max = p.worst_case_blocks_max_model_len
+        return (p.head_fits, w_max is not None and w_max > p.kv_capacity_blocks,
+                p.safe_headroom_requests < 0, p.kv_free_blocks == 0)
+
+    if facts(ends[0]) == facts(ends[1]) == facts(nominal):
+        return None
+    names = ("whether the queue head fits", "whether one max_model_len request fits the pool",
+             "whether running requests outgrow the pool", "whether a block is free")
+    split = [n for n, a, b in zip(names, facts(ends[0]), facts(ends[1]), strict=True) if a != b]
+    return (f"capacity is known only as {known.low:,}-{known.high:,} blocks ({known.basis or known.source}); "
+            f"{' and '.join(split) or 'the answer'} differs across that range: state --num-gpu-blocks (or vLLM's "
+            "--num-gpu-blocks-override) to decide")
 
 
 def judge(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, history: EngineHistory, how: Judging,
@@ -205,11 +350,11 @@ def judge(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, histo
     finished = e.histograms[PROMPT_LENGTHS].count if PROMPT_LENGTHS in e.histograms else None
     if prompt is None:
         prompt = in_flight_prompt(e.prompt_tokens_total, finished, running, max_model_len)
-    rules = snap.rules
     hit_share = history.hit_share(e, gauges_only)
 
-    max_num_seqs = value(cfg.max_num_seqs)
-    pool: Pool = derive.pool(derive.Inputs(
+    max_num_seqs = admission_cap(cfg, snap)
+    gate = admission_inputs(cfg, snap)
+    inputs = derive.Inputs(
         num_gpu_blocks=n_blocks,
         block_size=block_size,
         has_null_block=snap.has_engine_label,  # V1 (>= 0.8, engine label) keeps a null block; V0 has none
@@ -224,10 +369,14 @@ def judge(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, histo
         max_tokens=max_tokens.tokens if max_tokens and not (thin and max_model_len) else None,
         kv_cache_max_concurrency=value(cfg.kv_cache_max_concurrency),
         kv_cache_size_tokens=value(cfg.kv_cache_size_tokens),
-        admission_rule=rules.admission if rules is not None else derive.FULL_PROMPT,
+        admission_rule=gate[0],
         max_num_batched_tokens=value(cfg.max_num_batched_tokens),
         prefix_hit_share=hit_share,
-    ))
+        lookahead_tokens=gate[1],
+        watermark=gate[2],
+    )
+    pool: Pool = derive.pool(inputs)
+    decides = capacity_decides(cfg, inputs, pool)
     tracker = history.tracker
     budget = budget_use(cfg, snap, prompt)
     # Prefills completed since the last scrape: the engine is busy prefilling (a one-shot cannot tell).
@@ -258,6 +407,9 @@ def judge(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, histo
             cfg = replace(cfg, max_num_seqs=Known(inferred_cap, Source.INFERRED))
             obs = replace(obs, max_num_seqs=inferred_cap, max_num_seqs_inferred=True)
     judgement, false_full = tracker.update(now, obs, e.preemptions_total, progress)
+    if decides is not None:
+        # The answer rests on a capacity known only within a range that decides it: no flag raised on it.
+        false_full = False
     if judgement.slots_inferred and max_num_seqs is None and running > 0:
         # slots_full judged with the cap unknown: the running count is the cap this answer uses throughout.
         max_num_seqs = running
@@ -287,15 +439,20 @@ def judge(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, histo
         preemptions_total=e.preemptions_total,
         max_num_seqs=max_num_seqs,
         gauges_only=gauges_only,
-        kv_bytes=kv_bytes(how.model_shape, cfg, headroom, block_size),
+        kv_bytes=kv_bytes(how.model_shape, cfg, headroom, block_size, how.draft_shape),
         seconds_without_progress=tracker.seconds_without_progress,
         histograms=dict(e.histograms),
         preemption_inferred=judgement.preemption_inferred,
-        suspected=judgement.suspected,
+        suspected=judgement.suspected or decides is not None,
         profile=quality,
         budget=budget,
         cmdline_pid=found.pid if found else None,
         cmdline_found_by=found.found_by if found else None,
         busy_ceiling=None if gauges_only else tracker.busy_ceiling,
         busy_frames=0 if gauges_only else tracker.busy_frames,
+        capacity_decides=decides,
+        admission_notes=admission_notes(cfg, snap),
+        kv_transfer=kv_transfer(cfg, e),
+        deferred_causes=deferred_causes(e, cfg),
+        cap_setting=cap_setting(cfg, snap),
     )

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Set
 from dataclasses import dataclass, field
 
 from ..core import defaults
-from ..engines.base import Histogram, ReleaseRules
+from ..engines.base import Histogram, OffloadTier, ReleaseRules
 from . import derive
 from .config import ServingConfig
 from .derive import Headroom
@@ -51,6 +51,36 @@ class EngineReport:
     cmdline_found_by: str | None = None
     busy_ceiling: int | None = None  # highest running seen while requests waited, lately (sidecar only)
     busy_frames: int = 0  # scrapes with requests waiting behind that ceiling
+    capacity_decides: str | None = None  # the capacity is a range and the answer differs across it (one sentence)
+    admission_notes: tuple[str, ...] = ()  # what the admission headroom cannot show (cadence, active cap, ...)
+    kv_transfer: KvTransfer | None = None  # P/D connector, role, lease, transfer counters, offload tiers
+    deferred_causes: tuple[str, ...] = ()  # what the exposition shows behind waiting requests counted "deferred"
+    # The vLLM setting `max_num_seqs` stands for: max_num_active_seqs where it caps admission below max_num_seqs.
+    cap_setting: str = "max_num_seqs"
+
+
+@dataclass(frozen=True)
+class KvTransfer:
+    """Disaggregated prefill and KV offloading as one engine shows them: the connector and role from
+    --kv-transfer-config, the producer's hold lease (stated, or the connector's default), the connector's own
+    counters (lifetime), remote-KV loads by stage (a consumer's waiting requests), and offload tiers, whose
+    capacity is never free GPU blocks."""
+
+    connector: str | None
+    role: str | None  # kv_producer | kv_consumer | kv_both
+    lease_seconds: int | None
+    lease_source: str | None
+    counters: dict[tuple[str, str], float]  # (connector, role) -> lifetime count, e.g. ("nixl", "kv_expired_requests")
+    transfers: dict[str, float]  # connector -> completed transfers (lifetime)
+    loads_by_stage: dict[str, float]  # waiting_to_start | in_progress | completed_waiting
+    offload: tuple[OffloadTier, ...]
+    offload_usage: float | None
+
+    @property
+    def offload_tokens(self) -> int | None:
+        """Tokens the offload tiers hold at max_model_len, None when no tier exports its size."""
+        sizes = [t.size_tokens for t in self.offload if t.size_tokens is not None]
+        return sum(sizes) if sizes else None
 
 
 @dataclass(frozen=True)
@@ -111,6 +141,7 @@ class EngineGap:
     missing: str
     config_error: str | None = None
     bad_value: str | None = None
+    hint: str | None = None  # where the missing values can come from
 
     @property
     def reason(self) -> str:
@@ -123,7 +154,8 @@ class EngineGap:
             return f"cannot judge this engine: {self.bad_value}"
         if self.config_error:
             return f"cannot derive capacity: {self.config_error}"
-        return f"cannot derive capacity: {self.missing} unknown"
+        text = f"cannot derive capacity: {self.missing} unknown"
+        return f"{text}: {self.hint}" if self.hint else text
 
 
 @dataclass
@@ -133,6 +165,7 @@ class TargetReport:
     error_reason: str | None = None
     error: str | None = None
     version: str | None = None
+    frontend: str | None = None  # "rust X" when vLLM's Rust frontend serves the API (/version), else None
     engines: list[EngineReport] = field(default_factory=list)
     gaps: list[EngineGap] = field(default_factory=list)
     scrape_duration_seconds: float | None = None

@@ -178,6 +178,18 @@ def parse_version(body: str) -> str | None:
     return str(version)[:64] if version else None
 
 
+def parse_frontend(body: str) -> str | None:
+    """The API server in front of the engine, from /version: "rust 0.32.0" when vLLM's Rust frontend answers
+    (`VLLM_USE_RUST_FRONTEND=1`: `{"version":"0.32.0","rust_frontend_version":"0.32.0"}`, seen on this machine
+    with the 0.32.0 wheel's vllm-rs), None for the Python one (its /version has `version` only)."""
+    try:
+        doc: Any = json.loads(body)
+    except ValueError:
+        return None
+    rust = doc.get("rust_frontend_version") if isinstance(doc, dict) else None
+    return f"rust {rust}" if rust else None
+
+
 def auth(api_key: str | None) -> dict[str, str] | None:
     """The headers vLLM's --api-key asks for (on /v1/models; /metrics and /version are open)."""
     return {"Authorization": f"Bearer {api_key}"} if api_key else None
@@ -192,6 +204,7 @@ class ServerInfo:
     version: str | None
     version_answered: bool
     models_error: str | None = None  # why /v1/models failed, one sentence
+    frontend: str | None = None  # "rust X" when the Rust frontend answered /version (`parse_frontend`)
 
 
 async def server_info(client: httpx.AsyncClient, url: str, timeout: float, api_key: str | None,
@@ -214,10 +227,12 @@ async def server_info(client: httpx.AsyncClient, url: str, timeout: float, api_k
             error += (": vLLM refused the API key" if api_key else ": vLLM asks for an API key") + \
                 " (--target-api-key-file)"
     version: str | None = None
+    frontend: str | None = None
     answered = True
     try:
-        version = parse_version(await fetch(client, base + "/version", timeout, VERSION_MAX_BYTES, deadline=deadline))
+        body = await fetch(client, base + "/version", timeout, VERSION_MAX_BYTES, deadline=deadline)
+        version, frontend = parse_version(body), parse_frontend(body)
     except ScrapeError:
         answered = False
-    return ServerInfo(models, models is None, version, answered, error)
+    return ServerInfo(models, models is None, version, answered, error, frontend)
 

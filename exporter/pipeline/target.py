@@ -15,10 +15,11 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from ..core import defaults
-from ..engines.base import CapacityInfo, Engine, InvalidValue
+from ..engines.base import CapacityInfo, Engine, InvalidValue, LogFacts
 from ..engines.vllm import VLLM
 from ..model.shape import ModelShape
 from . import exposition
+from .capacity import KvPool, with_capacity
 from .config import FoundCmdline, Overrides, ServingConfig, Source, contradictions, find_vllm_cmdline, resolve
 from .judge import EngineHistory, Judging, judge
 from .report import BudgetUse as BudgetUse
@@ -36,6 +37,7 @@ if TYPE_CHECKING:  # asyncio and httpx on first use (a one-shot on a file needs 
     import httpx
 
 log = logging.getLogger("vllm_headroom")
+STARTUP_LOG_MAX_BYTES = 64 * 1024 * 1024  # a start-up log is a few hundred KB; a whole day's log is read in part
 
 
 @dataclass(frozen=True)
@@ -54,10 +56,13 @@ class Settings:
     max_bytes: int = defaults.SCRAPE_MAX_BYTES
     models_interval: float = defaults.MODELS_INTERVAL  # s
     model_shape: ModelShape | None = None  # from --model-config: adds absolute bytes
+    draft_shape: ModelShape | None = None  # from --draft-model-config: a speculative drafter's layers
     engine: Engine = VLLM  # the serving engine behind the URL: its metric names, readers and flags
     trust_env: bool = False  # proxies, .netrc and SSL_CERT_* from the environment for this target
     ca_file: str | None = None  # the CA that signs an https target's certificate (else certifi's roots)
     max_samples: int = defaults.SCRAPE_MAX_SAMPLES  # kept samples per scrape (Prometheus' sample_limit)
+    startup_log: str | None = None  # vLLM's start-up log (a file): capacity when vLLM exports none
+    kv_pool: KvPool | None = None  # the KV pool per device we were told (--kv-cache-memory, --gpu-memory)
 
 
 class Target:
@@ -66,16 +71,21 @@ class Target:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.judging = Judging(settings.thresholds, settings.quantile, settings.window, settings.model_shape)
+        self.judging = Judging(settings.thresholds, settings.quantile, settings.window, settings.model_shape,
+                               settings.draft_shape)
         self.histories: dict[tuple[str, str], EngineHistory] = {}  # per (model_name, engine)
         self.models: ModelsInfo | None = None
         self.version: str | None = None
+        self.frontend: str | None = None  # "rust X" behind vLLM's Rust frontend (its /version says so)
         self._models_at: float | None = None
         self._cmdline: FoundCmdline | None = None
         self._cmdline_at: float | None = None
         self._cmdline_args: dict[str, object] | None = None
         self._given_args: dict[str, object] | None = None
         self._args_notes: list[str] = []  # values of the vLLM command line that vLLM would not take
+        self._log: LogFacts | None = None  # what the start-up log states, re-read every --models.interval
+        self._log_at: float | None = None
+        self._log_note: str | None = None  # why the start-up log gave nothing (unreadable, no capacity line yet)
         self.errors: dict[str, int] = {}
         self.models_error: str | None = None  # why the last read of /v1/models failed (None: it answered)
         self.scrapes = 0  # scrapes begun by `scrape()` since start
@@ -123,18 +133,45 @@ class Target:
                 if self._cmdline else (None, []))
         return self._cmdline_args, Source.CMDLINE
 
+    def _startup_log(self, now: float) -> LogFacts | None:
+        """The start-up log's facts, read again every --models.interval (vLLM writes it while it starts; a log
+        shipped into a volume appears late). A log that cannot be read or states no capacity is a note, never
+        a failed scrape."""
+        path = self.settings.startup_log
+        if path is None:
+            return None
+        if self._log_at is not None and now - self._log_at < self.settings.models_interval:
+            return self._log
+        self._log_at = now
+        try:
+            with open(path, errors="replace") as f:
+                text = f.read(STARTUP_LOG_MAX_BYTES)
+        except OSError as exc:
+            self._log, self._log_note = None, f"--vllm-startup-log {path} cannot be read: {exc.strerror}"
+            return None
+        try:
+            self._log, self._log_note = self.settings.engine.parse_startup_log(text), None
+        except ValueError as exc:
+            self._log, self._log_note = None, f"--vllm-startup-log {path}: {exc}"
+        return self._log
+
     def _config(self, engine: str, args: dict[str, object] | None, args_source: Source, cache: CapacityInfo | None,
-                data_parallel_engines: int, models_len: int | None) -> tuple[list[str], ServingConfig]:
+                data_parallel_engines: int, models_len: int | None,
+                log: LogFacts | None = None) -> tuple[list[str], ServingConfig]:
         """The engine's resolved config and the notes on flags that contradict vLLM, kept while their inputs
         stay equal: between two scrapes they seldom change, and resolving them anew for every engine of every
         scrape was a sizeable share of a data-parallel server's scrape."""
-        inputs = (args, args_source, cache, data_parallel_engines, models_len)
+        inputs = (args, args_source, cache, data_parallel_engines, models_len, log)
         kept = self._configs.get(engine)
         if kept is not None and kept[0] == inputs:
             return kept[1], kept[2]
         overrides = self.settings.overrides
         notes = contradictions(overrides, cache, data_parallel_engines)
-        cfg = resolve(overrides, args, args_source, cache, data_parallel_engines, models_len)
+        cfg = resolve(overrides, args, args_source, cache, data_parallel_engines, models_len, log)
+        cfg, problem = with_capacity(cfg, log, self.settings.model_shape, self.settings.kv_pool,
+                                     self.settings.engine, self.settings.draft_shape)
+        if problem:
+            notes.append(problem)
         self._configs[engine] = (inputs, notes, cfg)
         return notes, cfg
 
@@ -187,8 +224,11 @@ class Target:
                               f"(model_name x engine), more than the {defaults.SCRAPE_MAX_ENGINES:,} one sidecar "
                               "judges per target")
         args, args_source = self._vllm_args(now)
-        report = TargetReport(self.settings.url, up=True, version=self.version, observed_at=now,
-                              notes=list(self._args_notes), rules=snap.rules)
+        log = self._startup_log(now)
+        report = TargetReport(self.settings.url, up=True, version=self.version, frontend=self.frontend,
+                              observed_at=now,
+                              notes=list(self._args_notes) + ([self._log_note] if self._log_note else []),
+                              rules=snap.rules)
         for info in snap.cache_info.values():
             report.notes += [n for n in info.rejected() if n not in report.notes]
         models_len = self.models.max_model_len if self.models else None
@@ -199,13 +239,19 @@ class Target:
                 report.gaps.append(EngineGap(e.model_name, e.engine, "", bad_value=bad))
                 continue
             cache = snap.cache_info.get(e.engine) or (next(iter(snap.cache_info.values()), None))
-            notes, cfg = self._config(e.engine, args, args_source, cache, snap.data_parallel_engines, models_len)
+            notes, cfg = self._config(e.engine, args, args_source, cache, snap.data_parallel_engines, models_len, log)
             report.notes += [n for n in notes if n not in report.notes]
             key = (e.model_name, e.engine)
             history = self.histories.get(key) or self.histories.setdefault(
                 key, EngineHistory(self.settings.thresholds, one_shot=gauges_only))
             item = judge(now, e, cfg, snap, history, self.judging, gauges_only, found)
             if isinstance(item, EngineGap):
+                if not snap.cache_info and ("num_gpu_blocks" in item.missing or "block_size" in item.missing):
+                    item = replace(item, hint=(
+                        f"the server exports no {engine.names.cache_config} (the Rust frontend exports none); "
+                        f"give {engine.name}'s --num-gpu-blocks-override and --block-size (--vllm-args, or its "
+                        "command line), its start-up log (--vllm-startup-log), or --model-config with "
+                        "--kv-cache-memory or --gpu-memory"))
                 report.gaps.append(item)
             else:
                 report.engines.append(item)
@@ -243,6 +289,7 @@ class Target:
             self.models_error = None
         if info.version_answered:
             self.version = info.version
+            self.frontend = info.frontend
 
     async def fetch_metrics(self, client: httpx.AsyncClient, now: float, deadline: float | None = None) -> str:
         """GET /metrics (raises ScrapeError) and /v1/models with /version when they are due, within one

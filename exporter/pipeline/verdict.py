@@ -114,7 +114,7 @@ def classify(o: Observation, h: History, t: Thresholds) -> Judgement:
     if o.deferred is not None and o.deferred > 0 and o.deferred >= o.waiting:
         # Every waiting request is deferred (LoRA, grammar, KV transfer): a free slot would not admit any of them.
         return Judgement(Verdict.DEFERRED)
-    head_fits = hr.kv_free_blocks >= hr.prompt_blocks
+    head_fits = hr.head_fits  # free >= the head's blocks, and the watermark beside running requests
     if o.max_num_seqs is not None and o.running >= o.max_num_seqs:
         if o.usage >= t.full_usage or (not o.thin_profile and (not head_fits or o.memory_pressure)):
             # Slots taken and memory binds too: the pool is (nearly) exhausted, or by a profile of finished
@@ -262,7 +262,7 @@ class Tracker:
         no preemption was under way (preemption lowers running below the cap). None before such a scrape."""
         _rose, _inferred, preempting = self._preempting(now, o, preemptions_total)
         hr = o.headroom
-        if o.waiting > 0 and o.running > 0 and not preempting and hr.kv_free_blocks >= hr.prompt_blocks:
+        if o.waiting > 0 and o.running > 0 and not preempting and hr.head_fits:
             while self._caps and self._caps[-1][1] <= o.running:
                 self._caps.pop()
             self._caps.append((now, o.running))

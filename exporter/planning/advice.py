@@ -105,7 +105,8 @@ def max_num_seqs(e: EngineReport, advisable: bool | None = None) -> Advice | Non
     fits = h.max_concurrency_profile
     low, high = seqs_range(fits)
     current = e.max_num_seqs
-    src = _source(e, "max_num_seqs")
+    setting = e.cap_setting  # max_num_active_seqs where that caps admission below max_num_seqs
+    src = _source(e, setting)
     quality = e.profile
     ok = advisable if advisable is not None else (quality is not None and quality.advisable)
     w = h.worst_case_blocks_profile
@@ -115,16 +116,16 @@ def max_num_seqs(e: EngineReport, advisable: bool | None = None) -> Advice | Non
         # "max_num_seqs 1" serves nobody: the pool is too small for the workload's worst case.
         return kv_capacity(e, max(2, current or 2))
     if current is None:
-        return Advice("max_num_seqs", "check", None, None, [low, high], margin,
-                      "max_num_seqs is unknown: supply it to compare")
+        return Advice(setting, "check", None, None, [low, high], margin,
+                      f"{setting} is unknown: supply it to compare")
     if current > high:
-        return Advice("max_num_seqs", "lower", current, src, [low, high], margin,
+        return Advice(setting, "lower", current, src, [low, high], margin,
                       f"{current} slots exceed the {fits} worst-case requests the pool holds: above that vLLM preempts")
     if current >= low:
-        return Advice("max_num_seqs", "keep", current, src, [low, high], margin, "it is inside the safe range")
+        return Advice(setting, "keep", current, src, [low, high], margin, "it is inside the safe range")
     if not ok:
         why = _why_not(e)
-        return Advice("max_num_seqs", "keep", current, src, [low, high], margin,
+        return Advice(setting, "keep", current, src, [low, high], margin,
                       f"not advising a raise: {why}")
     # A raise is a step, not a jump to what a large pool would hold: at most double (other limits, e.g. the
     # step's token budget, latency and activation memory, bind before the pool on a large server), and never
@@ -141,9 +142,9 @@ def max_num_seqs(e: EngineReport, advisable: bool | None = None) -> Advice | Non
         capped_low = min(capped_low, capped_high)
         notes.append(f"vLLM requires max_num_batched_tokens ({budget_tokens}) >= max_num_seqs")
     if capped_high <= current:
-        return Advice("max_num_seqs", "keep", current, src, [low, high], margin,
+        return Advice(setting, "keep", current, src, [low, high], margin,
                       "not advising a raise: " + "; ".join(notes))
-    return Advice("max_num_seqs", "raise", current, src, [capped_low, capped_high],
+    return Advice(setting, "raise", current, src, [capped_low, capped_high],
                   margin + ("; " + "; ".join(notes) if notes else ""),
                   f"slots bind while the pool holds {fits} requests of the observed worst case")
 
@@ -247,7 +248,8 @@ def advise_server(e: EngineReport, engines: list[EngineReport]) -> list[Advice]:
     if len(peers) < 2:
         return own
     server = server_max_num_seqs(peers)
-    rest = [a for a in own if a.setting != "max_num_seqs"]
-    if server is None or server.setting != "max_num_seqs":
+    caps = ("max_num_seqs", "max_num_active_seqs")  # the slot cap's setting (EngineReport.cap_setting)
+    rest = [a for a in own if a.setting not in caps]
+    if server is None or server.setting not in caps:
         return rest
     return [server, *rest]

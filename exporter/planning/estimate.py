@@ -25,8 +25,9 @@ from typing import Any
 
 from ..core import defaults
 from ..core.units import format_size
-from ..model.kv_layout import Plan, dtype_bytes, plan
-from ..model.shape import FULL, SLIDING, ModelShape, load_config, model_source, resolve_model, shape_from_config
+from ..engines.vllm import args as VLLM_ARGS
+from ..model.kv_layout import Drafter, Plan, drafter_of, dtype_bytes, plan
+from ..model.shape import FULL, LINEAR, SLIDING, ModelShape, load_config, model_source, resolve_model, shape_from_config
 from . import memory
 
 GiB = memory.GiB
@@ -67,6 +68,9 @@ class Inputs:
     stage_kv_memory: tuple[int, ...] | None = None  # pool per pipeline stage, as vLLM logs one per worker
     num_gpu_blocks_override: int | None = None
     allow_long_max_model_len: bool = False  # VLLM_ALLOW_LONG_MAX_MODEL_LEN=1
+    speculative_method: str | None = None  # --speculative-config's method (vLLM's inference), None: no drafter
+    num_speculative_tokens: int | None = None
+    draft_shape: ModelShape | None = None  # the drafter's config.json (EAGLE, EAGLE3, DFlash, a draft model)
 
     @property
     def model_dtype(self) -> str:
@@ -99,9 +103,22 @@ class Inputs:
         return any(v is not None for v in (self.gpu_memory, self.kv_cache_memory, self.stage_kv_memory,
                                            self.num_gpu_blocks_override))
 
+    @property
+    def drafter(self) -> Drafter | None:
+        """The drafter whose layers join the KV cache (`model.kv_layout.drafter_of`); raises ValueError when its
+        shape is needed and unknown."""
+        return drafter_of(self.speculative_method, self.shape, self.kv_dtype, self.tensor_parallel_size,
+                          self.draft_shape)
+
+    @property
+    def num_lookahead_tokens(self) -> int | None:
+        """KV slots per request and step past the scheduled tokens (vLLM's `num_lookahead_tokens`)."""
+        return VLLM_ARGS.num_lookahead_tokens(self.speculative_method, self.num_speculative_tokens)
+
     def layout(self) -> Plan:
         return plan(self.shape, self.kv_dtype, self.tensor_parallel_size, self.block_size,
-                    self.pipeline_parallel_size, self.prefix_caching, self.model_dtype, self.mamba_ssm_cache_dtype)
+                    self.pipeline_parallel_size, self.prefix_caching, self.model_dtype, self.mamba_ssm_cache_dtype,
+                    self.drafter)
 
 
 def check(x: Inputs) -> list[str]:
@@ -226,10 +243,17 @@ def largest(ok: Any, lo: int, hi: int) -> int:
     return best
 
 
+def padding_warnings(lay: Plan) -> list[str]:
+    """vLLM's own start-up warning for every kind it pads to the group size, word for word."""
+    return [f"Add {pad} padding layers, may waste at most {pad / n * 100:.2f}% KV cache memory (vLLM's start-up "
+            f"warning: {kind} layers padded to the group size)" for kind, pad, n in lay.padding]
+
+
 def estimate(x: Inputs) -> Estimate:
     """vLLM's start-up figures for `x`; raises ValueError for inputs vLLM refuses or that lack memory."""
     warnings = check(x)
     lay = x.layout()
+    warnings += padding_warnings(lay)
     pools, weights, activation = _pools(x, lay)
     stage_bpb = lay.stage_bytes_per_block
     per_stage_blocks = [max(0, p) // b for p, b in zip(pools, stage_bpb, strict=True)]
@@ -246,7 +270,8 @@ def estimate(x: Inputs) -> Estimate:
     fit = max(0, largest(lambda n: lay.blocks_per_request(n, in_flight) <= usable, 1, cap)) if usable > 0 else 0
     seqs_fit = max(0, usable) // per_request
     per_token = lay.attention_bytes_per_token
-    attention_layers = max(sum(1 for k in x.shape.layer_kinds[lo:hi] if k in (FULL, SLIDING)) for lo, hi in lay.stages)
+    kinds = x.shape.layer_kinds + (lay.drafter.kinds if lay.drafter is not None else ())
+    attention_layers = max(sum(1 for k in kinds[lo:hi] if k in (FULL, SLIDING)) for lo, hi in lay.stages)
     if min(pools) < 0:
         verdict = "budget_exhausted"
         why = (f"weights ({_gib(weights)}) and the activation reserve ({_gib(activation)}) exceed the memory vLLM "
@@ -311,7 +336,8 @@ def requirements(x: Inputs) -> Requirements:
                                                                    x.pipeline_parallel_size)
     need = None if weights is None else memory.gpu_memory_needed(pool, x.gpu_memory_utilization, weights,
                                                                  x.activation_bytes)
-    attention_layers = x.shape.attention_layers
+    attention_layers = x.shape.attention_layers + (len(lay.drafter.kinds) if lay.drafter is not None else 0)
+    warnings += padding_warnings(lay)
     return Requirements(
         family=x.shape.family, block_size=lay.block_size, kv_bytes_per_token_per_layer=lay.attention_bytes_per_token,
         kv_bytes_per_token=lay.attention_bytes_per_token * attention_layers, linear_state_bytes=lay.state_bytes,
@@ -371,6 +397,9 @@ def what_if(x: Inputs, e: Estimate) -> list[tuple[str, Estimate, str]]:
         rows.append((f"max_model_len {length:,} (longest for max_num_seqs)", replace(x, max_model_len=length),
                      "shorter context: longer prompts are rejected" if length < x.context
                      else "longer context than planned"))
+    if x.speculative_method is not None:
+        rows.append(("without the drafter", replace(x, speculative_method=None, num_speculative_tokens=None),
+                     "no speculative decoding: each decode step yields one token"))
     if x.gpu_memory is not None and x.kv_cache_memory is None and x.stage_kv_memory is None:
         rows.append(("gpu_memory_utilization +0.05",
                      replace(x, gpu_memory_utilization=min(1.0, x.gpu_memory_utilization + 0.05)),
@@ -453,9 +482,29 @@ def _describe(x: Inputs, block_size: int) -> str:
     if x.data_parallel_size > 1:
         par += f", DP {x.data_parallel_size}"
     source = f"config: {s.source}\n" if s.source else ""
-    return (f"{source}model: {s.model_type} ({s.family}), {s.num_layers} layers: {s.attention_layers} attention "
+    text = (f"{source}model: {s.model_type} ({s.family}), {s.num_layers} layers: {s.attention_layers} attention "
             f"({attn})"
             f"{lin}; KV dtype {x.kv_dtype}, {par}, block size {block_size}")
+    return text + _drafter_text(x)
+
+
+def _drafter_text(x: Inputs) -> str:
+    """The drafter line: its layers, how they group with the target's, and the lookahead."""
+    if x.speculative_method is None:
+        return ""
+    d = x.drafter
+    look = x.num_lookahead_tokens
+    look_text = "lookahead unknown (num_speculative_tokens not given)" if look is None else \
+        f"{look} lookahead token{'s' if look != 1 else ''} per request and step in admission"
+    if d is None or not d.kinds:
+        return f"\ndrafter: {x.speculative_method}, no KV of its own; {look_text}"
+    lay = x.layout()
+    kinds = x.shape.layer_kinds + d.kinds
+    counts = ", ".join(f"{kinds.count(k)} {k}" for k in (FULL, SLIDING, LINEAR) if kinds.count(k))
+    sizes = sorted({len(g.layers) for g in lay.groups})
+    return (f"\ndrafter: {x.speculative_method}, {len(d.kinds)} attention layer{'s' if len(d.kinds) != 1 else ''} "
+            f"({d.source}) join the KV-cache groups: {counts} layers in {len(lay.groups)} groups of "
+            f"{'/'.join(map(str, sizes))}; {look_text}")
 
 
 def as_json(x: Inputs, e: Estimate) -> dict[str, Any]:
@@ -478,7 +527,10 @@ def as_json(x: Inputs, e: Estimate) -> dict[str, Any]:
                      "num_kv_heads": x.shape.num_kv_heads, "head_dim": x.shape.head_dim, "dtype": x.model_dtype,
                      "kv_cache_dtype": x.kv_dtype, "tensor_parallel_size": x.tensor_parallel_size,
                      "pipeline_parallel_size": x.pipeline_parallel_size, "data_parallel_size": x.data_parallel_size,
-                     "block_size": x.block_size, "max_model_len": x.context, "max_num_seqs": x.max_num_seqs}
+                     "block_size": x.block_size, "max_model_len": x.context, "max_num_seqs": x.max_num_seqs,
+                     "speculative_method": x.speculative_method, "num_speculative_tokens": x.num_speculative_tokens,
+                     "num_lookahead_tokens": x.num_lookahead_tokens,
+                     "drafter_layers": None if x.drafter is None else len(x.drafter.kinds)}
     out["what_if"] = [{"change": name, "verdict": w.verdict, "num_blocks": w.num_blocks,
                        "max_concurrency": round(w.max_concurrency, 4), "max_num_seqs_fit": w.max_num_seqs_fit,
                        "max_model_len_fit": w.max_model_len_fit, "cost": cost} for name, w, cost in what_if(x, e)]

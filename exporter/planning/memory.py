@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 
-from ..core.units import format_size
+from ..core.units import format_size, human_readable_int, parse_size
 from ..model.shape import ModelShape
 
 GiB = 1024**3
@@ -25,6 +25,7 @@ TiB = 1024**4
 SIZE_RANGES = {
     "--gpu-memory": (GiB, 2 * TiB, "80GiB"),
     "--kv-cache-memory": (1024**2, 2 * TiB, "6.51GiB"),
+    "--kv-cache-memory-bytes": (1024**2, 2 * TiB, "6990059274"),
     "--weights-bytes": (1024**2, 200 * TiB, "140GB"),
     "--activation-memory": (0, 2 * TiB, "2GiB"),
 }
@@ -39,6 +40,41 @@ def check_size(flag: str, value: int | None) -> None:
     if not low <= value <= high:
         raise ValueError(f"{flag} {format_size(value)} is outside {format_size(low)}–{format_size(high)}: "
                          f"give a unit, e.g. {example}")
+
+
+def parse_gib_size(flag: str, text: str) -> int:
+    """A size of `flag` in the units grammar, a bare number read as GiB (`80` = 80 GiB); raises ValueError.
+
+    A bare number that cannot be GiB (above the flag's ceiling, e.g. 6990059274 GiB for a KV pool) is a size in
+    bytes pasted from vLLM (`--kv-cache-memory-bytes`, `kv_cache_memory_bytes` in cache_config_info): refused
+    with the conversion, "6990059274 looks like bytes: 6.51 GiB; write 6990059274B".
+    """
+    value = parse_size(text, default_unit="GiB")
+    raw = text.strip()
+    if flag in SIZE_RANGES and raw.isdigit():
+        low, high, _example = SIZE_RANGES[flag]
+        as_bytes = int(raw)
+        if value > high and low <= as_bytes <= high:
+            raise ValueError(f"{raw} looks like bytes: {as_bytes / GiB:.2f} GiB; write {raw}B")
+    return value
+
+
+def parse_vllm_bytes(flag: str, text: str) -> int:
+    """A size as vLLM reads `--kv-cache-memory-bytes` (vllm/engine/arg_utils.py:396-409 @0.33.0, the same in
+    0.32.0: `human_readable_int`, vllm/utils/argparse_utils.py:29-74): a whole number of bytes, or one with
+    `k m g t` (×1000) or `K M G T` (×1024); a decimal only with a lowercase suffix. Raises ValueError naming
+    vLLM's grammar for anything else (`6.51GiB` is our --kv-cache-memory's)."""
+    try:
+        value = human_readable_int(text)
+    except ValueError as exc:
+        if "Decimals are not allowed" in str(exc):
+            raise
+        raise ValueError(f"{text.strip()!r} is not how vLLM reads {flag}: a whole number of bytes such as "
+                         "6990059274, or with a suffix k/m/g/t (x1000) or K/M/G/T (x1024) such as 7G; "
+                         f"for a size such as 6.51GiB use --kv-cache-memory") from None
+    if value <= 0:
+        raise ValueError(f"{flag} {text.strip()!r} is not a positive number of bytes")
+    return value
 
 
 def check_params(params: int | None) -> None:
@@ -117,3 +153,21 @@ def kv_pool_bytes(gpu_memory: int, utilization: float, weights: int, activation:
 def gpu_memory_needed(pool: int, utilization: float, weights: int, activation: int) -> int:
     """The device memory whose share under gpu_memory_utilization holds weights, activations and `pool`."""
     return math.ceil((pool + weights + activation) / utilization)
+
+
+def weights_from_params(params: int, shape: ModelShape, model_dtype: str) -> int:
+    """The whole model's weight bytes from a parameter count: × the checkpoint's bytes per parameter
+    (`shape.weight_bytes`, from quantization_config) or the model dtype's."""
+    from ..model.kv_layout import dtype_bytes
+
+    per = shape.weight_bytes if shape.weight_bytes is not None else dtype_bytes(model_dtype)
+    return int(params * per)
+
+
+def kv_pool_range(gpu_memory: int, utilizations: tuple[float, float], weights_per_device: int,
+                  activations: tuple[int, int]) -> tuple[int, int]:
+    """(lowest, highest) KV pool per device over a range of gpu_memory_utilization and activation reserve:
+    `kv_pool_bytes` at (lowest share, largest reserve) and (highest share, smallest reserve), at least 0."""
+    low = kv_pool_bytes(gpu_memory, min(utilizations), weights_per_device, max(activations))
+    high = kv_pool_bytes(gpu_memory, max(utilizations), weights_per_device, min(activations))
+    return max(0, low), max(0, high)

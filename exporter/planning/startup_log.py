@@ -25,6 +25,12 @@ def apply(facts: LogFacts, x: Inputs) -> Inputs:
         changes["stage_kv_memory"] = tuple(round(g * GiB) for g in facts.kv_memory_gib)
         changes["kv_cache_memory"] = None
         changes["gpu_memory"] = None
+    exact = f("kv_cache_memory_bytes")
+    if exact and exact.isdigit() and len(facts.kv_memory_gib) <= 1:
+        # vLLM's own --kv-cache-memory-bytes, exact, beside the pool it printed rounded to 2 decimals.
+        changes["kv_cache_memory"] = int(exact)
+        changes["stage_kv_memory"] = None
+        changes["gpu_memory"] = None
     if facts.override is not None:
         changes["num_gpu_blocks_override"] = facts.override
     length = facts.max_model_len or (int(f("max_model_len") or 0) or None)

@@ -19,6 +19,11 @@ from typing import Any
 from fastapi import FastAPI, Response
 from fastapi.responses import JSONResponse
 
+from ..core import defaults
+from ..pipeline.scrape import ScrapeError, parse_models
+from ..pipeline.target import Settings, Target
+from ..pipeline.verdict import Thresholds
+
 EXPOSITION_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
@@ -50,6 +55,60 @@ def load(folder: Path | Traversable) -> Recording:
 def embedded_incident() -> Recording:
     """The recorded real false-full incident shipped inside the package."""
     return load(resources.files("exporter") / "data" / "incident")
+
+
+def false_full_seconds(rec: Recording) -> float | None:
+    """Longest stretch (recording seconds) in which the sidecar flags false-full with no hold, or None if never.
+
+    Each frame is judged by the sidecar's own pipeline (`Target`, /v1/models from the recording's meta), so the
+    span is what `serve` would see at the recording's own pace; a run lasts from its first frame to one frame
+    interval past its last (`meta["interval"]`)."""
+    target = Target(Settings("recording", discover_cmdline=False, thresholds=Thresholds(false_full_hold=0.0)))
+    if rec.meta.get("v1_models"):
+        target.models = parse_models(json.dumps(rec.meta["v1_models"]))
+    step = float(rec.meta.get("interval", 0.5))
+    longest, since = None, None
+    for t, text in rec.frames:
+        try:
+            flagged = any(e.false_full for e in target.observe(t, text).engines)
+        except ScrapeError:
+            flagged = False
+        if flagged and since is None:
+            since = t
+        if since is not None:
+            span = t - since + step
+            longest = span if longest is None or span > longest else longest
+            if not flagged:
+                since = None
+    return longest
+
+
+def hold_hint(rec: Recording, speed: float, scrape_interval: float = defaults.SCRAPE_INTERVAL,
+              hold: float = defaults.FALSE_FULL_HOLD) -> str | None:
+    """One sentence telling how to see the recording's false-full flag rise in `serve`, when its defaults cannot.
+
+    `serve` flags false-full once the condition held `hold` seconds across scrapes `scrape_interval` apart; a run of
+    W wall seconds (its recording span / speed) shows it for every scrape phase when ceil(hold / interval) intervals
+    fit in W less one interval (the first scrape may come an interval late) and a second of slack. Returns None
+    when the defaults already show it, and when the recording holds no false-full stretch that a hold of one
+    interval would show at the recording's own pace (a blip of a frame or two is not an incident to watch)."""
+    span = false_full_seconds(rec)
+
+    def fits(h: float, wall: float) -> bool:
+        return -(-h // scrape_interval) * scrape_interval <= wall - scrape_interval - 1.0
+
+    if span is None or not fits(scrape_interval, span):
+        return None
+    wall = span / speed
+    if fits(hold, wall):
+        return None
+    head = (f"False-full holds {span:.0f} s in this recording ({wall:.0f} s at speed {speed:g}), shorter than what "
+            f"serve's default --verdict.false-full-hold ({hold:g} s) needs with scrapes every {scrape_interval:g} s")
+    steps = int((wall - scrape_interval - 1.0) // scrape_interval)
+    if steps >= 1:
+        return f"{head}: to see the flag rise, run vllm-headroom serve --verdict.false-full-hold " \
+               f"{steps * scrape_interval:g}s."
+    return f"{head}: replay it at --speed 1 or slower, and run serve with a shorter --verdict.false-full-hold."
 
 
 class Player:

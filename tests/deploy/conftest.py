@@ -89,10 +89,15 @@ def validate(tools: Tools, tmp_path_factory: pytest.TempPathFactory) -> Callable
 
 @pytest.fixture(scope="session")
 def helm(tools: Tools) -> Callable[..., dict[str, Any]]:
-    """Lints, schema-checks and renders the chart as `helm install RELEASE -n NAMESPACE` would."""
+    """Lints, schema-checks and renders the chart as `helm install RELEASE -n NAMESPACE` would, by a user of an
+    existing Deployment named vllm (vllm.deploymentName, required for the printed patch) unless `values` set it."""
 
-    def run(values: dict[str, Any], release: str = "vllm-headroom", namespace: str = "inference") -> dict[str, Any]:
-        out: dict[str, Any] = tools.run_json("helm", str(CHART), json.dumps(values), release, namespace)
+    def run(values: dict[str, Any], release: str = "vllm-headroom", namespace: str = "inference",
+            kube_version: str | None = None) -> dict[str, Any]:
+        if "deploymentName" not in values.get("vllm", {}):
+            values = {**values, "vllm": {**values.get("vllm", {}), "deploymentName": "vllm"}}
+        out: dict[str, Any] = tools.run_json("helm", str(CHART), json.dumps(values), release, namespace,
+                                             *([kube_version] if kube_version else []))
         return out
 
     return run

@@ -173,7 +173,8 @@ def test_relabel_knobs_reach_both_endpoints(helm: Helm, validate: Validate, valu
     knobs = {"relabelings": relabel, "metricRelabelings": drop, "honorLabels": True}
     docs = objects(helm({**only, value: {**only[value], **knobs}}))
     endpoints = find(docs, kind)["spec"][field]
-    assert [e["port"] for e in endpoints] == ["headroom", "http"]
+    vllm_port = 8000 if kind == "PodMonitor" else "http"  # a pod's port by number, the chart's Service's by name
+    assert [e.get("port", e.get("portNumber")) for e in endpoints] == ["headroom", vllm_port]
     for e in endpoints:
         assert e["relabelings"][1:] == relabel and e["relabelings"][0]["targetLabel"] == "job"
         assert e["metricRelabelings"] == drop and e["honorLabels"] is True
@@ -230,3 +231,61 @@ def _dashboard_files() -> list[str]:
     from .conftest import CHART
 
     return sorted(p.name for p in (CHART / "files" / "dashboards").glob("*.json.tpl"))
+
+
+def test_the_patch_names_the_users_deployment_or_the_chart_stops(helm: Helm) -> None:
+    """The printed patch once targeted a Deployment called `vllm` unless vllm.deploymentName was set: a user whose
+    Deployment has another name patched nothing (or the wrong one). The name is now required for it."""
+    out = helm({"vllm": {"deploymentName": ""}})
+    where = r"execution error at \(vllm-headroom/templates/[a-z]+\.yaml:\d+:\d+\): "
+    assert re.fullmatch(where + re.escape(NO_DEPLOYMENT), str(out["render_error"])), out["render_error"]
+    notes_ = notes(helm({"vllm": {"deploymentName": "llama-3-8b"}}))
+    assert "kubectl patch deployment llama-3-8b -n inference" in notes_
+    # No patch to print: the chart runs vLLM itself, or the release holds only the cluster-wide objects.
+    assert helm(VARIANTS["own-deployment"])["render_error"] is None
+    assert helm(VARIANTS["monitoring-only"])["render_error"] is None
+
+
+def test_scrapes_the_users_pods_whatever_their_labels_and_port_name(helm: Helm) -> None:
+    """Without vllm.podLabels the monitors select the labels the printed patch adds (not a guessed
+    app.kubernetes.io/name: vllm), and vLLM's /metrics by port number unless vllm.portName names the port."""
+    out = helm({"vllm": {"deploymentName": "llama", "port": 8080}}, release="llama")
+    docs = objects(out)
+    selector = {"vllm-headroom/sidecar": "injected", "vllm-headroom/release": "llama"}
+    monitor = find(docs, "PodMonitor")
+    assert monitor["spec"]["selector"]["matchLabels"] == selector
+    assert find(docs, "Service")["spec"]["selector"] == selector
+    patch = _patch_from_notes(notes(out))
+    assert patch["spec"]["template"]["metadata"]["labels"] == selector
+    vllm_endpoint = monitor["spec"]["podMetricsEndpoints"][1]
+    assert vllm_endpoint["portNumber"] == 8080 and "port" not in vllm_endpoint
+    named = find(objects(helm({"vllm": {"deploymentName": "llama", "portName": "api"}})), "PodMonitor")
+    assert named["spec"]["podMetricsEndpoints"][1]["port"] == "api"
+
+
+@pytest.mark.parametrize(("kube", "native", "ok"), [("v1.27.0", False, True), ("v1.27.0", True, False),
+                                                    ("v1.28.9", True, False), ("v1.29.0", True, True),
+                                                    ("v1.25.0", False, True)])
+def test_kube_version_floor_matches_the_sidecar_setting(helm: Helm, validate: Validate, kube: str, native: bool,
+                                                        ok: bool) -> None:
+    """sidecar.native=false exists for clusters without native sidecars (< 1.29), so the chart must install
+    there: its floor is 1.25, and a native sidecar on an older cluster stops with one sentence."""
+    from .conftest import CHART
+
+    floor = re.search(r'^kubeVersion: ">=(\d+)\.(\d+)\.0-0"$', (CHART / "Chart.yaml").read_text(), re.M)
+    assert floor and (int(floor[1]), int(floor[2])) <= (1, 25), "Helm refuses clusters below the chart's kubeVersion"
+    values = {"vllm": {"deployment": {"create": True}}, "sidecar": {"native": native}}
+    out = helm(values, kube_version=kube)
+    if ok:
+        assert out["render_error"] is None, out["render_error"]
+        minor = kube.split(".")[1]
+        assert not [r for r in validate(objects(out), [f"1.{minor}"]) if r["error"]]
+    else:
+        assert str(out["render_error"]).endswith(NATIVE_ON_OLD.format(kube=kube)), out["render_error"]
+
+
+NO_DEPLOYMENT = ("vllm.deploymentName is empty: set it to the name of the vLLM Deployment the sidecar goes into "
+                 "(--set vllm.deploymentName=<name>; the printed kubectl patch targets it), or set "
+                 "vllm.deployment.create=true to let the chart run vLLM")
+NATIVE_ON_OLD = ("sidecar.native=true needs Kubernetes >= 1.29 (native sidecars), this cluster is {kube}: set "
+                 "sidecar.native=false to run the sidecar as a plain second container")

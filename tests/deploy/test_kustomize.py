@@ -8,7 +8,18 @@ from typing import Any
 
 import pytest
 
-from .conftest import K8S_VERSIONS, MONITORING, OVERLAYS, Doc, find, sidecar_of
+from .conftest import DEPLOY, K8S_VERSIONS, MONITORING, OVERLAYS, Doc, find, sidecar_of
+
+
+def published_image() -> str:
+    """The image every manifest names: deploy/image.json's release by digest, else the tag the first release pushes."""
+    from exporter import __version__
+
+    cfg = json.loads((DEPLOY / "image.json").read_text())
+    if cfg["released"]:
+        return f"{cfg['repository']}:{cfg['released']['version']}@{cfg['released']['digest']}"
+    return f"{cfg['repository']}:{__version__}"
+
 
 Render = Callable[[str], list[Doc]]
 Validate = Callable[..., list[dict[str, Any]]]
@@ -54,7 +65,7 @@ def test_native_sidecar_beside_vllm(overlay: str, kustomize: Render) -> None:
     sidecar, where = sidecar_of(deployment)
     assert where == "initContainers" and sidecar["restartPolicy"] == "Always"
     assert pod["initContainers"][0]["name"] == "vllm-headroom", "the sidecar starts before other init containers"
-    assert sidecar["image"] == "vllm-headroom:0.1.0"
+    assert sidecar["image"] == published_image()
     env = {e["name"]: e["value"] for e in sidecar["env"]}
     assert env["VLLM_HEADROOM_TARGET"] == "http://127.0.0.1:8000"
     assert all(name.startswith("VLLM_HEADROOM_") for name in env)
@@ -107,8 +118,9 @@ def test_one_monitor_per_overlay(overlay: str, kind: str, kustomize: Render) -> 
     monitor = find(docs, kind)
     endpoints = monitor["spec"]["podMetricsEndpoints" if kind == "PodMonitor" else "endpoints"]
     # The rules and dashboards select the sidecar by job=~".*headroom.*" and vLLM by job=~"vllm|vllm-.*".
-    jobs = {e["port"]: e["relabelings"][0]["replacement"] for e in endpoints}
-    assert jobs == {"headroom": "vllm-headroom", "http": "vllm"}
+    jobs = {e.get("port", e.get("portNumber")): e["relabelings"][0]["replacement"] for e in endpoints}
+    # existing-vllm scrapes vLLM by the number in its vllm-headroom.yaml, whatever the user's port is named.
+    assert jobs == {"headroom": "vllm-headroom", 8000 if overlay.endswith("existing-vllm") else "http": "vllm"}
     assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     selector = monitor["spec"]["selector"]["matchLabels"]
     target = find(docs, "Deployment" if kind == "PodMonitor" else "Service")

@@ -10,6 +10,8 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
+import shutil
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -105,42 +107,158 @@ def test_llm_d_values_file_adds_the_same_container(validate: Callable[..., list[
     no_errors(validate(pods))
 
 
-def test_kserve_inference_service_gets_a_second_container(tools: Tools,
+def kserve_check(tools: Tools, docs: list[Doc], tmp: Path, version: str = "1.33") -> list[dict[str, Any]]:
+    """InferenceServices against KServe's own CRD models (the pinned kserve SDK), embedded Kubernetes types against
+    kubernetes-validate's strict schemas."""
+    path = tmp / "isvc.yaml"
+    path.write_text(yaml.safe_dump_all([d for d in docs if d["kind"] == "InferenceService"]))
+    proc = subprocess.run([tools.bin("python"), str(Path(__file__).with_name("tools_venv_checks.py")), "kserve",
+                           str(path), version], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    results: list[dict[str, Any]] = json.loads(proc.stdout)
+    return results
+
+
+@pytest.mark.parametrize(("name", "form"), [("qwen", "model"), ("llama3", "containers")])
+def test_kserve_inference_service_gets_the_native_sidecar(name: str, form: str, tools: Tools, tmp_path: Path,
                                                           validate: Callable[..., list[dict[str, Any]]]) -> None:
+    """Both forms people write: the standard `spec.predictor.model` (huggingface runtime) and a custom
+    kserve-container. KServe keeps the predictor's init containers in both, but drops extra `containers` in the
+    `model` form, so the sidecar is a native sidecar there."""
     docs = render(tools, RECIPES / "examples" / "kserve")
-    isvc = find(docs, "InferenceService", "llama3")
+    isvc = find(docs, "InferenceService", name)
     predictor = isvc["spec"]["predictor"]
-    assert [c["name"] for c in predictor["containers"]] == ["kserve-container", "vllm-headroom"]
-    assert predictor["containers"][1] == canonical("http://127.0.0.1:8080", native=False)
+    assert form in predictor
+    assert predictor["initContainers"] == [canonical("http://127.0.0.1:8080")]  # vLLM on KServe's port
+    if form == "containers":
+        assert [c["name"] for c in predictor["containers"]] == ["kserve-container"]  # KServe's [0], untouched
     assert predictor["shareProcessNamespace"] is True
+    assert predictor["labels"] == {"vllm-headroom/sidecar": "injected"}  # reaches the pods; the PodMonitor's
     assert isvc["metadata"]["annotations"]["serving.kserve.io/deploymentMode"] == "RawDeployment"
-    sidecar_only(find(docs, "PodMonitor"))
-    # The predictor is a pod spec inline: validate it as one, and the PodMonitor with the operator's models.
-    pod = pod_of({k: v for k, v in predictor.items() if k != "minReplicas"}, "kserve-predictor")
-    no_errors(validate([pod, find(docs, "PodMonitor")]))
+    monitor = find(docs, "PodMonitor")
+    sidecar_only(monitor)
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= predictor["labels"].items()
+    assert "Pod" not in {d["kind"] for d in docs}, "the recipe's local sidecar object must not be emitted"
+    no_errors(kserve_check(tools, [isvc], tmp_path))
+    # The pod KServe builds from it: the predictor's pod fields, vLLM as kserve-container beside the sidecar.
+    spec = {k: v for k, v in predictor.items() if k not in ("minReplicas", "model", "labels")}
+    runtime = [{"name": "kserve-container", "image": "kserve/huggingfaceserver"}]
+    spec["containers"] = predictor.get("containers") or runtime
+    no_errors(validate([pod_of(spec, f"kserve-{name}"), monitor]))
+
+
+def test_kserve_schema_check_is_not_vacuous(tools: Tools, tmp_path: Path) -> None:
+    isvc = find(render(tools, RECIPES / "examples" / "kserve"), "InferenceService", "qwen")
+    bad = copy.deepcopy(isvc)
+    bad["spec"]["predictor"]["initContainer"] = bad["spec"]["predictor"].pop("initContainers")  # a typo
+    del bad["spec"]["predictor"]["model"]["modelFormat"]
+    bad["spec"]["predictor"]["minReplicas"] = "1"
+    (result,) = kserve_check(tools, [bad], tmp_path)
+    assert "spec.predictor.initContainer: unknown field of V1beta1PredictorSpec" in result["error"]
+    assert "spec.predictor.model.modelFormat: required by V1beta1ModelSpec" in result["error"]
+    assert "spec.predictor.minReplicas: '1' is not int" in result["error"]
+    worse = copy.deepcopy(isvc)
+    del worse["spec"]["predictor"]["initContainers"][0]["name"]
+    (result,) = kserve_check(tools, [worse], tmp_path)
+    assert "spec.predictor.initContainers[0]: 'name' is a required property" in result["error"]
 
 
 def test_kserve_recipe_skips_services_not_labelled(tools: Tools, tmp_path: Path) -> None:
-    isvc = yaml.safe_load((RECIPES / "examples" / "kserve" / "inferenceservice.yaml").read_text())
-    del isvc["metadata"]["labels"]
-    (tmp_path / "isvc.yaml").write_text(yaml.safe_dump(isvc))
-    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump({
-        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "resources": ["isvc.yaml"],
-        "components": [os.path.relpath(RECIPES / "kserve", tmp_path)]}))
-    predictor = find(render(tools, tmp_path), "InferenceService")["spec"]["predictor"]
-    assert [c["name"] for c in predictor["containers"]] == ["kserve-container"]
+    for source in ("inferenceservice.yaml", "inferenceservice-huggingface.yaml"):
+        isvc = yaml.safe_load((RECIPES / "examples" / "kserve" / source).read_text())
+        del isvc["metadata"]["labels"]
+        (tmp_path / "isvc.yaml").write_text(yaml.safe_dump(isvc))
+        (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump({
+            "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "resources": ["isvc.yaml"],
+            "components": [os.path.relpath(RECIPES / "kserve", tmp_path)]}))
+        predictor = find(render(tools, tmp_path), "InferenceService")["spec"]["predictor"]
+        assert predictor == isvc["spec"]["predictor"], source
+
+
+def post_render(tools: Tools, *args: str, stdin: str) -> subprocess.CompletedProcess[str]:
+    """The script as Helm 3 runs it (--post-renderer <path> --post-renderer-args ...): manifests on stdin."""
+    env = {**os.environ, "PATH": f"{Path(tools.bin('kubectl')).parent}:{os.environ['PATH']}"}
+    return subprocess.run([str(RECIPES / "post-render"), *args], input=stdin, capture_output=True, text=True,
+                          timeout=60, env=env)
 
 
 def test_post_renderer_gives_what_the_recipe_renders(tools: Tools) -> None:
     chart_output = (RECIPES / "examples" / "production-stack" / "chart-output.yaml").read_text()
-    env = {**os.environ, "PATH": f"{Path(tools.bin('kubectl')).parent}:{os.environ['PATH']}"}
-    proc = subprocess.run([str(RECIPES / "post-render"), "production-stack"], input=chart_output, capture_output=True,
-                          text=True, timeout=60, env=env)
+    proc = post_render(tools, "production-stack", stdin=chart_output)
     assert proc.returncode == 0, proc.stderr
     assert load_all(proc.stdout) == render(tools, RECIPES / "examples" / "production-stack")
-    bad = subprocess.run([str(RECIPES / "post-render"), "no-such-stack"], input="", capture_output=True, text=True,
-                         timeout=60, env=env)
+    bad = post_render(tools, "no-such-stack", stdin="")
     assert bad.returncode == 2 and "no recipe no-such-stack" in bad.stderr
+    for setting, said in (("vllm-port=http", "is not a port number"), ("vllm-port=70000", "is not in 1-65535"),
+                          ("port=8080", "unknown setting port=8080")):
+        bad = post_render(tools, "production-stack", setting, stdin=chart_output)
+        assert bad.returncode == 2 and said in bad.stderr and bad.stdout == "", setting
+
+
+def test_post_renderer_follows_the_charts_container_port(tools: Tools) -> None:
+    """servingEngineSpec.containerPort other than 8000: `--post-renderer-args vllm-port=N` points the sidecar at it."""
+    chart_output = (RECIPES / "examples" / "production-stack" / "chart-output.yaml").read_text().replace(
+        '"8000"', '"8080"').replace("containerPort: 8000", "containerPort: 8080")
+    proc = post_render(tools, "production-stack", "vllm-port=8080", stdin=chart_output)
+    assert proc.returncode == 0, proc.stderr
+    spec = find(load_all(proc.stdout), "Deployment", "vllm-llama3-deployment-vllm")["spec"]["template"]["spec"]
+    assert named(spec["initContainers"], "vllm-headroom") == canonical("http://127.0.0.1:8080")
+    assert "Settings" not in {d["kind"] for d in load_all(proc.stdout)}
+
+
+def documented_post_renderer(section: str) -> tuple[str, list[str]]:
+    """The --post-renderer and its --post-renderer-args that docs/platforms.md's sh block for `section` tells Helm 4
+    users."""
+    text = (DEPLOY.parent / "docs" / "platforms.md").read_text().split(section, 1)[1]
+    block = re.search(r"```sh\n(.*?)```", text, re.S)
+    assert block, f"no sh block after {section}"
+    line = " ".join(ln.split("#", 1)[0].rstrip(" \\") for ln in block.group(1).splitlines())
+    m = re.search(r"--post-renderer (\S+)((?: --post-renderer-args \S+)+)", line)
+    assert m, line
+    return m.group(1), re.findall(r"--post-renderer-args (\S+)", m.group(2))
+
+
+def stand_in_chart(tmp: Path) -> Path:
+    """A chart whose templates are the production-stack stand-in output (the real chart cannot be fetched here)."""
+    chart = tmp / "vllm-stack"
+    (chart / "templates").mkdir(parents=True)
+    (chart / "Chart.yaml").write_text("apiVersion: v2\nname: vllm-stack\nversion: 0.1.12\n")
+    shutil.copy(RECIPES / "examples" / "production-stack" / "chart-output.yaml", chart / "templates" / "engine.yaml")
+    return chart
+
+
+def helm4_install(tools: Tools, tmp: Path, post_renderer: str, args: list[str]) -> dict[str, Any]:
+    """`helm plugin install deploy/recipes` (a local folder: Helm links it into $HELM_PLUGINS), then
+    `helm install --dry-run=client --post-renderer ... --post-renderer-args ...` with Helm 4's SDK."""
+    plugins = tmp / "plugins"
+    plugins.mkdir()
+    (plugins / "vllm-headroom").symlink_to(RECIPES)
+    env = {**os.environ, "HELM_PLUGINS": str(plugins),
+           "PATH": f"{Path(tools.bin('kubectl')).parent}:{os.environ['PATH']}"}
+    proc = subprocess.run([tools.bin("python"), str(Path(__file__).with_name("tools_venv_checks.py")),
+                           "helm-post-render", str(stand_in_chart(tmp)), "vllm", "inference", post_renderer, *args],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    out: dict[str, Any] = json.loads(proc.stdout)
+    assert out["helm"].startswith("v4."), out["helm"]
+    return out
+
+
+def test_helm4_runs_the_documented_post_renderer(tools: Tools, tmp_path: Path) -> None:
+    """Helm 4 takes a plugin name for --post-renderer (a script path is refused: "plugin ... not found"); the
+    documented command (docs/platforms.md), run by Helm 4.2's own post-renderer code, gives what the recipe renders."""
+    post_renderer, args = documented_post_renderer("## Where people already run vLLM")
+    out = helm4_install(tools, tmp_path, post_renderer, args)
+    assert out["error"] is None, out["error"]
+    docs = load_all(out["manifest"])
+    assert docs == render(tools, RECIPES / "examples" / "production-stack")
+    plugin = yaml.safe_load((RECIPES / "plugin.yaml").read_text())
+    assert plugin["name"] == post_renderer and plugin["type"] == "postrenderer/v1"
+
+
+def test_helm4_refuses_a_script_path(tools: Tools, tmp_path: Path) -> None:
+    out = helm4_install(tools, tmp_path, str(RECIPES / "post-render"), ["production-stack"])
+    assert out["manifest"] is None and "not found" in out["error"], out
 
 
 def test_keda_scaledobject_matches_kedas_crd_schema(tools: Tools) -> None:
@@ -162,3 +280,20 @@ def test_keda_query_scales_on_admission_headroom_not_on_false_full() -> None:
     assert "vllm:num_requests_waiting" not in query  # not the raw waiting count
     assert float(trigger["metadata"]["threshold"]) > float(trigger["metadata"]["activationThreshold"]) > 0
     assert obj["spec"]["minReplicaCount"] >= 1  # never to zero: a cold vLLM takes minutes
+
+
+def test_llm_d_scheduler_config_reads_metrics_the_sidecar_exports() -> None:
+    """The EPP example maps llm-d's queue/running/KV-usage inputs to sidecar series that exist in our /metrics
+    (the golden copies of every recorded scenario), with the meaning the comment gives."""
+    config = yaml.safe_load((RECIPES / "llm-d" / "epp-config-vllm-headroom.yaml").read_text())
+    assert config["kind"] == "EndpointPickerConfig" and config["apiVersion"] == "llm-d.ai/v1alpha1"
+    extractor = next(p for p in config["plugins"] if p["type"] == "core-metrics-extractor")
+    (engine,) = extractor["parameters"]["engineConfigs"]
+    assert engine["name"] == "vllm-headroom"
+    golden = "".join(p.read_text() for p in (DEPLOY.parent / "tests" / "fixtures").glob("vllm-*/*/golden-metrics.prom"))
+    exported = set(re.findall(r"^# TYPE (\S+) gauge$", golden, re.M))
+    specs = [engine[k] for k in ("queuedRequestsSpec", "runningRequestsSpec", "kvUsageSpec")]
+    assert set(specs) <= exported, set(specs) - exported
+    assert "DEPRECATED" not in re.search(rf"^# HELP {engine['kvUsageSpec']} (.*)$", golden, re.M)[1]
+    refs = {r["pluginRef"] for prof in config["schedulingProfiles"] for r in prof["plugins"]}
+    assert refs <= {p["type"] for p in config["plugins"]}

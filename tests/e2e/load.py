@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from prometheus_client.metrics_core import Metric
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
 from prometheus_client.parser import text_string_to_metric_families
 
 VOCAB_IDS = 500  # token ids 1..500 stay inside the tiny model's vocab (512)
@@ -247,6 +249,8 @@ class MetricsTimeline:
         self.interval = interval
         self.frames: list[tuple[float, str]] = []
         self.failures = 0
+        self.content_types: dict[str, int] = {}  # Content-Type of /metrics -> frames (the Rust frontend: OpenMetrics)
+        self.durations: list[float] = []  # seconds each successful scrape took
         self._t0 = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -266,9 +270,13 @@ class MetricsTimeline:
             while not self._stop.is_set():
                 t = self.now()
                 try:
+                    started = time.monotonic()
                     resp = client.get(f"{self.url}/metrics")
                     resp.raise_for_status()
+                    self.durations.append(time.monotonic() - started)
                     self.frames.append((round(t, 3), resp.text))
+                    kind = resp.headers.get("content-type", "")
+                    self.content_types[kind] = self.content_types.get(kind, 0) + 1
                 except httpx.HTTPError:
                     self.failures += 1
                 # Fixed cadence (not sleep-after-scrape) so a slow scrape does not drift t.
@@ -295,15 +303,23 @@ class MetricsTimeline:
         (d / "meta.json").write_text(json.dumps(full, indent=2, sort_keys=False) + "\n")
 
 
-def metric_value(text: str, name: str, **labels: str) -> float | None:
+def families(text: str) -> list[Metric]:
+    """prometheus_client's reading of an exposition (not ours): its OpenMetrics parser for a body that ends with
+    `# EOF` (the Rust frontend's /metrics; it also reads exemplars), its text-format parser otherwise."""
+    if text.rstrip("\n").endswith("# EOF"):
+        return list(openmetrics_families(text))
+    return list(text_string_to_metric_families(text))
+
+
+def metric_value(text: str | list[Metric], name: str, **labels: str) -> float | None:
     """Sum of the samples called `name` whose labels include `labels`; None if none match.
 
     `name` is the sample name as exposed (e.g. "vllm:num_preemptions_total"). Summing makes
-    the result independent of extra labels such as engine="0".
+    the result independent of extra labels such as engine="0". `text` may be already parsed (families()).
     """
     total = 0.0
     found = False
-    for family in text_string_to_metric_families(text):
+    for family in families(text) if isinstance(text, str) else text:
         for sample in family.samples:
             if sample.name != name:
                 continue
@@ -317,16 +333,19 @@ def engine_state(text: str) -> dict[str, float | None]:
     """The scheduler numbers the scenarios are about, from one exposition.
 
     `kv_cache_usage_perc` is the panel's usage as exported: vllm:kv_cache_usage_perc (V1 >= 0.9), else
-    vllm:gpu_cache_usage_perc (V0, V1 0.8), each with its own release's denominator.
+    vllm:gpu_cache_usage_perc (V0, V1 0.8), each with its own release's denominator. `generation_tokens_total`
+    tells whether the engine made progress between two frames (the Rust frontend's gauges may read 0 meanwhile).
     """
-    usage = metric_value(text, "vllm:kv_cache_usage_perc")
+    fams = families(text)
+    usage = metric_value(fams, "vllm:kv_cache_usage_perc")
     if usage is None:
-        usage = metric_value(text, "vllm:gpu_cache_usage_perc")
+        usage = metric_value(fams, "vllm:gpu_cache_usage_perc")
     return {
-        "running": metric_value(text, "vllm:num_requests_running"),
-        "waiting": metric_value(text, "vllm:num_requests_waiting"),
+        "running": metric_value(fams, "vllm:num_requests_running"),
+        "waiting": metric_value(fams, "vllm:num_requests_waiting"),
         "kv_cache_usage_perc": usage,
-        "num_preemptions_total": metric_value(text, "vllm:num_preemptions_total"),
+        "num_preemptions_total": metric_value(fams, "vllm:num_preemptions_total"),
+        "generation_tokens_total": metric_value(fams, "vllm:generation_tokens_total"),
     }
 
 

@@ -2,16 +2,18 @@
 
     python -m tests.e2e.matrix [ENTRY ...]      (scripts/matrix, `make matrix VERSIONS="0.10.2"`)
 
-An ENTRY is a release ("0.11.0") or a release on the V0 engine ("0.8.5-v0", i.e. VLLM_USE_V1=0).
-For each entry, in order:
+An ENTRY is a release ("0.11.0"), a release on the V0 engine ("0.8.5-v0", i.e. VLLM_USE_V1=0), or the
+pinned release behind vLLM's Rust frontend ("0.32.0-rust", VLLM_USE_RUST_FRONTEND=1: vllm-rs serves HTTP and
+/metrics, the same engine runs behind it). For each entry, in order:
 
 1. build or reuse the release's venv outside the clone (scripts/vllm-version-venv; the pinned 0.32.0
-   from scripts/vllm-venv), while the next entry's venv is built in the background (never more than
-   two venvs of older releases on disk: the current and the next);
+   from scripts/vllm-venv, and for "0.32.0-rust" its add-on from scripts/vllm-rust-frontend), while the
+   next entry's venv is built in the background (never more than two venvs of older releases on disk: the
+   current and the next);
 2. record every scenario of scenarios.py not yet recorded (tests.e2e.record --resume) into
-   tests/fixtures/vllm-X[-v0]/, under `flock /tmp/vllm-headroom-engine.lock` so only one engine runs
+   tests/fixtures/vllm-X[-v0|-rust]/, under `flock /tmp/vllm-headroom-engine.lock` so only one engine runs
    on this machine at a time;
-3. write tests/fixtures/vllm-X[-v0]/status.json (recorded, or why it could not be: one line) and the
+3. write tests/fixtures/vllm-X[-v0|-rust]/status.json (recorded, or why it could not be: one line) and the
    release's venv facts (torch, workarounds) to venv.json;
 4. delete the release's venv unless KEEP=1 (or it is the pinned release or the one CI runs live,
    tests/e2e/old-release.txt).
@@ -33,9 +35,10 @@ from typing import Any
 
 from .record import FIXTURES, fixture_dir
 from .scenarios import SCENARIOS
-from .vllm_server import PINNED_VERSION, REPO
+from .vllm_server import PINNED_VERSION, REPO, rust_frontend_runtime
 
-DEFAULT_ENTRIES = ["0.8.5-v0", "0.8.5", "0.9.2", "0.10.2", "0.11.0", "0.18.0", "0.19.1", "0.24.0", "0.28.0"]
+DEFAULT_ENTRIES = ["0.8.5-v0", "0.8.5", "0.9.2", "0.10.2", "0.11.0", "0.18.0", "0.19.1", "0.24.0", "0.28.0",
+                   f"{PINNED_VERSION}-rust"]
 LOCK = "/tmp/vllm-headroom-engine.lock"
 CACHE = Path(os.environ.get("VLLM_HEADROOM_CACHE") or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
              / "vllm-headroom")
@@ -48,9 +51,14 @@ def log(msg: str) -> None:
     print(f"[matrix {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def parse_entry(entry: str) -> tuple[str, bool]:
-    """("0.8.5", True) for "0.8.5-v0"."""
-    return (entry[:-3], True) if entry.endswith("-v0") else (entry, False)
+def parse_entry(entry: str) -> tuple[str, bool, str]:
+    """(version, V0 engine, frontend): ("0.8.5", True, "python") for "0.8.5-v0", ("0.32.0", False, "rust") for
+    "0.32.0-rust"."""
+    if entry.endswith("-v0"):
+        return entry[:-3], True, "python"
+    if entry.endswith("-rust"):
+        return entry[:-5], False, "rust"
+    return entry, False, "python"
 
 
 def one_line_reason(text: str) -> str:
@@ -64,15 +72,20 @@ def one_line_reason(text: str) -> str:
 
 
 class Build:
-    """scripts/vllm-version-venv X, in the background; its output goes to a log file."""
+    """scripts/vllm-version-venv X (scripts/vllm-rust-frontend for the Rust frontend), in the background; its
+    output goes to a log file."""
 
-    def __init__(self, version: str) -> None:
+    def __init__(self, version: str, frontend: str = "python") -> None:
         self.version = version
         LOGS.mkdir(parents=True, exist_ok=True)
-        self.log_path = LOGS / f"build-{version}.log"
+        self.log_path = LOGS / f"build-{version}{'-rust' if frontend == 'rust' else ''}.log"
         self.t0 = time.monotonic()
-        script = "vllm-venv" if version == PINNED_VERSION else "vllm-version-venv"
-        argv = [str(REPO / "scripts" / script)] + ([] if version == PINNED_VERSION else [version])
+        if frontend == "rust":
+            argv = [str(REPO / "scripts" / "vllm-rust-frontend")]
+        elif version == PINNED_VERSION:
+            argv = [str(REPO / "scripts" / "vllm-venv")]
+        else:
+            argv = [str(REPO / "scripts" / "vllm-version-venv"), version]
         self._out = open(self.log_path, "w")  # noqa: SIM115 - closed in wait()
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self._out, text=True)
 
@@ -89,7 +102,13 @@ class Build:
         return None, f"install failed: {reason}"
 
 
-def venv_facts(python: str) -> dict[str, Any]:
+def venv_facts(python: str, frontend: str = "python") -> dict[str, Any]:
+    if frontend == "rust":
+        facts = dict(rust_frontend_runtime())
+        facts["torch"] = "2.13.0+cpu"  # the pinned venv's (tests/e2e/requirements-vllm.txt)
+        keys: tuple[str, ...] = ("vllm_version", "torch", "workarounds", "rust_frontend_version", "wheel",
+                                 "binary_bytes", "binary_sha256", "needed_libs")
+        return {k: facts[k] for k in keys if k in facts}
     path = Path(python).parents[1] / "vllm-version.json"
     if not path.exists():
         return {}
@@ -114,14 +133,12 @@ def remove_venv(version: str) -> None:
 
 
 def recorded(entry: str) -> bool:
-    version, v0 = parse_entry(entry)
-    d = fixture_dir(version, v0)
+    d = fixture_dir(*parse_entry(entry))
     return all((d / name / "meta.json").exists() for name in SCENARIOS)
 
 
 def write_status(entry: str, status: str, reason: str = "", facts: dict[str, Any] | None = None) -> None:
-    version, v0 = parse_entry(entry)
-    d = fixture_dir(version, v0)
+    d = fixture_dir(*parse_entry(entry))
     d.mkdir(parents=True, exist_ok=True)
     (d / "status.json").write_text(json.dumps({"entry": entry, "status": status, "reason": reason}, indent=2) + "\n")
     if facts:
@@ -130,9 +147,10 @@ def write_status(entry: str, status: str, reason: str = "", facts: dict[str, Any
 
 def record_entry(entry: str, python: str) -> tuple[str, str]:
     """Record the entry's missing scenarios under the machine-wide engine lock: (status, reason)."""
-    version, v0 = parse_entry(entry)
-    d = fixture_dir(version, v0)
-    argv = ["flock", LOCK, sys.executable, "-m", "tests.e2e.record", "--version", version, "--resume"]
+    version, v0, frontend = parse_entry(entry)
+    d = fixture_dir(version, v0, frontend)
+    argv = ["flock", LOCK, sys.executable, "-m", "tests.e2e.record", "--version", version, "--resume",
+            "--frontend", frontend]
     if v0:
         argv.append("--v0")
     log_path = LOGS / f"record-{entry}.log"
@@ -162,8 +180,8 @@ def run(entries: list[str], keep: bool) -> int:
     builds: dict[str, Build] = {}
     failed = 0
     for i, entry in enumerate(todo):
-        version, _ = parse_entry(entry)
-        build = builds.pop(version, None) or Build(version)
+        version, _, frontend = parse_entry(entry)
+        build = (builds.pop(version, None) if frontend == "python" else None) or Build(version, frontend)
         python, reason = build.wait()
         # Overlap: the next release installs (network and disk) while this one records (CPU), if the disk
         # budget allows another venv (MAX_VENVS older releases at once, 3-8 GB each).
@@ -175,7 +193,7 @@ def run(entries: list[str], keep: bool) -> int:
             failed += 1
             continue
         status, reason = record_entry(entry, python)
-        write_status(entry, status, reason, venv_facts(python))
+        write_status(entry, status, reason, venv_facts(python, frontend))
         log(f"{entry}: {status}{': ' + reason if reason else ''}")
         failed += status == "failed"
         same_version_later = any(parse_entry(e)[0] == version for e in todo[i + 1:])

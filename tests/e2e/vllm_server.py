@@ -4,7 +4,9 @@ The end-to-end suite, the fixture recorder and the version matrix use this. vLLM
 venv because its dependency set (torch, etc.) must not leak into the project's environment; everything
 else runs under the system interpreter. The pinned release (PINNED_VERSION) comes from
 `scripts/vllm-venv`; any other release from `scripts/vllm-version-venv X`, whose venv carries the
-run-time needs of that release (LD_PRELOAD, block size, tokenizer) in vllm-version.json.
+run-time needs of that release (LD_PRELOAD, block size, tokenizer) in vllm-version.json. The Rust frontend
+(`frontend="rust"`, VLLM_USE_RUST_FRONTEND=1) runs on the pinned venv with the add-on of
+`scripts/vllm-rust-frontend` (the vllm-rs binary, an entry module for `vllm serve`, a tokenizer).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ START_DEADLINE_S = 300.0  # start-up takes ~100 s on 2 cores; leave room for a s
 STOP_GRACE_S = 20.0
 
 PINNED_VERSION = "0.32.0"  # tests/e2e/requirements-vllm.txt
+FRONTENDS = ("python", "rust")  # vLLM's OpenAI API server in Python, or vllm-rs (VLLM_USE_RUST_FRONTEND=1)
 
 # Start-up capacity lines, as each release prints them (the message part, after the log prefix):
 #   every release:  "Overriding num_gpu_blocks=65536 with num_gpu_blocks_override=40"
@@ -64,6 +67,14 @@ def vllm_python(version: str = PINNED_VERSION) -> str:
         argv = [str(REPO / "scripts" / "vllm-version-venv"), version]
     out = subprocess.run(argv, check=True, stdout=subprocess.PIPE, text=True)
     return out.stdout.strip().splitlines()[-1]
+
+
+@functools.cache
+def rust_frontend_runtime() -> dict[str, Any]:
+    """What the Rust frontend needs at run time (scripts/vllm-rust-frontend builds it on first use, ~10 s)."""
+    out = subprocess.run([str(REPO / "scripts" / "vllm-rust-frontend"), "--dir"], check=True, stdout=subprocess.PIPE,
+                         text=True)
+    return dict(json.loads((Path(out.stdout.strip().splitlines()[-1]) / "vllm-version.json").read_text()))
 
 
 def venv_runtime(python: str) -> dict[str, Any]:
@@ -151,8 +162,15 @@ class VllmServer:
         dtype: str = "bfloat16",
         pin_cpus: bool = True,
         version: str = PINNED_VERSION,
+        frontend: str = "python",
+        truth: Path | None = None,
     ) -> None:
+        if frontend not in FRONTENDS or (frontend == "rust" and version != PINNED_VERSION):
+            raise ValueError(f"frontend {frontend!r} of vLLM {version}: the Rust frontend runs on {PINNED_VERSION}")
         self.version = version
+        self.frontend = frontend
+        # Where the engine-truth recorder (tests/e2e/truth_plugin) writes its per-step lines; None: not loaded.
+        self.truth = truth
         self.max_model_len = max_model_len
         self.block_size = block_size
         self.num_gpu_blocks_override = num_gpu_blocks_override
@@ -175,6 +193,7 @@ class VllmServer:
         self.argv: list[str] = []
         self.env_used: dict[str, str] = {}
         self.runtime_env: dict[str, str] = {}
+        self.runtime: dict[str, Any] = {}  # the release's or the Rust frontend's vllm-version.json
         self.model_path = ""
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self._proc: subprocess.Popen[bytes] | None = None
@@ -191,8 +210,9 @@ class VllmServer:
         model = tmp / "tiny-llama"
         shutil.copytree(MODEL_DIR, model)
         python = vllm_python(self.version)
-        runtime = venv_runtime(python)
-        if runtime.get("tokenizer_dir"):  # V0's front end loads a tokenizer even with --skip-tokenizer-init
+        runtime = self.runtime = rust_frontend_runtime() if self.frontend == "rust" else venv_runtime(python)
+        # V0's front end loads a tokenizer even with --skip-tokenizer-init; the Rust frontend refuses that flag.
+        if runtime.get("tokenizer_dir"):
             for f in Path(runtime["tokenizer_dir"]).iterdir():
                 shutil.copy(f, model / f.name)
         if self.model_config is not None:  # another random-weight shape (capacity exactness tests)
@@ -201,12 +221,18 @@ class VllmServer:
         self._log_path = tmp / "server.log"
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        listen = ["--host", "127.0.0.1", "--port", str(self.port)]
+        if self.frontend == "rust":
+            # `vllm serve` through the entry module (scripts/vllm-rust-frontend), which starts the engine and
+            # hands the listening socket to vllm-rs; it loads the model folder's tokenizer.json.
+            head = [python, runtime["entry"], "serve", self.model_path, *listen]
+        else:
+            head = [python, "-m", "vllm.entrypoints.openai.api_server", *listen, "--model", self.model_path]
         self.argv = [
-            python, "-m", "vllm.entrypoints.openai.api_server",
-            "--host", "127.0.0.1", "--port", str(self.port),
-            "--model", self.model_path,
+            *head,
             "--served-model-name", self.served_model_name,
-            "--load-format", "dummy", "--skip-tokenizer-init",
+            "--load-format", "dummy",
+            *(["--skip-tokenizer-init"] if self.frontend == "python" else []),
             "--dtype", self.dtype,
             "--max-model-len", str(self.max_model_len),
             "--block-size", str(self.block_size),
@@ -223,11 +249,19 @@ class VllmServer:
             # squeezes both onto the engine's one CPU and every step waits on a spinning barrier (measured on
             # 0.19.1: ~5 steps/s instead of hundreds). One thread on the engine's CPU, as 0.32 does itself.
             omp = {"VLLM_CPU_OMP_THREADS_BIND": str(max(ALL_CPUS))}
-        self.env_used = {"VLLM_CPU_KVCACHE_SPACE": str(self.kvcache_space_gib), **omp, **self.extra_env}
-        # The release's own needs (LD_PRELOAD of a libstdc++ shim or tcmalloc/libiomp) are machine-specific
-        # paths: kept apart from env_used, which recordings store.
-        self.runtime_env = dict(runtime.get("env", {}))
+        runtime_env = dict(runtime.get("env", {}))
+        rust = {"VLLM_USE_RUST_FRONTEND": runtime_env.pop("VLLM_USE_RUST_FRONTEND")} if self.frontend == "rust" else {}
+        self.env_used = {"VLLM_CPU_KVCACHE_SPACE": str(self.kvcache_space_gib), **rust, **omp, **self.extra_env}
+        # The release's own needs (LD_PRELOAD of a libstdc++ shim or tcmalloc/libiomp, the vllm-rs path) are
+        # machine-specific paths: kept apart from env_used, which recordings store.
+        self.runtime_env = runtime_env
         env = {**os.environ, **self.runtime_env, **self.env_used}
+        if self.truth is not None:
+            from .engine_truth import ENV, stage_plugin
+
+            plugin = stage_plugin(tmp)
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (str(plugin), env.get("PYTHONPATH", "")) if p)
+            env[ENV] = str(self.truth)
         with open(self._log_path, "wb") as log:
             self._proc = subprocess.Popen(
                 self.argv,
@@ -394,4 +428,5 @@ class VllmServer:
             "max_num_seqs": self.max_num_seqs,
             "max_num_batched_tokens": self.max_num_batched_tokens,
             "served_model_name": self.served_model_name,
+            "frontend": self.frontend,
         }

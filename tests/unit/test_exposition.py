@@ -50,6 +50,8 @@ def test_wanted_filter_skips_other_families_but_still_counts_vllm_lines() -> Non
         ("<html><body>502 Bad Gateway</body></html>\n", "malformed", "the body is an HTML page"),
         ("\x1f\ufffd\x08\x00", "malformed", "the body is gzip-compressed data"),
         ("vllm:a 1 2 3\n", "malformed", "value [timestamp]"),
+        ("vllm:a 1 # trace 0.5\n", "malformed", "exemplar's label set"),  # OpenMetrics: ` # ` starts a label set
+        ('vllm:a{x="1"} 1 2 3 # {t="1"} 0.5\n', "malformed", "value [timestamp]"),
     ],
 )
 def test_malformed_input_is_rejected_with_a_reason(text: str, reason: str, fragment: str) -> None:

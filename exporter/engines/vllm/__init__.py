@@ -4,7 +4,7 @@
 - `read`: the readers (a parsed exposition → `EngineSample` per engine, `CacheInfo` per engine);
 - `releases`: the release rules (null block, usage formula, admission gate, data-parallel sums) per version;
 - `args`: vLLM's command-line flags and the types vLLM parses them with;
-- `startup_log`: what a pasted start-up log states about capacity;
+- `startup_log`: what a pasted start-up log states about capacity; `capacity`: the block counts its figures allow;
 - `model_len`: the max_model_len vLLM derives from a model's config.json.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..base import LogFacts, MetricNames, Samples, Snapshot
-from . import args, metrics, model_len, read, startup_log
+from . import args, capacity, metrics, model_len, read, startup_log
 
 
 class VllmEngine:
@@ -42,6 +42,9 @@ class VllmEngine:
 
     def parse_startup_log(self, text: str) -> LogFacts:
         return startup_log.parse(text)
+
+    def blocks_from_log_figures(self, facts: LogFacts, block_size: int, per_request: int) -> tuple[int, int] | None:
+        return capacity.blocks_from_figures(facts, block_size, per_request)
 
 
 VLLM = VllmEngine()

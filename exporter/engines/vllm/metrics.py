@@ -38,6 +38,30 @@ PREFIX_QUERIES = "vllm:prefix_cache_queries_total"
 PREFIX_HITS = "vllm:prefix_cache_hits_total"
 REQUEST_SUCCESS = "vllm:request_success_total"  # finished requests, label `finished_reason`
 
+# -- why requests are deferred (waiting_by_reason "deferred" counts a request from its first skip until admitted)
+LORA_INFO = "vllm:lora_requests_info"  # labels max_lora, waiting_lora_adapters, running_lora_adapters; value: time
+KV_FETCH_BY_STAGE = "vllm:num_requests_kv_fetch_by_stage"  # kv_consumer only: waiting_to_start|in_progress|...
+
+# -- KV connectors (P/D disaggregation: NIXL, Mooncake) and KV offloading (counters as exposed, with _total) -----
+# vllm/distributed/kv_transfer/kv_connector/v1/nixl/stats.py:244-283 and mooncake/stats.py:235-258 @0.33.0
+# (the NIXL ones also @0.32.0); labels model_name, engine.
+CONNECTOR_COUNTERS: tuple[tuple[str, str, str], ...] = (  # (sample name, connector, role)
+    ("vllm:nixl_num_failed_transfers_total", "nixl", "failed_transfers"),
+    ("vllm:nixl_num_failed_notifications_total", "nixl", "failed_notifications"),
+    ("vllm:nixl_num_kv_expired_reqs_total", "nixl", "kv_expired_requests"),
+    ("vllm:nixl_num_notifications_after_expiry_total", "nixl", "notifications_after_expiry"),
+    ("vllm:mooncake_num_failed_transfers_total", "mooncake", "failed_transfers"),
+    ("vllm:mooncake_num_failed_recvs_total", "mooncake", "failed_receives"),
+    ("vllm:mooncake_num_kv_expired_reqs_total", "mooncake", "kv_expired_requests"),
+)
+CONNECTOR_TRANSFERS = (("vllm:nixl_xfer_time_seconds_count", "nixl"),  # one observation per completed transfer
+                       ("vllm:mooncake_xfer_time_seconds_count", "mooncake"))
+# 0.33: the offloading connector's tiers, one series per tier and engine (labels: cpu_num_chunks,
+# cpu_blocks_per_chunk, cpu_kv_cache_size_bytes, cpu_kv_cache_size_tokens; value 1), and the CPU tier's usage:
+# vllm/distributed/kv_transfer/kv_connector/v1/offloading/metrics.py:27,392-398, vllm/v1/kv_offload/cpu/common.py
+KV_OFFLOAD_CONFIG = "vllm:kv_offload_config_info"
+KV_OFFLOAD_CPU_USAGE = "vllm:kv_offload_cpu_cache_usage_perc"
+
 # -- histograms (families) --------------------------------------------------------------------------
 PROMPT_HIST = "vllm:request_prompt_tokens"  # observed when a request finishes
 MAX_TOKENS_HIST = "vllm:request_params_max_tokens"
@@ -63,6 +87,12 @@ WANTED: frozenset[str] = frozenset(
         PREFIX_QUERIES,
         PREFIX_HITS,
         SLEEP_STATE,
+        LORA_INFO,
+        KV_FETCH_BY_STAGE,
+        KV_OFFLOAD_CONFIG,
+        KV_OFFLOAD_CPU_USAGE,
+        *(name for name, _c, _r in CONNECTOR_COUNTERS),
+        *(name for name, _c in CONNECTOR_TRANSFERS),
     }
     | {h + suffix for h in HISTOGRAMS for suffix in ("_bucket", "_count", "_sum")}
 )

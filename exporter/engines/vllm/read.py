@@ -18,6 +18,8 @@ from ..base import (
     EngineSample,
     Histogram,
     Labels,
+    LoraState,
+    OffloadTier,
     Samples,
     Snapshot,
 )
@@ -249,6 +251,38 @@ def _duplicates(expo: Samples, bad: _Bad) -> None:
                      "not summed, so the engine is not judged")
 
 
+def lora_state(expo: Samples) -> LoraState | None:
+    """`vllm:lora_requests_info`: its value is the time the adapter set last changed (`set_to_current_time`,
+    vllm/v1/metrics/loggers.py:1104-1112 @0.33.0), and a new series appears at every change, so the newest series
+    is the state; no model_name or engine label. None when LoRA is off (the family is absent)."""
+    rows = expo.series(m.LORA_INFO)
+    if not rows:
+        return None
+    labels, _value = max(rows, key=lambda row: row[1])
+
+    def names(key: str) -> tuple[str, ...]:
+        return tuple(n for n in labels.get(key, "").split(",") if n)
+
+    raw = labels.get("max_lora", "")
+    return LoraState(int(raw) if raw.isdigit() else None, names("waiting_lora_adapters"),
+                     names("running_lora_adapters"))
+
+
+def _offload_tiers(expo: Samples) -> dict[str, tuple[OffloadTier, ...]]:
+    """0.33's `vllm:kv_offload_config_info`, per engine (each engine reports its own tier, "not the instance
+    total": vllm/distributed/kv_transfer/kv_connector/v1/offloading/metrics.py:29-36 @0.33.0)."""
+    def num(labels: Labels, key: str) -> int | None:
+        raw = labels.get(key, "")
+        return int(raw) if raw.isdigit() else None
+
+    out: dict[str, list[OffloadTier]] = {}
+    for labels, _value in expo.series(m.KV_OFFLOAD_CONFIG):
+        out.setdefault(labels.get("engine", "0"), []).append(OffloadTier(
+            "cpu", num(labels, "cpu_kv_cache_size_bytes"), num(labels, "cpu_kv_cache_size_tokens"),
+            num(labels, "cpu_num_chunks"), num(labels, "cpu_blocks_per_chunk")))
+    return {k: tuple(v) for k, v in out.items()}
+
+
 def read(expo: Samples, version: str | None = None) -> Snapshot:
     """Group the wanted vLLM series of `expo` by engine."""
     bad = _Bad()
@@ -284,6 +318,21 @@ def read(expo: Samples, version: str | None = None) -> Snapshot:
                 continue
             awake[_key(labels)] = value >= 1
     hists = {role: _histograms(expo, name, bad) for name, role in ROLES}
+    fetch: dict[tuple[str, str], dict[str, float]] = {}
+    for labels, value in expo.series(m.KV_FETCH_BY_STAGE):
+        per = fetch.setdefault(_key(labels), {})
+        per[labels.get("stage", "")] = per.get(labels.get("stage", ""), 0.0) + value
+    counters: dict[tuple[str, str], dict[tuple[str, str], float]] = {}
+    for name, connector, role in m.CONNECTOR_COUNTERS:
+        for key, value in _gauge_by_engine(expo, name).items():
+            counters.setdefault(key, {})[(connector, role)] = value
+    transfers: dict[tuple[str, str], dict[str, float]] = {}
+    for name, connector in m.CONNECTOR_TRANSFERS:
+        for key, value in _gauge_by_engine(expo, name).items():
+            transfers.setdefault(key, {})[connector] = value
+    tiers = _offload_tiers(expo)
+    offload_usage = _gauge_by_engine(expo, m.KV_OFFLOAD_CPU_USAGE)
+    lora = lora_state(expo)
 
     keys = sorted(set().union(*raw.values()))  # an engine whose gauges are all bad is still one
     engines = [
@@ -304,6 +353,12 @@ def read(expo: Samples, version: str | None = None) -> Snapshot:
             prefix_hits_total=prefix_hits.get((model, engine)),
             awake=awake.get((model, engine)),
             histograms={n: h[(model, engine)] for n, h in hists.items() if (model, engine) in h},
+            lora=lora,
+            kv_fetch_by_stage=fetch.get((model, engine), {}),
+            connector_counters=counters.get((model, engine), {}),
+            connector_transfers=transfers.get((model, engine), {}),
+            offload_tiers=tiers.get(engine, ()),
+            offload_usage=offload_usage.get((model, engine)),
         )
         for model, engine in keys
     ]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..base import FIRST_CHUNK, FULL_PROMPT, Samples
+from ..base import FIRST_CHUNK, FULL_PROMPT, AdmissionRule, Samples
 from . import metrics as m
 
 
@@ -30,6 +30,12 @@ class Rules:
     admission: str  # FULL_PROMPT or FIRST_CHUNK
     num_gpu_blocks_summed_over_dp: bool
     conservative: tuple[str, ...] = ()  # the rules taken conservatively because nothing told
+    gate: AdmissionRule | None = None  # the waiting loop's checks (`admission_rule`); None: as `admission` says
+
+    @property
+    def admission_rule(self) -> AdmissionRule:
+        """What the queue head must pass to be admitted under this release (`admission_rule_of`)."""
+        return self.gate if self.gate is not None else AdmissionRule(self.admission)
 
     def describe(self) -> str:
         how = {"version": "from /version", "exposition": "from the exposition's shape",
@@ -40,6 +46,54 @@ class Rules:
         if self.conservative:
             text += f"; conservative reading of {', '.join(self.conservative)}"
         return text
+
+
+def admission_rule_of(r: tuple[int, int, int] | None, engine: str, admission: str) -> AdmissionRule:
+    """The waiting loop's checks per rule era, as `Scheduler.schedule()` runs them (V1; `r` None: the release is
+    unknown and every gate vLLM >= 0.24 may apply is applied, which predicts no more admissions than vLLM makes).
+
+    Every V1 era: no waiting request is admitted in a step that preempted, or while paused
+    (`if not preempted_reqs and self._pause_state != PauseState.PAUSED_ALL`, vllm/v1/core/sched/scheduler.py:1050
+    @0.33.0, :900 @0.32.0); the head that fails `allocate_slots` stops the loop (`break`, :1454-1461 @0.33.0); the
+    per-step gate asks for this step's chunk plus `num_lookahead_tokens` (vllm/v1/core/kv_cache_manager.py:550-588
+    @0.33.0, identical @0.32.0).
+
+    - <= 0.18: the per-step gate only ("first chunk"): `num_blocks_to_allocate > get_num_free_blocks()`
+      (kv_cache_manager.py:284 @0.12.0); no watermark; the cap is `len(self.running) == max_num_running_reqs`.
+    - 0.19-0.32: first the full-prompt gate, `allocate_slots(full_sequence_must_fit=scheduler_reserve_full_isl)`
+      (default True, vllm/config/scheduler.py:190): blocks of min(num_tokens, max_model_len) plus the watermark
+      against the free blocks, no reserved blocks and no lookahead (kv_cache_manager.py:531-548 @0.33.0, :522-539
+      @0.32.0); then the per-step gate against free minus `reserved_blocks` (:582-588 @0.33.0, :573-579
+      @0.32.0; reserved only when the head is an async KV load: its in-flight prefills' remaining blocks plus
+      the spec-decode step's, scheduler.py:1420-1430 @0.33.0). `--watermark` from 0.24
+      (`watermark_blocks = int(watermark × num_blocks)`, kv_cache_manager.py:209-210, applied to
+      WAITING/PREEMPTED requests only and only when a request already runs,
+      `has_scheduled_reqs=bool(self.running)`, :518-525); `--max-num-active-seqs` caps admission into RUNNING
+      from 0.32 (`num_running = len(self.running) + self.num_waiting_for_streaming_input;
+      if num_running >= self.max_num_active_reqs: break`, scheduler.py:1071-1074 @0.33.0, :921-924 @0.32.0: a
+      paused streaming session holds a slot); `--prefill-schedule-interval` only with data-parallel coordination
+      (`DPEngineCoreProc._should_throttle_prefills`, vllm/v1/engine/core.py:2318-2325 @0.32.0); a head whose chunk
+      shrinks to 0 tokens (encoder budget, MTP prefill lookahead) stops the loop (`break`, scheduler.py:1217-1219
+      @0.32.0).
+    - 0.33: the same gates; the prefill cadence applies on every engine without data parallelism too
+      (`local_prefill_interval`, scheduler.py:395-421, 770-790 @0.33.0: while something decodes, prefills wait
+      until N executed steps passed since the last prefill; "neither the hold nor its release is otherwise
+      visible in logs or stats" except a once-only INFO line; it lifts while a release step cannot drain the
+      queue, `prefill_capacity_bound`, :1612-1616, so it never holds a standing queue); a head with 0
+      schedulable tokens is skipped, not a stop (`skip_request`, :1394-1398).
+    """
+    if engine == "V0":
+        return AdmissionRule(admission, watermark=False, active_cap=False, lookahead=False, local_cadence=False,
+                             skips_unschedulable_head=False, era="V0")
+    if r is None:
+        return AdmissionRule(admission, watermark=True, active_cap=True, lookahead=True, local_cadence=True,
+                             skips_unschedulable_head=False, era="unknown")
+    if r < (0, 19, 0):
+        return AdmissionRule(FIRST_CHUNK, watermark=False, active_cap=False, lookahead=True, local_cadence=False,
+                             skips_unschedulable_head=False, era="<= 0.18")
+    era = "0.33" if r >= (0, 33, 0) else "0.19-0.32"
+    return AdmissionRule(FULL_PROMPT, watermark=r >= (0, 24, 0), active_cap=r >= (0, 32, 0), lookahead=True,
+                         local_cadence=r >= (0, 33, 0), skips_unschedulable_head=r >= (0, 33, 0), era=era)
 
 
 def parse_release(version: str | None) -> tuple[int, int, int] | None:
@@ -111,13 +165,18 @@ def rules(version: str | None, expo: Samples) -> Rules:
             return Rules("version", version, engine, null, False, FULL_PROMPT, summed,
                          conservative=("engine (V0 or V1)", "usage", "admission"))
         null, counts, admission, summed = _rules_of_release(release, engine)
-        return Rules("version", version, engine, null, counts, admission, summed)
+        return Rules("version", version, engine, null, counts, admission, summed,
+                     gate=admission_rule_of(release, engine, admission))
     cci = [labels for labels, _ in expo.series(m.CACHE_CONFIG)]
     if engine == "V0":
         return Rules("exposition", "V0 (<= 0.10)", "V0", *_rules_of_release((0, 8, 5), "V0"))
     if expo.series(m.WAITING_BY_REASON) or any("kv_cache_max_concurrency" in c for c in cci):
         label = ">= 0.24" if any("kv_cache_max_concurrency" in c for c in cci) else ">= 0.20"
-        return Rules("exposition", label, "V1", *_rules_of_release((0, 20, 0), "V1"))
+        # 0.24 to 0.33 cannot be told apart by the exposition (0.33's metrics file is 0.32's): every later gate is
+        # applied (fewer admissions predicted, never more).
+        return Rules("exposition", label, "V1", *_rules_of_release((0, 20, 0), "V1"),
+                     conservative=("admission gates (watermark, max_num_active_seqs, 0.33's prefill cadence)",),
+                     gate=admission_rule_of(None, "V1", FULL_PROMPT))
     if has_kv and has_gpu:
         return Rules("exposition", "0.9-0.10", "V1", True, False, FIRST_CHUNK, True,
                      conservative=("usage (0.10.2 excludes the null block, 0.9-0.10.1 count it)",))

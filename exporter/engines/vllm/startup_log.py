@@ -17,10 +17,15 @@ import re
 from ..base import LogFacts
 
 _MEMORY = re.compile(r"^([^\n]*?)Available KV cache memory: (\d+(?:\.\d+)?) GiB", re.M)
+# With --kv-cache-memory-bytes vLLM skips profiling and prints the pool it reserved instead (`format_gib`: rounded
+# to 2 decimals, vllm/v1/worker/gpu_worker.py:664-675 @0.33.0); the exact bytes are in "non-default args".
+_RESERVED = re.compile(r"^([^\n]*?)reserved (\d+(?:\.\d+)?) GiB memory for KV Cache as specified by "
+                       r"kv_cache_memory_bytes", re.M)
 # Worker process names (vllm/v1/executor/multiproc_executor.py:1088-1096): "Worker", then _DP<r> with DP,
 # _PP<r> with PP, _PCP<r>, _TP<r> with TP: a PP×TP1 worker is "Worker_PP1", with no _TP part.
 _RANK = re.compile(r"Worker(?:_DP\d+)?_PP(\d+)(?![\d])|rank=(\d+)")
-_MEMORY_ANY = re.compile(r"^.*(?:Available KV cache memory|KV cache size:|Maximum concurrency for).*$", re.M)
+_MEMORY_ANY = re.compile(r"^.*(?:Available KV cache memory|KV cache size:|Maximum concurrency for|"
+                         r"as specified by kv_cache_memory_bytes).*$", re.M)
 _TOKENS_STRICT = re.compile(r"KV cache size: \d{1,3}(?:,\d{3})* tokens|KV cache size: \d+ tokens")
 # "Setting kv cache block size to %d for %s backend(s)." (vllm/platforms/interface.py:775-779): the
 # backend's block size when the user set none (FlashMLA 64, CUTLASS MLA 128, ...).
@@ -35,7 +40,8 @@ _ESTIMATED = re.compile(r"max seq len \((\d+)\).*?estimated maximum model length
 _VERSION = re.compile(r"(?:LLM engine \(v|version )(\d+\.\d+[\w.+-]*)")
 _ARG = re.compile(r"'(model|max_model_len|tensor_parallel_size|pipeline_parallel_size|data_parallel_size|block_size|"
                   r"max_num_seqs|max_num_batched_tokens|kv_cache_dtype|dtype|gpu_memory_utilization|"
-                  r"num_gpu_blocks_override|enable_prefix_caching|async_scheduling|mamba_ssm_cache_dtype)': "
+                  r"num_gpu_blocks_override|enable_prefix_caching|async_scheduling|mamba_ssm_cache_dtype|"
+                  r"kv_cache_memory_bytes)': "
                   r"('[^']*'|[\d.]+|True|False)")
 _CONFIG = re.compile(r"\b(model|max_seq_len|tensor_parallel_size|pipeline_parallel_size|data_parallel_size|"
                      r"kv_cache_dtype|enable_prefix_caching)=('[^']*'|[\w.]+)")
@@ -52,7 +58,7 @@ def parse(text: str) -> LogFacts:
     tp = int(flags.get("tensor_parallel_size", "1"))
     by_stage: dict[int, float] = {}
     plain: list[float] = []
-    for m in _MEMORY.finditer(text):
+    for m in [*_MEMORY.finditer(text), *_RESERVED.finditer(text)]:
         gib = float(m.group(2))
         rank = _RANK.search(m.group(1))
         if rank is None:
@@ -66,6 +72,7 @@ def parse(text: str) -> LogFacts:
     for m in _MEMORY_ANY.finditer(text):
         line = m.group(0)
         ok = ("Available KV cache memory" not in line or _MEMORY.search(line)) and \
+             ("as specified by kv_cache_memory_bytes" not in line or _RESERVED.search(line)) and \
              ("KV cache size:" not in line or _TOKENS_STRICT.search(line)) and \
              ("Maximum concurrency for" not in line or _CONCURRENCY.search(line))
         if not ok:

@@ -15,7 +15,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 
 {{- define "vllm-headroom.image" -}}
-{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}{{ with .Values.image.digest }}@{{ . }}{{ end }}
 {{- end -}}
 
 {{/* The sidecar container, shared by the chart's own Deployment and the printed patch for an existing one. */}}
@@ -79,7 +79,7 @@ spec:
   template:
     metadata:
       labels:
-        vllm-headroom/sidecar: injected
+        {{- include "vllm-headroom.injectedLabels" . | nindent 8 }}
     spec:
       shareProcessNamespace: true
       {{ if .Values.sidecar.native }}initContainers{{ else }}containers{{ end }}:
@@ -106,7 +106,11 @@ spec:
     {{- toYaml . | nindent 4 }}
   {{- end }}
 {{- if $m.scrapeVllm }}
+{{- if kindIs "string" .vllmPort }}
 - port: {{ .vllmPort }}
+{{- else }}
+- portNumber: {{ .vllmPort }}
+{{- end }}
   path: /metrics
   interval: {{ $m.interval }}
   scrapeTimeout: {{ $m.scrapeTimeout }}
@@ -126,9 +130,35 @@ spec:
 {{- end }}
 {{- end -}}
 
-{{/* Labels of the vLLM pods; an empty value means the kustomize base's label (maps given by users are not merged). */}}
+{{/* Labels the sidecar's patch adds to the vLLM pods: what the monitors select unless vllm.podLabels is set. */}}
+{{- define "vllm-headroom.injectedLabels" -}}
+vllm-headroom/sidecar: injected
+vllm-headroom/release: {{ .Release.Name | quote }}
+{{- end -}}
+
+{{/* The selector of the vLLM pods: vllm.podLabels if given (not merged with anything), else the injected labels. */}}
 {{- define "vllm-headroom.podLabels" -}}
+{{- if .Values.vllm.podLabels -}}
+{{- toYaml .Values.vllm.podLabels -}}
+{{- else -}}
+{{- include "vllm-headroom.injectedLabels" . -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Labels of the chart's own vLLM Deployment (vllm.deployment.create): its selector. */}}
+{{- define "vllm-headroom.ownLabels" -}}
 {{- toYaml (.Values.vllm.podLabels | default (dict "app.kubernetes.io/name" "vllm")) -}}
+{{- end -}}
+
+{{/* One sentence and a stop for values that cannot work, checked by every template that renders objects. */}}
+{{- define "vllm-headroom.checks" -}}
+{{- $scrapes := or .Values.podMonitor.enabled .Values.serviceMonitor.enabled .Values.service.enabled -}}
+{{- if and $scrapes (not .Values.vllm.deployment.create) (not .Values.vllm.deploymentName) -}}
+{{- fail "vllm.deploymentName is empty: set it to the name of the vLLM Deployment the sidecar goes into (--set vllm.deploymentName=<name>; the printed kubectl patch targets it), or set vllm.deployment.create=true to let the chart run vLLM" -}}
+{{- end -}}
+{{- if and .Values.sidecar.native (semverCompare "<1.29.0-0" .Capabilities.KubeVersion.Version) -}}
+{{- fail (printf "sidecar.native=true needs Kubernetes >= 1.29 (native sidecars), this cluster is %s: set sidecar.native=false to run the sidecar as a plain second container" .Capabilities.KubeVersion.Version) -}}
+{{- end -}}
 {{- end -}}
 
 {{/* A string as the inside of a JSON string literal: what the generated JSON templates insert (any value stays JSON). */}}

@@ -1,0 +1,336 @@
+"""Our verdicts against the engine's own truth: recordings that carry the truth recorder's steps.
+
+A recording with `engine-steps.jsonl.gz` (tests/e2e/production.py; the recorder is tests/e2e/truth_plugin) is
+judged from what vLLM's scheduler did, not from what the gauges suggest. Each frame is aligned to the scheduler
+step that starts from the state it shows (tests/e2e/engine_truth.py `align`): that step's admission scan is the
+engine's answer to "why do these requests wait" at that frame. Per frame:
+
+* the verdict (sidecar, one-shot with the server's flags, one-shot with none) against the step's stop reason
+  (`ACCEPT`: the accepted verdicts per reason, `ONE_SHOT_ALSO` the wider set one observation is allowed);
+* false-full against "the head was refused for a reason other than KV" (slots, token budget, deferral, a
+  prefill hold): flagging it where the engine refused for KV, preempted or admitted everything is a miss, and
+  not flagging it where such a reason held for the sidecar's hold time is counted too (recall);
+* admission headroom against what the engine admitted at that step, for frames with a waiting head: within
+  ±1 of min(headroom, waiting);
+* safe headroom: a frame that says more requests are safe (> 0) while the engine preempted within
+  `SAFE_WINDOW_S` after it.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from exporter.pipeline.target import EngineReport, Settings, Target, one_shot
+from exporter.pipeline.verdict import Thresholds
+from exporter.replay import recording
+from tests import fixtures
+from tests.e2e.engine_truth import Aligned, Steps, align, frame_gauges, read_steps
+
+STEPS_FILE = "engine-steps.jsonl.gz"
+FULL_USAGE = 0.8
+STORM_BEFORE_S, STORM_AFTER_S = 3.0, 0.5  # a preemption this close makes "preempting" acceptable too
+SAFE_WINDOW_S = 10.0
+ADMISSION_TOLERANCE = 1
+MODES = ("sidecar", "one-shot", "one-shot-noflags")
+# Stop reasons (the recorder's `stop`) in which the head waits for something other than KV blocks.
+NOT_KV = frozenset({"max_num_seqs", "max_num_active_seqs", "token_budget", "deferred", "no_chunk_budget",
+                    "prefill_cadence"})
+
+
+# The verdicts that agree with each of the engine's reasons; one observation (one-shot) may also say ONE_SHOT_ALSO
+# where it cannot see what decides (the budget's use, the head's size). A preemption within STORM_* of the frame
+# adds "preempting" to the KV and slot reasons.
+ACCEPT: dict[str, frozenset[str]] = {k: frozenset(v) for k, v in {
+    "ok": {"ok"}, "leak": {"leak", "ok"}, "slots_full": {"slots_full"}, "budget_full": {"budget_full"},
+    "kv_full": {"kv_full"}, "head_of_line": {"head_of_line", "kv_full"}, "preempting": {"preempting", "kv_full"},
+    "deferred": {"deferred"}, "sleeping": {"sleeping"}, "transient": {"transient", "ok"}, "never_fits": {"never_fits"},
+}.items()}
+ONE_SHOT_ALSO: dict[str, frozenset[str]] = {"budget_full": frozenset({"transient"}),
+                                             "head_of_line": frozenset({"transient"})}
+STORM_ALSO = frozenset({"ok", "slots_full", "budget_full", "kv_full", "head_of_line", "transient"})
+
+
+def judge_accepts(label: str, mode: str, storm: bool = False) -> frozenset[str]:
+    """The verdicts accepted for an engine reason in a mode ("sidecar", "one-shot", "one-shot-noflags")."""
+    out = ACCEPT[label] | (ONE_SHOT_ALSO.get(label, frozenset()) if mode != "sidecar" else frozenset())
+    if mode == "one-shot-noflags" and label == "slots_full":
+        out |= {"transient"}  # without the cap one observation cannot tell all slots taken from between steps
+    return out | ({"preempting"} if storm and label in STORM_ALSO else frozenset())
+
+
+@dataclass(frozen=True)
+class Label:
+    """The engine's reason at a frame: `label` is why its admission scan stopped (the first limit in the release's
+    loop order); `also` the other limits that bound the head at that step (slots all taken, no budget left, or the
+    head's last refusal needed more blocks than are free now): naming one of them agrees too."""
+
+    label: str
+    storm: bool
+    why: str
+    also: frozenset[str] = frozenset()
+
+    def accepts(self, mode: str) -> frozenset[str]:
+        out = judge_accepts(self.label, mode, self.storm)
+        for other in self.also:
+            out |= judge_accepts(other, mode, self.storm)
+        return out
+
+
+def has_steps(folder: Path) -> bool:
+    return (folder / STEPS_FILE).exists()
+
+
+@dataclass
+class Truthful:
+    """A recording with its engine truth, aligned frame by frame."""
+
+    folder: Path
+    meta: dict[str, Any]
+    frames: list[tuple[float, str]]
+    steps: Steps
+    aligned: list[Aligned]
+    t0: float
+    pool: int
+    head_need: dict[int, int] = field(default_factory=dict)  # step k -> blocks the head's last refusal needed
+
+    def __post_init__(self) -> None:
+        last: dict[str, int] = {}
+        for st in self.steps.steps:
+            if st.ref:
+                last[str(st.ref["id"]).removeprefix("cmpl-")] = int(st.ref["need"])
+            head = st["head"]
+            if head is not None and head in last:
+                self.head_need[st.k] = last[head]
+
+    @property
+    def name(self) -> str:
+        return f"{self.folder.parent.name}/{self.folder.name}"
+
+    @property
+    def shape(self) -> str:
+        return shape_of(self.meta)
+
+    def engine_t(self, i: int) -> float:
+        return self.t0 + self.frames[i][0]
+
+    def paused_at(self, t: float) -> str | None:
+        state = None
+        for at, name in self.steps.pauses:
+            if at > t:
+                break
+            state = None if name == "UNPAUSED" else name
+        return state
+
+    def preempted_between(self, t0: float, t1: float) -> int:
+        return sum(len(s.pre) for s in self.steps.between(t0, t1))
+
+
+def shape_of(meta: dict[str, Any]) -> str:
+    """The server shape of a recording: its pool, slots and budget (and LoRA), as the report groups them."""
+    argv = [str(a) for a in meta["server_argv"]]
+
+    def flag(name: str) -> str:
+        return argv[argv.index(name) + 1] if name in argv else "-"
+
+    lora = " lora" if "--enable-lora" in argv else ""
+    return (f"{flag('--num-gpu-blocks-override')} blocks, {flag('--max-num-seqs')} seqs, "
+            f"budget {flag('--max-num-batched-tokens')}{lora}")
+
+
+def load(folder: Path) -> Truthful:
+    rec = recording.load(folder)
+    steps = read_steps(folder / STEPS_FILE)
+    t0 = float(rec.meta["clock"]["t0_monotonic"])
+    pool = int(steps.header.get("blocks") or 0)
+    return Truthful(folder, rec.meta, rec.frames, steps, align(steps, rec.frames, t0), t0, pool)
+
+
+def _usage(text: str) -> float:
+    for line in text.splitlines():
+        if line.startswith("vllm:kv_cache_usage_perc"):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def judge(tr: Truthful, i: int) -> Label:
+    """The engine's reason at frame i (`ACCEPT` gives the verdicts that agree with it)."""
+    t = tr.engine_t(i)
+    paused = tr.paused_at(t)
+    if paused is not None:
+        return Label("sleeping", False, f"scheduler {paused}")
+    a = tr.aligned[i]
+    s = a.step
+    text = tr.frames[i][1]
+    storm = tr.preempted_between(t - STORM_BEFORE_S, t + STORM_AFTER_S) > 0
+    running, waiting = frame_gauges(text)
+    if not a.matched and not waiting:
+        s = None  # an idle frame before the first or after the last step: nothing the engine did since
+    if s is None or not s["w0"]:
+        if not running and _usage(text) > 0:
+            return Label("leak", False, "blocks held, nothing to do")
+        return Label("ok", storm, "nothing waits")
+    stop = str(s["stop"])
+    usage = _usage(text)
+    kv_label = "kv_full" if usage >= FULL_USAGE else "head_of_line"
+    also = set()
+    need = tr.head_need.get(s.k)
+    if need is not None and s["free0"] is not None and need > s["free0"]:
+        also.add(kv_label)  # its last try needed more blocks than are free at this step
+    if s["r"] is not None and s["r"] >= int(tr.steps.header.get("max_num_seqs") or 1 << 30):
+        also.add("slots_full")
+    if s["left"] == 0:
+        also.add("budget_full")
+    if stop in ("max_num_seqs", "max_num_active_seqs"):
+        return Label("slots_full", storm, f"{stop}: {s['r']} running after the step", frozenset(also - {"slots_full"}))
+    if stop in ("token_budget", "no_chunk_budget"):
+        extra = f"; the head last needed {need} blocks, {s['free0']} free" if kv_label in also else ""
+        return Label("budget_full", storm, f"{stop}: {s['left']} tokens left{extra}",
+                     frozenset(also - {"budget_full"}))
+    if stop == "kv":
+        ref = s.ref or {}
+        need = ref.get("need", s["hb"])
+        if need is not None and tr.pool and need > tr.pool:
+            return Label("never_fits", False, f"head needs {need} > pool {tr.pool}")
+        why = f"head refused: needs {need} blocks, {ref.get('had', s['free0'])} free ({ref.get('gate', '?')})"
+        return Label(kv_label, storm, why)
+    if stop == "preempted":
+        return Label("preempting", False, f"preempted {len(s.pre)} this step")
+    if stop == "deferred":
+        return Label("deferred", False, f"skipped: {s.dfr}")
+    if stop == "paused":
+        return Label("sleeping", False, "scheduler paused")
+    # "empty": the step admitted every waiting request (the frame caught the queue between two steps); a DP
+    # prefill-cadence hold; "other" (encoder budget, spec-decode padding)
+    return Label("transient", storm, f"{stop}: admitted {len(s.adm)} of {s['w0']}")
+
+
+@dataclass
+class EngineScore:
+    scenario: str
+    shape: str
+    mode: str
+    frames: int = 0
+    agree: int = 0
+    undetermined: int = 0
+    unaligned: int = 0
+    confusion: Counter[tuple[str, str]] = field(default_factory=Counter)
+    per_truth: Counter[tuple[str, bool]] = field(default_factory=Counter)
+    misses: list[tuple[int, str, str, str]] = field(default_factory=list)  # (frame, truth, why, ours)
+    ff_flagged_kv: int = 0  # false-full flagged where the engine refused for KV / preempted / admitted all
+    ff_true: int = 0  # frames whose head waited for a non-KV reason for at least the hold time
+    ff_found: int = 0  # ... of them flagged
+    ff_misses: list[tuple[int, str, str]] = field(default_factory=list)
+    adm_frames: int = 0
+    adm_within: int = 0
+    adm_misses: list[tuple[int, int, int, int]] = field(default_factory=list)  # (frame, ours, waiting, engine)
+    adm_frames_free: int = 0  # ... of them, steps the token budget did not stop (admission limited by slots/KV)
+    adm_within_free: int = 0
+    safe_frames: int = 0  # frames saying safe headroom > 0
+    safe_bad: int = 0  # ... followed by a preemption within SAFE_WINDOW_S
+    safe_misses: list[tuple[int, int, int]] = field(default_factory=list)  # (frame, safe headroom, preempted)
+
+    @property
+    def release(self) -> str:
+        return self.scenario.split("/")[0]
+
+
+def _maybe(engines: list[EngineReport]) -> EngineReport | None:
+    assert len(engines) <= 1
+    return engines[0] if engines else None
+
+
+def _hold_s(meta: dict[str, Any]) -> float:
+    return max(2.0, 4 * float(meta.get("interval", 0.5)))
+
+
+def score(folder: Path) -> list[EngineScore]:
+    tr = load(folder)
+    meta = tr.meta
+    argv = [str(a) for a in meta["server_argv"]]
+    hold = _hold_s(meta)
+    settings = Settings("recorded", vllm_args=argv, discover_cmdline=False, thresholds=Thresholds(false_full_hold=hold))
+    bare = Settings("recorded", vllm_args=None, discover_cmdline=False, thresholds=settings.thresholds)
+    sidecar = fixtures.as_recorded(Target(settings), meta)
+    out = [EngineScore(tr.name, tr.shape, m) for m in MODES]
+    labels = [judge(tr, i) for i in range(len(tr.frames))]
+    # A non-KV reason that held for the hold time up to frame i (what the sidecar may be expected to flag).
+    run_start: float | None = None
+    ff_due = []
+    for i in range(len(labels)):
+        s = tr.aligned[i].step
+        non_kv = s is not None and bool(s["w0"]) and str(s["stop"]) in NOT_KV
+        t = tr.frames[i][0]
+        run_start = (t if run_start is None else run_start) if non_kv else None
+        ff_due.append(non_kv and run_start is not None and t - run_start >= hold)
+    for i, (t, text) in enumerate(tr.frames):
+        lab = labels[i]
+        a = tr.aligned[i]
+        reports = (_maybe(sidecar.observe(t, text).engines),
+                   _maybe(fixtures.as_recorded(one_shot(settings), meta).observe(t, text, gauges_only=True).engines),
+                   _maybe(fixtures.as_recorded(one_shot(bare), meta).observe(t, text, gauges_only=True).engines))
+        s = a.step
+        et = tr.engine_t(i)
+        for sc, ours in zip(out, reports, strict=True):
+            if ours is None:
+                sc.undetermined += 1
+                continue
+            if not a.matched:
+                sc.unaligned += 1
+            sc.frames += 1
+            verdict = str(ours.verdict)
+            accept = lab.accepts(sc.mode)
+            ok = verdict in accept
+            sc.agree += ok
+            sc.confusion[(lab.label, verdict)] += 1
+            sc.per_truth[(lab.label, ok)] += 1
+            if not ok:
+                sc.misses.append((i, lab.label, lab.why, verdict))
+            kv_or_nothing = s is None or not s["w0"] or str(s["stop"]) not in NOT_KV
+            if ours.false_full and kv_or_nothing and lab.label != "sleeping":
+                sc.ff_flagged_kv += 1
+                sc.ff_misses.append((i, lab.label, "flagged false-full"))
+            if sc.mode == "sidecar" and ff_due[i]:
+                sc.ff_true += 1
+                sc.ff_found += bool(ours.false_full)
+                if not ours.false_full:
+                    sc.ff_misses.append((i, lab.label, "not flagged"))
+            if s is not None and s["w0"] and a.matched and lab.label != "sleeping":
+                pred = min(ours.headroom.admission_headroom_requests, int(s["w0"]))
+                got = len(s.adm)
+                sc.adm_frames += 1
+                within = abs(pred - got) <= ADMISSION_TOLERANCE
+                if str(s["stop"]) != "token_budget":
+                    sc.adm_frames_free += 1
+                    sc.adm_within_free += within
+                if within:
+                    sc.adm_within += 1
+                else:
+                    sc.adm_misses.append((i, ours.headroom.admission_headroom_requests, int(s["w0"]), got))
+            if ours.headroom.safe_headroom_requests > 0:
+                sc.safe_frames += 1
+                pre = tr.preempted_between(et, et + SAFE_WINDOW_S)
+                if pre:
+                    sc.safe_bad += 1
+                    sc.safe_misses.append((i, ours.headroom.safe_headroom_requests, pre))
+    return out
+
+
+def recordings(root: Path) -> list[Path]:
+    return sorted(p.parent for p in root.glob(f"vllm-*/*/{STEPS_FILE}"))
+
+
+def engine_counts(folder: Path) -> dict[str, Any]:
+    """meta.json's engine_truth summary (what the engine did), for the report."""
+    return dict(json.loads((folder / "meta.json").read_text()).get("engine_truth", {}))
+
+
+def requests_of(folder: Path) -> list[dict[str, Any]]:
+    path = folder / "requests.jsonl.gz"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in gzip.decompress(path.read_bytes()).decode().splitlines() if line]

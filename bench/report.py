@@ -206,7 +206,7 @@ def serving(b: dict[str, dict[str, Any] | None]) -> list[str]:
                 f"{_when(b8)} (`python -m bench.b8_serving`); {_load_note(s)} for the steady phase. The phases "
                 "ran one after the other in one run; the load averages of each are given. The steady phase ran the "
                 f"1- and 100-target sidecars side by side for {s['seconds']:.0f} s (not the 30 minutes the goal "
-                "names).", *([f"", f"Note on this run: {b8['note']}"] if b8.get("note") else []), "",
+                "names).", *(["", f"Note on this run: {b8['note']}"] if b8.get("note") else []), "",
                 "| goal | ours | load (1/5/15 min) | result |", "|---|---|---|---|",
                 f"| `diagnose FILE` and `estimate` ≤ {g['oneshot_cpu_s']} s CPU, whole process | diagnose "
                 f"{cpu['diagnose FILE']:.3f} s (`--json` {cpu['diagnose FILE --json']:.3f} s), estimate "

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from .. import __version__
-from ..expose.server import PortInUse
+from ..expose.listen import PortInUse
 from . import estimate, oneshot, probe, replay, serve
 from .flags import Parser, RuntimeFailure, UsageError, unknown_env
 

@@ -15,8 +15,6 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
-import httpx
-
 from ..core import defaults, units
 from ..engines.vllm import VLLM
 
@@ -256,8 +254,16 @@ def looks_like_host_port(text: str) -> bool:
 
 
 def check_target_url(url: str) -> str:
-    """`url` if vLLM can be reached at it (http or https, a host, a port in 1-65535, no query or fragment),
-    else ValueError with one sentence; `/v1` (the OpenAI base URL) is refused with the base URL meant."""
+    """`url` if vLLM can be reached at it (http or https, a host, a port in 1-65535, no user or password, no query
+    or fragment), else ValueError with one sentence that never repeats a password; `/v1` (the OpenAI base URL)
+    is refused with the base URL meant."""
+    from ..pipeline.scrape import redact
+
+    shown = redact(url)
+    if "@" in url.split("//", 1)[-1].split("/", 1)[0]:
+        raise ValueError(f"target {shown!r} carries a user name or password: it would be shown in every target "
+                         "label, the status page, the log and /readyz; vLLM takes its API key as a bearer token, "
+                         "so give it with --target-api-key-file and the URL without it")
     if looks_like_host_port(url):
         raise ValueError(f"target {url!r} has no scheme: did you mean http://{url}?")
     example = "such as http://127.0.0.1:8000"
@@ -274,10 +280,14 @@ def check_target_url(url: str) -> str:
     if port == 0:
         raise ValueError(f"target {url!r} is not a usable URL: its port is not a number in 1-65535")
     if parts.query or parts.fragment or url.endswith(("?", "#")):
-        raise ValueError(f"target {url!r} has a query or fragment (?... or #...): give vLLM's base URL {example}")
+        cut = url.split("?", 1)[0].split("#", 1)[0]  # a query may hold a token: never repeated
+        raise ValueError(f"target {cut + '?...'!r} has a query or fragment (?... or #...): give vLLM's base URL "
+                         f"{example}")
     if parts.path.rstrip("/").endswith("/v1"):
         base = url.rstrip("/")[: -len("/v1")]
         raise ValueError(f"target {url!r} is the OpenAI base URL: vLLM's base URL is without /v1, {base}")
+    import httpx  # only to check the URL as httpx will read it
+
     try:
         httpx.URL(url)
     except Exception as exc:  # whatever httpx refuses would otherwise fail on every scrape
@@ -395,11 +405,21 @@ def add_config_flags(p: argparse.ArgumentParser, verdict: bool = True) -> None:
 
 
 def add_target_access_flags(p: argparse.ArgumentParser, timeout: bool = True) -> None:
-    """How to reach a target: its API key, and (for one-shot commands) the fetch timeout."""
+    """How to reach a target: its API key, proxies and CA, and (for one-shot commands) the fetch timeout and the
+    size cap of what is read (a URL, a file or standard input)."""
     add(p, "--target-api-key-file", help="file holding vLLM's --api-key (env VLLM_HEADROOM_TARGET_API_KEY holds "
-        "the key itself); sent only to the targets")
+        "the key itself); sent only to the targets, as a bearer token; one trailing line break is dropped, any "
+        "other is refused")
+    add(p, "--scrape.trust-env", action=argparse.BooleanOptionalAction, default=defaults.SCRAPE_TRUST_ENV,
+        help="reach the targets through HTTP(S)_PROXY/NO_PROXY, .netrc and SSL_CERT_FILE of the environment (off: "
+        "a proxy meant for the pod's egress must not carry loopback scrapes and the API key)")
+    add(p, "--scrape.ca-file", help="PEM file of the CA(s) that sign https targets' certificates (a private CA), "
+        "used instead of the public roots")
     if timeout:
-        add(p, "--scrape.timeout", duration, defaults.SCRAPE_TIMEOUT, help="timeout of one fetch")
+        add(p, "--scrape.timeout", duration, defaults.SCRAPE_TIMEOUT, help="deadline of one fetch, all of it "
+            "(connect, headers, body)")
+        add(p, "--scrape.max-bytes", max_bytes, defaults.SCRAPE_MAX_BYTES,
+            help="refuse a larger exposition (from a URL, a file or standard input)")
 
 
 def opt(args: argparse.Namespace, name: str) -> Any:

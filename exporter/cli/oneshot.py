@@ -91,8 +91,9 @@ def _observe(args: argparse.Namespace) -> TargetReport:
     args.source = source(args.source)
     try:
         if args.source == STDIN:  # `curl -s http://vllm:8000/metrics | vllm-headroom diagnose -`
-            text = sys.stdin.buffer.read().decode("utf-8", errors="replace")
-            return oneshot.observe("<stdin>", settings_for("<stdin>", args), text=text)
+            settings = settings_for("<stdin>", args)
+            data = sys.stdin.buffer.read(settings.max_bytes + 1)  # capped: `diagnose - < /dev/zero` ends
+            return oneshot.observe("<stdin>", settings, data=data)
         return oneshot.observe(args.source, settings_for(args.source, args))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
@@ -103,7 +104,7 @@ def _observe(args: argparse.Namespace) -> TargetReport:
 def run_diagnose(args: argparse.Namespace) -> int:
     report = _observe(args)
     if args.json:
-        print(json.dumps(diagnosis.document([report]), indent=2))
+        print(json.dumps(diagnosis.document([report]), indent=2, allow_nan=False))
     else:
         print(diagnosis.render_text([report]))
     # 1 when the target is down, or no engine could be judged (every engine's capacity underivable).

@@ -7,8 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core import defaults
-from ..expose.server import bind, host_port, parse_listen_address
-from ..replay import demo, recording
+from ..expose.listen import bind, host_port, parse_listen_address
 from .flags import ENV_PREFIX, UsageError, add, hold, multiple, opt
 
 
@@ -61,11 +60,15 @@ def _listen(args: argparse.Namespace) -> tuple[str, int]:
 
 
 def run_demo(args: argparse.Namespace) -> int:
+    from ..replay import demo  # the web stack, only for the commands that serve
+
     host, port = _listen(args)
     return demo.main(once=args.once, as_json=args.json, speed=args.speed, host=host, port=port)
 
 
 def run_replay(args: argparse.Namespace) -> int:
+    from ..replay import recording
+
     host, port = _listen(args)
     try:
         rec = recording.load(Path(args.recording)) if args.recording else recording.embedded_incident()

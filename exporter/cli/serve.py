@@ -9,7 +9,7 @@ from typing import Any
 
 from .. import __version__
 from ..core import defaults
-from ..expose.server import Sidecar, bind, host_port, page_url, parse_listen_address, serve
+from ..expose.listen import bind, host_port, page_url, parse_listen_address
 from ..pipeline.oneshot import check_url
 from ..pipeline.target import Target
 from .flags import (
@@ -24,6 +24,7 @@ from .flags import (
     fraction,
     max_bytes,
     opt,
+    positive_int,
     scrape_interval,
 )
 from .settings import settings_for
@@ -51,6 +52,13 @@ def register(sub: Any) -> None:
     add(g, "--scrape.timeout", duration, Implicit(defaults.SCRAPE_TIMEOUT),
         help="timeout of one scrape, below the interval; when not given, 80 %% of an interval shorter than it")
     add(g, "--scrape.max-bytes", max_bytes, defaults.SCRAPE_MAX_BYTES, help="refuse expositions larger than this")
+    add(g, "--web.max-connections", positive_int, defaults.WEB_MAX_CONNECTIONS,
+        help="client connections held at once (fewer when the file limit asks); at the limit a new one closes the "
+        "oldest idle one")
+    add(g, "--web.read-timeout", duration, defaults.WEB_READ_TIMEOUT,
+        help="how long a client's request may take to arrive whole before its connection is closed")
+    add(g, "--web.enable-openapi", action=argparse.BooleanOptionalAction, default=defaults.WEB_OPENAPI,
+        help="serve the OpenAPI schema of our HTTP API at /openapi.json")
     add(g, "--models.interval", duration, defaults.MODELS_INTERVAL,
         help="how often to read /v1/models and /version")
     add(g, "--log.level", default="info", choices=["debug", "info", "warning", "error"], help="log level")
@@ -121,5 +129,19 @@ def run(args: argparse.Namespace) -> int:
         log.info("%s", note)
     log.info("vllm-headroom %s watching %s, listening on %s (status page %s)", __version__,
              ", ".join(t.settings.url for t in targets), host_port(host, port), page_url(host, port))
-    serve(Sidecar(targets, interval), sock)
+    from ..expose.http import Limits  # the web stack, only for the command that serves
+    from ..expose.server import Sidecar
+
+    sidecar = Sidecar(targets, interval)
+    sidecar.limits = Limits(max_connections=opt(args, "web.max_connections"),
+                            read_timeout=opt(args, "web.read_timeout"))
+    sidecar.openapi = bool(opt(args, "web.enable_openapi"))
+    serve(sidecar, sock)
     return 0
+
+
+def serve(sidecar: Any, sock: Any) -> None:
+    """Serve `sidecar` on `sock` until stopped (`expose.server.serve`, imported only by this command)."""
+    from ..expose.server import serve as run
+
+    run(sidecar, sock)

@@ -19,8 +19,26 @@ SCRAPE_INTERVAL: Final = 5.0  # s, how often vLLM's /metrics is read
 SCRAPE_TIMEOUT: Final = 3.0  # s, one fetch (serve and the one-shot commands alike); must be < interval
 SCRAPE_TIMEOUT_SHARE: Final = 0.8  # of a scrape interval shorter than SCRAPE_TIMEOUT, when no timeout is given
 SCRAPE_MAX_BYTES: Final = 16 * 1024 * 1024  # refuse larger expositions
+# Per scrape of one target, what the sidecar keeps of a body at most (Prometheus' sample_limit): samples of the
+# families it reads (vLLM 0.32 exports ~50 per engine; 50,000 hold ~25 MB while parsed) and engines it judges.
+SCRAPE_MAX_SAMPLES: Final = 50_000
+SCRAPE_MAX_ENGINES: Final = 1024
+# The status page's and /api/v1/history's 15 minutes, over all engines together: 250,000 points of 88 bytes (22 MB),
+# so 1,000 engines keep 15 minutes at a 5 s interval and more engines keep their newest share each.
+HISTORY_MAX_POINTS: Final = 250_000
 MODELS_INTERVAL: Final = 60.0  # s, how often /v1/models, /version and /proc are read
 CMDLINE_DISCOVERY: Final = True  # read vLLM's flags from /proc/<pid>/cmdline when visible
+SCRAPE_TRUST_ENV: Final = False  # HTTP(S)_PROXY, .netrc and SSL_CERT_* from the environment for the targets
+
+# -- our HTTP side (serve) -----------------------------------------------------------------------------
+WEB_MAX_CONNECTIONS: Final = 1024  # client connections held at once (fewer when the file limit asks)
+WEB_READ_TIMEOUT: Final = 10.0  # s for a client's request to arrive whole (slowloris)
+WEB_IDLE_TIMEOUT: Final = 5.0  # s a keep-alive connection may wait for its next request
+WEB_WRITE_TIMEOUT: Final = 30.0  # s a client may read nothing of an answer before it is dropped
+WEB_MAX_REQUESTS: Final = 16  # requests for a body answered at once (/metrics, /api/v1/diagnosis, ...)
+WEB_MAX_EXPENSIVE: Final = 2  # the status page and /api/v1/history, in a lane of their own
+WEB_QUEUE: Final = 256  # requests waiting for their turn; beyond it 503 with Retry-After
+WEB_OPENAPI: Final = False  # serve the OpenAPI schema at /openapi.json
 
 # -- request profile -----------------------------------------------------------------------------------
 PROFILE_QUANTILE: Final = 0.99  # quantile of request lengths for worst-case math

@@ -159,7 +159,10 @@ class CapacityInfo(Protocol):
     @property
     def gpu_memory_utilization(self) -> str | None: ...
     def unreadable(self) -> str | None:
-        """One sentence naming an exported capacity value that is no number, else None."""
+        """One sentence naming an exported capacity value (blocks, block size) that is no number or not possible,
+        else None."""
+    def rejected(self) -> list[str]:
+        """One sentence per exported value that is not possible (not finite, out of its range): not used."""
 
 
 class ReleaseRules(Protocol):
@@ -194,6 +197,9 @@ class Snapshot:
     usage_counts_null_block: bool | None  # None: the exposition alone cannot tell
     has_engine_label: bool  # a per-engine label (V1's `engine`): the engine keeps a null block
     rules: ReleaseRules | None = None  # the release's rules the numbers should be derived with
+    # (model_name, engine) -> one sentence: a series of that engine holds a value it cannot hold (not finite, out of
+    # its range, a histogram that is not one, a duplicate series). Such an engine is not judged; the others are.
+    bad_values: dict[tuple[str, str], str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -215,7 +221,8 @@ class BatchDefaults:
 
 
 class InvalidValue(ValueError):
-    """A gauge the verdict depends on is NaN, infinite or negative."""
+    """A gauge the verdict depends on is NaN, infinite or negative (readers now name such values per engine in
+    `Snapshot.bad_values` instead of raising; kept for callers that catch it)."""
 
 
 @dataclass(frozen=True)
@@ -273,7 +280,8 @@ class Engine(Protocol):
     @property
     def default_port(self) -> int: ...
     def read(self, expo: Samples, version: str | None = None) -> Snapshot:
-        """Group the wanted series by engine; raises InvalidValue for a NaN, infinite or negative gauge."""
+        """Group the wanted series by engine; a value an engine's series cannot hold is named in
+        `Snapshot.bad_values` for that engine only."""
     def no_metrics(self, url: str) -> str:
         """The sentence for an exposition with none of the engine's series."""
     def parse_args(self, argv: list[str], where: str = ...) -> tuple[dict[str, Any], list[str]]:

@@ -168,8 +168,9 @@ class HeadroomCollector(Collector):
                                    labels=[*el, "input", "bound"])
         undetermined = GaugeMetricFamily(
             P + "capacity_undetermined",
-            "1 for an engine whose capacity cannot be derived: reason missing (values unknown) or config_error "
-            "(a config that makes no sense, e.g. num_gpu_blocks < 2); see /api/v1/diagnosis.",
+            "1 for an engine whose capacity cannot be derived: reason missing (values unknown), config_error "
+            "(a config that makes no sense, e.g. num_gpu_blocks < 2) or bad_value (a series holds a value it cannot, "
+            "e.g. NaN or a duplicate series); see /api/v1/diagnosis.",
             labels=[*el, "reason"])
         info_rows: list[tuple[dict[str, str], float]] = []
         attention = GaugeMetricFamily(
@@ -225,8 +226,7 @@ class HeadroomCollector(Collector):
                         verdict.add_metric([*tv(t), model, engine, str(v)], 1.0 if v is Verdict.TARGET_DOWN else 0.0)
                 continue
             for g in r.gaps:
-                undetermined.add_metric([*tv(t), g.model_name, g.engine,
-                                         "config_error" if g.config_error else "missing"], 1.0)
+                undetermined.add_metric([*tv(t), g.model_name, g.engine, g.reason], 1.0)
             for e in r.engines:
                 labels = [*tv(t), e.model_name, e.engine]
                 for name, _help, get in _ENGINE_GAUGES:

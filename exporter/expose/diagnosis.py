@@ -7,6 +7,7 @@ becomes an object keyed by the label's value.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -627,7 +628,7 @@ def _down_json(r: TargetReport, model: str, engine: str) -> dict[str, Any]:
 
 def _gap_json(g: EngineGap) -> dict[str, str | None]:
     return {"model_name": g.model_name, "engine": g.engine, "missing": g.missing or None,
-            "config_error": g.config_error, "explanation": g.explanation}
+            "config_error": g.config_error, "bad_value": g.bad_value, "explanation": g.explanation}
 
 
 def replicas_json(s: ReplicaSignal) -> dict[str, Any]:
@@ -664,12 +665,24 @@ def target_json(r: TargetReport) -> dict[str, Any]:
 
 
 def document(reports: list[TargetReport]) -> dict[str, Any]:
-    """The whole diagnosis document."""
+    """The whole diagnosis document (valid JSON: a number that is not finite is null)."""
     return {
         "schema_version": SCHEMA_VERSION,
         "exporter_version": __version__,
-        "targets": [target_json(r) for r in reports],
+        "targets": [json_safe(target_json(r)) for r in reports],
     }
+
+
+def json_safe(value: Any) -> Any:
+    """`value` with every float that is not finite replaced by None: JSON has no NaN or Infinity, and a
+    document that holds one is refused by strict parsers (`json.dumps(allow_nan=False)` raises)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
 
 
 def render_text(reports: list[TargetReport]) -> str:

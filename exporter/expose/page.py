@@ -26,7 +26,7 @@ SHADES = {"green": "#1a7f37", "light-blue": "#0969da", "blue": "#3b5b8c", "yello
           "red": "#c62828", "dark-red": "#6a1b1b"}
 # Badge colour of each verdict (from the catalogue) and of an engine whose capacity is not derived (page only).
 VERDICT_COLOURS = {**{str(v): SHADES[e.colour] for v, e in catalogue.CATALOGUE.items()},
-                   "config_error": SHADES["dark-red"], "undetermined": "#555555"}
+                   "config_error": SHADES["dark-red"], "bad_value": SHADES["dark-red"], "undetermined": "#555555"}
 USAGE, WAITING, ADMISSION, WORST, FREE, PREEMPT = "#1f6feb", "#d62728", "#2ca02c", "#8e44ad", "#0f8b8d", "#e67e22"
 FALSE_FULL_FILL = "#ffe3a3"
 CSS = """
@@ -204,19 +204,19 @@ def _engine(r: TargetReport, e: EngineReport, h: EngineHistory | None) -> str:
 
 
 def _gap_state(g: EngineGap) -> str:
-    """config_error (values that make no sense) or undetermined (values unknown): the badge of a gap."""
-    return "config_error" if g.config_error else "undetermined"
+    """bad_value (a series holds an impossible value), config_error (values that make no sense) or undetermined
+    (values unknown): the badge of a gap."""
+    return "undetermined" if g.reason == "missing" else g.reason
 
 
 def _target(r: TargetReport, history: History, label: str) -> str:
     parts = [f'<section class="target"><h2>{escape(label)}</h2>']
     if not r.up:
         parts.append(f'<p>{_badge("target_down")} <span class="down">{escape(r.error or "")}</span></p>')
-        for (url, model, engine), h in sorted(history.engines.items()):
-            if url == r.url:
-                name = f"{model} engine {engine}"
-                parts.append(f'<article class="engine"><div><h3>{escape(name)}</h3>{_badge("target_down")}</div>'
-                             f"<div>{charts(h, name)}</div></article>")
+        for (_url, model, engine), h in history.of_target(r.url):
+            name = f"{model} engine {engine}"
+            parts.append(f'<article class="engine"><div><h3>{escape(name)}</h3>{_badge("target_down")}</div>'
+                         f"<div>{charts(h, name)}</div></article>")
     for e in r.engines:
         parts.append(_engine(r, e, history.of(r.url, e.model_name, e.engine)))
     for g in r.gaps:  # an engine whose capacity cannot be derived: shown with its badge and reason, and counted

@@ -1,82 +1,169 @@
-"""The sidecar process: a scrape loop over the targets and the HTTP surface that exposes its results."""
+"""The sidecar process: every target scraped on its own schedule, and the HTTP surface that exposes the results.
+
+One target never touches another (issue 21): each has its own loop, its own client and one deadline per scrape
+(`Target.scrape`), so a slow or hostile target is `up 0` after --scrape.timeout while the others keep their
+interval; the targets start spread over the interval, so their parses never pile up. The served surfaces never
+wait for a scrape (issue 25): /metrics and /api/v1/diagnosis are joined from per-target pieces rendered when
+asked (`bodies`), the status page and /api/v1/history are built in a worker thread at most once per interval;
+the HTTP side itself is bounded (`http`).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import logging
+import math
 import socket
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 from typing import Any
 
-import httpx
-import uvicorn
 from fastapi import FastAPI, Response
-from fastapi.responses import HTMLResponse, JSONResponse
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, ProcessCollector, generate_latest
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, ProcessCollector
 
+from ..pipeline.scrape import client as target_client
 from ..pipeline.scrape import describe
 from ..pipeline.target import Target, TargetReport
-from . import diagnosis, page
+from . import page
+from .bodies import Cached, DiagnosisBody, MetricsBody, dumps
 from .collector import HeadroomCollector
 from .history import History
+from .http import Front, Guard, Limits, Server, config
+from .listen import PortInUse as PortInUse
+from .listen import bind as bind
+from .listen import connection_limit, raise_file_limit
+from .listen import host_port as host_port
+from .listen import page_url as page_url
+from .listen import parse_listen_address as parse_listen_address
+from .logdamp import Damper
 
 log = logging.getLogger("vllm_headroom")
+MAX_NOTES = 256  # notes logged once per target; a target inventing new ones is not remembered beyond this
 
 
 class Sidecar:
-    """Scrapes every target each interval; the latest report of each lives on its Target."""
+    """Scrapes every target on its own schedule; the latest report of each lives on its Target."""
 
     def __init__(self, targets: Sequence[Target], interval: float, labels: dict[str, str] | None = None) -> None:
         self.targets = list(targets)
         self.interval = interval
         self.labels = labels or {}  # target URL -> a name for people (the status page)
         self.history = History()
-        self.ticks = 0
-        self._page: tuple[int, str] | None = None
-        self.last_tick: float | None = None
+        self.ticks = 0  # rounds of `tick` (replays and tests drive the sidecar that way)
+        self.generation = 0  # scrapes finished since start, any target
+        self.last_tick: float | None = None  # monotonic time the last scrape of any target finished
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(HeadroomCollector(self.targets))
         ProcessCollector(registry=self.registry)
-        self._logged: dict[str, str | None] = {}
-        self._noted: set[tuple[str, str]] = set()  # (target, note) already logged: each note once
-        self._loop_error: str | None = None
+        self._process = CollectorRegistry(auto_describe=False)
+        ProcessCollector(registry=self._process)
+        self.metrics = MetricsBody(self.targets, self._process)
+        self._metrics_lock: asyncio.Lock | None = None
+        self.diagnosis = DiagnosisBody(self.targets, self.named)
+        self.page = Cached(self._prepare_page)
+        self.history_body = Cached(self._prepare_history)
+        self._dampers = {t.settings.url: Damper(t.shown) for t in self.targets}
+        self._noted: dict[str, set[str]] = {}  # per target, notes already logged: each note once
+        self._models_said: dict[str, str | None] = {}
+        self._loop_errors: dict[str, str] = {}
+        self._progress: dict[str, float] = {}  # per target: monotonic time its loop last finished a scrape
         self.looping = False
-        self._rendered: bytes | None = None
-        self._clients: dict[str, httpx.AsyncClient] = {}
+        self._started: float | None = None  # event loop time the schedules started
+        self._started_at: float | None = None  # the same on time.monotonic()
+        self.missed = 0  # scrape slots skipped because the previous scrape of the target was still running
+        self._clients: dict[str, Any] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self.limits = Limits()  # of the HTTP side (`serve`)
+        self.openapi = False  # serve the OpenAPI schema (`serve`)
 
-    def exposition(self) -> bytes:
-        """Our /metrics body as rendered after the last tick (before the first one: rendered now)."""
-        if self._rendered is None:
-            self._rendered = generate_latest(self.registry)
-        return self._rendered
-
-    async def tick(self, client: httpx.AsyncClient, now: float | None = None) -> None:
-        """Scrape every target once; `now` lets a replay run on its recording's clock."""
-        now = time.monotonic() if now is None else now
-        reports = await asyncio.gather(*(t.scrape(self._clients.get(t.settings.url, client), now)
-                                         for t in self.targets))
-        self.history.record(now, reports)
-        self.ticks += 1
-        # Render once per tick, off the event loop: reads never wait on a render of thousands of series.
-        self._rendered = await asyncio.to_thread(generate_latest, self.registry)
-        for r in reports:
-            # Log state changes only: a sidecar next to a dead pod should not flood its log.
-            if self._logged.get(r.url, "") != r.error:
-                if r.error:
-                    log.warning("%s", r.error)
-                elif r.url in self._logged:
-                    log.info("%s: scraping again", r.url)
-                self._logged[r.url] = r.error
-            for note in r.notes:
-                if (r.url, note) not in self._noted:
-                    self._noted.add((r.url, note))
-                    log.warning("%s: %s", r.url, note)
+    # -- one scrape ---------------------------------------------------------------------------------
+    async def scrape(self, target: Target, client: Any, now: float | None = None) -> TargetReport:
+        """One scrape of `target` and what follows it: history, logs, health."""
+        report = await target.scrape(client, now)
+        self.history.record(report.observed_at, [report])
+        self.generation += 1
         self.last_tick = time.monotonic()
+        self._progress[target.settings.url] = self.last_tick
+        self._log(target, report)
+        return report
 
+    def _log(self, target: Target, r: TargetReport) -> None:
+        damper = self._dampers.get(target.settings.url) or self._dampers.setdefault(
+            target.settings.url, Damper(target.shown))
+        for line in damper.observe(r.error_reason if not r.up else None, r.error):
+            log.log(line.level, "%s", line.text)
+        said = self._models_said.get(target.settings.url)
+        if r.up and target.models_error != said:  # while /metrics fails, /v1/models failing says nothing more
+            if target.models_error is not None:
+                log.warning("%s", target.models_error)
+            elif said is not None:
+                log.info("%s: /v1/models answers again", target.shown)
+            self._models_said[target.settings.url] = target.models_error
+        noted = self._noted.setdefault(target.settings.url, set())
+        for note in r.notes:
+            if note not in noted and len(noted) < MAX_NOTES:
+                noted.add(note)
+                log.warning("%s: %s", target.shown, note)
+
+    async def tick(self, client: Any, now: float | None = None) -> None:
+        """Scrape every target once, side by side (each under its own deadline); `now` lets a replay run on its
+        recording's clock. Replays and tests drive the sidecar this way; `run` schedules each target itself."""
+        await asyncio.gather(*(self.scrape(t, self._clients.get(t.settings.url, client), now) for t in self.targets))
+        self.ticks += 1
+
+    # -- the schedules --------------------------------------------------------------------------------
+    async def run(self) -> None:
+        """Scrape each target every interval on its own schedule until cancelled; target i of n starts i/n of an
+        interval in. A scrape that overran its slot (it cannot by more than its parse: the deadline is below the
+        interval) skips to the next slot rather than bunch up."""
+        self.looping = True
+        loop = asyncio.get_running_loop()
+        self._started, self._started_at = loop.time(), time.monotonic()
+        async with contextlib.AsyncExitStack() as stack:
+            for t in self.targets:
+                self._clients[t.settings.url] = await stack.enter_async_context(
+                    target_client(t.settings.trust_env, t.settings.ca_file))
+            n = max(1, len(self.targets))
+            self._tasks = [asyncio.create_task(self._schedule(t, i * self.interval / n), name=f"scrape {t.shown}")
+                           for i, t in enumerate(self.targets)]
+            try:
+                await asyncio.gather(*self._tasks)
+            finally:
+                for task in self._tasks:
+                    task.cancel()
+                await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _schedule(self, target: Target, offset: float) -> None:
+        loop = asyncio.get_running_loop()
+        start = (self._started or loop.time()) + offset
+        slot = 0
+        while True:
+            delay = start + slot * self.interval - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            try:
+                await self.scrape(target, self._clients[target.settings.url])
+                self._loop_errors.pop(target.settings.url, None)
+            except Exception as exc:  # a bug in one scrape must not end the target's schedule
+                said = describe(exc)
+                if said != self._loop_errors.get(target.settings.url):  # one line per new error, not per scrape
+                    log.error("%s: scrape failed inside the sidecar: %s", target.shown, said)
+                    log.debug("scrape of %s failed", target.shown, exc_info=True)
+                    self._loop_errors[target.settings.url] = said
+            nxt = max(slot + 1, math.floor((loop.time() - start) / self.interval) + 1)
+            self.missed += nxt - slot - 1
+            slot = nxt
+
+    def epoch(self) -> int:
+        """Which scrape interval it is since the schedules started; a replay's `tick` count when not looping."""
+        if not self.looping or self._started_at is None:
+            return self.ticks
+        return int((time.monotonic() - self._started_at) // self.interval)
+
+    # -- what is served ---------------------------------------------------------------------------------
     def named(self, report: TargetReport) -> TargetReport:
         """`report` under the target's name for people (the demo's recording, not its random replay port)."""
         name = self.labels.get(report.url)
@@ -86,48 +173,53 @@ class Sidecar:
         """Every target's latest report, each under its name for people: one name in every API and page."""
         return [self.named(t.last) for t in self.targets]
 
-    async def run(self) -> None:
-        self.looping = True
-        # One small client per target: with one shared pool httpcore re-scans every connection on each
-        # request event, which made a tick of 1,000 targets cost ~80 s of CPU instead of ~1.5 s (bench/).
-        ssl = httpx.create_ssl_context()
-        async with contextlib.AsyncExitStack() as stack:
-            for t in self.targets:
-                self._clients[t.settings.url] = await stack.enter_async_context(
-                    httpx.AsyncClient(limits=httpx.Limits(max_connections=2), verify=ssl))
-            client = next(iter(self._clients.values()))
-            while True:
-                started = time.monotonic()
-                try:
-                    await self.tick(client)
-                    self._loop_error = None
-                except Exception as exc:  # a bug in one tick must not end the loop of a sidecar
-                    said = describe(exc)
-                    if said != self._loop_error:  # one line per new error, not one traceback per tick
-                        log.error("scrape loop iteration failed: %s", said)
-                        log.debug("scrape loop iteration failed", exc_info=True)
-                        self._loop_error = said
-                await asyncio.sleep(max(0.0, self.interval - (time.monotonic() - started)))
+    def exposition(self) -> bytes:
+        """Our /metrics body now (each target's piece re-rendered only if it was scraped since)."""
+        return self.metrics.render()
+
+    async def metrics_body(self) -> bytes:
+        if self._metrics_lock is None:
+            self._metrics_lock = asyncio.Lock()
+        async with self._metrics_lock:  # requests that arrive during a render share it instead of redoing it
+            return await self.metrics.render_async()
+
+    def _prepare_page(self) -> Any:
+        reports, history = [t.last for t in self.targets], self.history.copy()
+        interval, labels = self.interval, dict(self.labels)
+        return lambda: page.render(reports, history, interval, labels).encode()
+
+    def _prepare_history(self) -> Any:
+        history, urls = self.history.copy(), [t.settings.url for t in self.targets]
+        labels, interval = dict(self.labels), self.interval
+
+        def build() -> bytes:
+            doc = history.document(urls, interval)
+            for entry in doc["targets"]:  # the same name as /api/v1/diagnosis and the page
+                entry["target"] = labels.get(entry["target"], entry["target"])
+            return dumps(doc).encode()
+
+        return build
 
     def status_page(self) -> str:
-        """The status page's HTML, built at most once per tick."""
-        if self._page is None or self._page[0] != self.ticks:
-            self._page = (self.ticks, page.render([t.last for t in self.targets], self.history, self.interval,
-                                                  self.labels))
-        return self._page[1]
+        """The status page's HTML, built at most once per interval (or tick) and only when asked."""
+        return self.page.build(self.generation, self.epoch()).decode()
 
     def history_document(self) -> dict[str, Any]:
         """The `/api/v1/history` document (see `History.document`)."""
         doc = self.history.document([t.settings.url for t in self.targets], self.interval)
-        for entry in doc["targets"]:  # the same name as /api/v1/diagnosis and the page
+        for entry in doc["targets"]:
             entry["target"] = self.labels.get(entry["target"], entry["target"])
         return doc
 
     def healthy(self) -> bool:
-        if self.last_tick is None or not self.looping:
-            return True  # still in the first scrape
-        timeout = max(t.settings.timeout for t in self.targets) if self.targets else 0.0
-        return time.monotonic() - self.last_tick <= 3 * self.interval + timeout + 5
+        """The scrape schedules are alive: every target finished a scrape lately (each scrape is bounded by its
+        deadline, so only a fault inside the sidecar stops one; a slow target never does)."""
+        if not self.looping or not self.targets:
+            return True
+        bound = 3 * self.interval + max(t.settings.timeout for t in self.targets) + 5
+        now = time.monotonic()
+        started = self._started_at if self._started_at is not None else now
+        return all(now - self._progress.get(t.settings.url, started) <= bound for t in self.targets)
 
     def readiness(self) -> dict[str, Any]:
         not_ready = [
@@ -138,7 +230,10 @@ class Sidecar:
         return {"ready": not not_ready, "not_ready": not_ready}
 
 
-def make_app(sidecar: Sidecar, start_loop: bool = True) -> FastAPI:
+def make_app(sidecar: Sidecar, start_loop: bool = True, openapi: bool = False,
+             limits: Limits | None = None) -> FastAPI:
+    """The sidecar's HTTP surface. `openapi` serves the schema at /openapi.json (off unless asked for)."""
+
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         task = asyncio.create_task(sidecar.run()) if start_loop else None
@@ -150,87 +245,50 @@ def make_app(sidecar: Sidecar, start_loop: bool = True) -> FastAPI:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
 
-    app = FastAPI(title="vllm-headroom", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app = FastAPI(title="vllm-headroom", lifespan=lifespan, docs_url=None, redoc_url=None,
+                  openapi_url="/openapi.json" if openapi else None)
+    app.add_middleware(Front, limits=limits or Limits())
 
     @app.get("/metrics")
     async def metrics() -> Response:
-        return Response(sidecar.exposition(), media_type=CONTENT_TYPE_LATEST)
+        return Response(await sidecar.metrics_body(), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/api/v1/diagnosis")
-    def diagnosis_json() -> JSONResponse:
-        return JSONResponse(diagnosis.document(sidecar.reports()))
+    async def diagnosis_json() -> Response:
+        return Response(await sidecar.diagnosis.render_async(), media_type="application/json")
 
     @app.get("/healthz")
-    def healthz() -> JSONResponse:
+    async def healthz() -> JSONResponse:
         ok = sidecar.healthy()
         return JSONResponse({"status": "ok" if ok else "scrape loop stalled"}, status_code=200 if ok else 503)
 
     @app.get("/readyz")
-    def readyz() -> JSONResponse:
+    async def readyz() -> JSONResponse:
         body = sidecar.readiness()
         return JSONResponse(body, status_code=200 if body["ready"] else 503)
 
     @app.get("/api/v1/history")
-    def history_json() -> JSONResponse:
-        return JSONResponse(sidecar.history_document())
+    async def history_json() -> Response:
+        return Response(await sidecar.history_body.get(sidecar.generation, sidecar.epoch()),
+                        media_type="application/json")
 
-    @app.get("/", response_class=HTMLResponse)
-    def index() -> HTMLResponse:
-        return HTMLResponse(sidecar.status_page())
+    @app.get("/")
+    async def index() -> Response:
+        return Response(await sidecar.page.get(sidecar.generation, sidecar.epoch()),
+                        media_type="text/html; charset=utf-8")
 
     return app
 
 
-def parse_listen_address(text: str) -> tuple[str, int]:
-    """'0.0.0.0:9478', '[::]:9478' or ':9478' → (host, port); raises ValueError with one sentence."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit():
-        raise ValueError(f"listen address {text!r} is not host:port, e.g. 0.0.0.0:9478, [::1]:9478 or :9478")
-    if int(port) == 0:
-        raise ValueError(f"listen address {text!r}: port 0 (any free port) is not allowed, since Prometheus and "
-                         "the health check need a known port: pick one such as :9478")
-    if int(port) > 65535:
-        raise ValueError(f"listen address {text!r}: port {int(port)} is not in 1-65535")
-    host = host.strip("[]") or "0.0.0.0"
-    return host, int(port)
-
-
-def host_port(host: str, port: int) -> str:
-    """host:port as written in a URL: an IPv6 address in brackets ([::1]:9478)."""
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def page_url(host: str, port: int) -> str:
-    """The status page's URL for people: a wildcard address becomes the loopback of its family."""
-    shown = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
-    return f"http://{host_port(shown, port)}/"
-
-
-class PortInUse(OSError):
-    """The listen address cannot be had: one sentence for the user (exit code 1)."""
-
-
-def bind(host: str, port: int) -> socket.socket:
-    """A listening TCP socket on host:port, bound before anything says "listening".
-
-    Raises PortInUse with one sentence when the port is taken or the address cannot be used.
-    """
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        if exc.errno == errno.EADDRINUSE:
-            raise PortInUse(f"port {port} on {host} is already in use (another vllm-headroom?): stop it or pick "
-                            "another with --web.listen-address HOST:PORT") from None
-        raise PortInUse(f"cannot listen on {host}:{port}: {exc.strerror}") from None
-    sock.listen(128)
-    return sock
-
-
 def serve(sidecar: Sidecar, sock: socket.socket) -> None:
-    """Serve the sidecar's HTTP surface and run its scrape loop on a socket from `bind`, until stopped."""
-    config = uvicorn.Config(make_app(sidecar), log_level="warning", access_log=False, lifespan="on")
-    uvicorn.Server(config).run(sockets=[sock])
+    """Serve the sidecar's HTTP surface (under `sidecar.limits`) and run its scrape schedules on a socket from
+    `bind`, until stopped."""
+    limits, openapi = sidecar.limits, sidecar.openapi
+    files = raise_file_limit()
+    allowed = connection_limit(limits.max_connections, len(sidecar.targets), files)
+    if allowed < limits.max_connections:
+        log.warning("at most %d client connections (--web.max-connections %d): the file limit is %d and the targets "
+                    "need their own", allowed, limits.max_connections, files)
+        limits = replace(limits, max_connections=allowed)
+    guard = Guard(limits)
+    Server(config(make_app(sidecar, openapi=openapi, limits=limits), limits, guard)).run(sockets=[sock])

@@ -17,6 +17,7 @@ precision allows. Each carries its source, and a range where it is inferred (`Kn
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import shlex
@@ -203,7 +204,8 @@ class FoundCmdline:
 
 def find_vllm_cmdline(port: int, proc: Path = Path("/proc"), engine: Engine = VLLM) -> FoundCmdline | None:
     """The command line of the process that listens on `port` (the target's): its socket inode in
-    /proc/net/tcp{,6}, the pid whose /proc/<pid>/fd holds it. Never a vllm-headroom process.
+    /proc/net/tcp{,6}, the pid whose /proc/<pid>/fd holds it, if that process is the engine's server
+    (`engine.is_server`). Never a vllm-headroom process.
 
     When the sockets cannot be matched to a process (another user's /proc/<pid>/fd is not readable), an engine
     server process (`engine.is_server`) whose own `--port` equals `port` (the engine's default port when it sets
@@ -212,7 +214,9 @@ def find_vllm_cmdline(port: int, proc: Path = Path("/proc"), engine: Engine = VL
     owner = socket_owner(listening_inodes(port, proc), proc)
     if owner is not None:
         argv = _argv(owner, proc)
-        if argv and not is_ours(argv) and owner != os.getpid():
+        # Only the engine's own server: a proxy, a port-forward or any other process that owns the port is not
+        # trusted for vLLM's flags (issue 21), even when its arguments look like them.
+        if argv and not is_ours(argv) and owner != os.getpid() and engine.is_server(argv):
             return FoundCmdline(argv, owner, "listening socket")
         return None
     matches: list[FoundCmdline] = []
@@ -297,16 +301,33 @@ _TYPES: dict[str, type] = {
 }
 
 
+# What a number of the config can possibly be, whatever its source; beyond it a value is no real engine's (vLLM
+# would refuse it, or no device holds it) and is not used: 0 blocks and the like stay for `config_problem` to name.
+RANGES: dict[str, tuple[float, float]] = {
+    "max_model_len": (0, 2**31), "max_num_seqs": (0, 2**31), "max_num_batched_tokens": (0, 2**31),
+    "block_size": (0, 2**20), "num_gpu_blocks": (0, 2**31), "tensor_parallel_size": (1, 2**16),
+    "data_parallel_size": (1, 2**16), "kv_cache_size_tokens": (0, 2**40), "kv_cache_max_concurrency": (0, 1e9),
+    "gpu_memory_utilization": (0, 1),
+}
+
+
 def _typed(key: str, raw: object) -> int | float | str | bool | None:
+    """`raw` as the field's type; None when it is none, not finite, not whole (an int) or outside `RANGES`."""
     kind = _TYPES[key]
     try:
         if kind is bool:
             return raw if isinstance(raw, bool) else str(raw).lower() in ("1", "true", "yes")
-        if kind is int:
-            return int(float(str(raw))) if not isinstance(raw, bool) else None
-        if kind is float:
-            return float(str(raw))
-    except ValueError:
+        if kind in (int, float):
+            if isinstance(raw, bool):
+                return None
+            number = float(str(raw)) if not isinstance(raw, int) else raw
+            low, high = RANGES.get(key, (-math.inf, math.inf))
+            if not (math.isfinite(number) and low <= number <= high):
+                return None
+            if kind is int:
+                return int(number) if number == int(number) else None
+            return float(number)
+    except (ValueError, OverflowError):
         return None
     return str(raw)
 

@@ -45,6 +45,7 @@ class Exposition:
 
     samples: dict[str, Series] = field(default_factory=dict)
     family_lines: int = 0
+    duplicates: list[tuple[str, Labels]] = field(default_factory=list)  # (sample name, labels) seen twice or more
 
     @property
     def vllm_lines(self) -> int:
@@ -66,21 +67,24 @@ def _unescape(value: str) -> str:
     return _ESCAPE_RE.sub(lambda m: _ESCAPES.get(m.group(1), m.group(0)), value)
 
 
-_label_cache: dict[str, Labels] = {}
+_label_cache: dict[str, tuple[Labels, str]] = {}
+_NO_LABELS: tuple[Labels, str] = ({}, "")
 
 
-def _cached_labels(text: str, line_no: int) -> Labels:
-    """Label sets repeat scrape after scrape (only values change): parse each distinct one once.
+def _cached_labels(text: str, line_no: int) -> tuple[Labels, str]:
+    """Label sets repeat scrape after scrape (only values change): parse each distinct one once. Returns the
+    labels and their canonical key (sorted pairs; two spellings of one label set share it).
 
     The dicts are shared, so callers must treat them as read-only.
     """
-    labels = _label_cache.get(text)
-    if labels is None:
+    cached = _label_cache.get(text)
+    if cached is None:
         labels = _parse_labels(text, line_no)
+        cached = (labels, "\x00".join(f"{k}\x01{v}" for k, v in sorted(labels.items())))
         if len(_label_cache) >= 65536:  # a target that invents label sets must not grow us without bound
             _label_cache.clear()
-        _label_cache[text] = labels
-    return labels
+        _label_cache[text] = cached
+    return cached
 
 
 def _parse_labels(text: str, line_no: int) -> Labels:
@@ -169,40 +173,111 @@ def blank(text: str) -> str | None:
 
 
 def parse(text: str, wanted: Iterable[str] | None = None, prefix: str = _vllm.PREFIX,
-          renames: tuple[tuple[str, str], ...] = _vllm.RENAMES) -> Exposition:
+          renames: tuple[tuple[str, str], ...] = _vllm.RENAMES, max_samples: int | None = None) -> Exposition:
     """Parse `text`; keep samples whose normalized name is in `wanted` (all when None).
 
     `prefix` is the engine's sample-name prefix (lines starting with it are counted in `family_lines`) and
-    `renames` the other prefixes folded into it.
+    `renames` the other prefixes folded into it; `max_samples` refuses (reason `too_large`) a body with more
+    kept samples than that. The same as feeding `text` to a `Parser` in one piece.
 
     With `wanted`, only lines that start with a wanted name are read at all (a C-speed prefix test), which
     is what keeps a scrape cheap; lines of other families are not validated, so junk in a family we do not
     use cannot take the sidecar down (Prometheus, scraping vLLM itself, reports such lines).
     """
-    # A body that is no exposition at all (gzip, binary, JSON, HTML) is named as such; it is sniffed only when
-    # the parse would fail or find no vLLM series, so a good scrape pays nothing for it.
-    if text and not text.endswith("\n") and not _ends_with_eof(text) and blank(text) is None:
-        _raise_if_not_an_exposition(text)
-        # The format requires a final line feed; its absence means the body was cut off.
-        raise ExpositionError("the exposition ends mid-line (truncated body)", reason="truncated")
-    if renames and _needle(renames) in text:
-        text = _fold(text, renames)
-    all_lines = text.split("\n")
-    if wanted is None:
-        lines: Iterable[tuple[int, str]] = enumerate(all_lines, 1)
-    else:
-        prefixes = tuple(wanted)
-        lines = [(0, ln) for ln in all_lines if ln.startswith(prefixes)]  # line numbers only for errors
-    out = Exposition()
-    out.family_lines = text.count("\n" + prefix) + text.startswith(prefix)
-    if out.family_lines == 0:
-        _raise_if_not_an_exposition(text)
-    try:
-        _parse_lines(lines, out.samples, None if wanted is None else frozenset(wanted))
-    except ExpositionError:
-        _raise_if_not_an_exposition(text)
-        raise
-    return out
+    parser = Parser(wanted, prefix, renames, max_samples)
+    parser.feed(text)
+    return parser.close()
+
+
+SNIFF_CHARS = 4096  # what `sniff` reads of a body
+
+
+class Parser:
+    """An incremental parse of one body: `feed` it the text as it arrives (any split), then `close`.
+
+    Only the samples of wanted families are kept, so a body of 16 MiB costs memory for its few wanted lines,
+    not for its text; each `feed` parses the complete lines it was given and returns, so a scrape parses its
+    body chunk by chunk between reads instead of holding the event loop for the whole body. `feed` raises
+    ExpositionError (reason `too_large`) as soon as more than `max_samples` samples are kept; every other
+    error is raised by `close`, in the order `parse` always gave them (a cut body first, then a body that
+    is no exposition at all, then the first malformed line).
+    """
+
+    def __init__(self, wanted: Iterable[str] | None = None, prefix: str = _vllm.PREFIX,
+                 renames: tuple[tuple[str, str], ...] = _vllm.RENAMES, max_samples: int | None = None) -> None:
+        self._prefixes = None if wanted is None else tuple(wanted)
+        self._want = None if wanted is None else frozenset(self._prefixes or ())
+        self._prefix = prefix
+        self._renames = renames
+        self._needle = _needle(renames) if renames else None
+        self._max = max_samples
+        self._rest = ""  # the last line fed so far, not yet ended by a line feed
+        self._head = ""  # the body's first SNIFF_CHARS characters
+        self._lines_seen = 0  # line numbers for errors (without `wanted`)
+        self._blank = True  # nothing but whitespace and byte-order marks so far
+        self._error: ExpositionError | None = None
+        self._seen: dict[str, set[str]] = {}  # kept series by sample name: duplicates are named, not merged
+        self._kept = 0
+        self.out = Exposition()
+
+    def feed(self, text: str) -> None:
+        """Parse the complete lines of `text` (with what was left of the last feed)."""
+        if not text:
+            return
+        if len(self._head) < SNIFF_CHARS:
+            self._head += text[: SNIFF_CHARS - len(self._head)]
+        if self._blank and text.strip("\ufeff \t\r\n"):
+            self._blank = False
+        cut = text.rfind("\n")
+        if cut == -1:
+            self._rest += text
+            return
+        lines = self._rest + text[:cut] if self._rest else text[:cut]
+        self._rest = text[cut + 1:]
+        self._chunk(lines)
+
+    def _chunk(self, text: str) -> None:
+        """Complete lines (no final line feed), the first starting a line."""
+        if self._needle is not None and self._needle in text:
+            text = _fold(text, self._renames)
+        prefix = self._prefix
+        self.out.family_lines += text.count("\n" + prefix) + text.startswith(prefix)
+        all_lines = text.split("\n")
+        first = self._lines_seen + 1
+        self._lines_seen += len(all_lines)
+        if self._error is not None:
+            return  # the first error is the one said; later lines are only counted
+        if self._prefixes is None:
+            lines: Iterable[tuple[int, str]] = enumerate(all_lines, first)
+        else:
+            prefixes = self._prefixes
+            lines = [(0, ln) for ln in all_lines if ln.startswith(prefixes)]  # line numbers only for errors
+        before = self._kept
+        try:
+            self._kept += _parse_lines(lines, self.out.samples, self._want, self._seen, self.out.duplicates)
+        except ExpositionError as exc:
+            self._error = exc
+        if self._max is not None and self._kept > self._max >= before:
+            raise ExpositionError(f"more than {self._max:,} samples of the series the sidecar reads (a real vLLM "
+                                  "exports about 50 per engine): refused rather than held in memory",
+                                  reason="too_large")
+
+    def blank(self) -> str | None:
+        """`blank` of the whole body fed so far: one sentence when it held nothing, else None."""
+        return blank(self._head) if self._blank else None
+
+    def close(self) -> Exposition:
+        """The parsed exposition; raises ExpositionError for a body that is cut, no exposition, or malformed."""
+        if self._rest and not self._blank and not _ends_with_eof(self._rest):
+            _raise_if_not_an_exposition(self._head)
+            # The format requires a final line feed; its absence means the body was cut off.
+            raise ExpositionError("the exposition ends mid-line (truncated body)", reason="truncated")
+        if self.out.family_lines == 0:
+            _raise_if_not_an_exposition(self._head)
+        if self._error is not None:
+            _raise_if_not_an_exposition(self._head)
+            raise self._error
+        return self.out
 
 
 _needles: dict[tuple[tuple[str, str], ...], str] = {}
@@ -248,7 +323,11 @@ def _raise_if_not_an_exposition(text: str) -> None:
         raise ExpositionError(sniffed, reason="malformed") from None
 
 
-def _parse_lines(lines: Iterable[tuple[int, str]], samples: dict[str, Series], want: frozenset[str] | None) -> None:
+def _parse_lines(lines: Iterable[tuple[int, str]], samples: dict[str, Series], want: frozenset[str] | None,
+                 seen: dict[str, set[str]], duplicates: list[tuple[str, Labels]]) -> int:
+    """Parse sample lines into `samples`; returns how many were kept. A series seen before (the same name and
+    label set) is kept too and named in `duplicates` (at most 100): its reader decides."""
+    kept = 0
     for line_no, line in lines:
         if not line or line[0] == "#":
             continue
@@ -285,9 +364,18 @@ def _parse_lines(lines: Iterable[tuple[int, str]], samples: dict[str, Series], w
         if not tokens or len(tokens) > 2:
             raise ExpositionError(f"line {line_no}: expected 'value [timestamp]' after {name}")
         value = _value(tokens[0], line_no)
-        labels = _cached_labels(label_text, line_no) if label_text else {}
+        labels, key = _cached_labels(label_text, line_no) if label_text else _NO_LABELS
+        kept += 1
         series = samples.get(name)
         if series is None:
             samples[name] = [(labels, value)]
+            seen[name] = {key}
+            continue
+        series.append((labels, value))
+        names = seen[name]
+        if key in names:
+            if len(duplicates) < 100:
+                duplicates.append((name, labels))
         else:
-            series.append((labels, value))
+            names.add(key)
+    return kept

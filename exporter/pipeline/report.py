@@ -249,16 +249,25 @@ class ReplicaSignal:
 @dataclass(frozen=True)
 class EngineGap:
     """An engine whose capacity cannot be derived, and why: values missing (e.g. num_gpu_blocks="None" on
-    V1 0.8) or a config that makes no sense (`config_error`, one sentence)."""
+    V1 0.8), a config that makes no sense (`config_error`, one sentence), or a series of the engine holding a
+    value it cannot hold (`bad_value`, one sentence: NaN, out of range, a duplicate series)."""
 
     model_name: str
     engine: str
     missing: str
     config_error: str | None = None
+    bad_value: str | None = None
     hint: str | None = None  # where the missing values can come from
 
     @property
+    def reason(self) -> str:
+        """The `reason` label of vllm_headroom_capacity_undetermined: bad_value, config_error or missing."""
+        return "bad_value" if self.bad_value else "config_error" if self.config_error else "missing"
+
+    @property
     def explanation(self) -> str:
+        if self.bad_value:
+            return f"cannot judge this engine: {self.bad_value}"
         if self.config_error:
             return f"cannot derive capacity: {self.config_error}"
         text = f"cannot derive capacity: {self.missing} unknown"

@@ -1,15 +1,30 @@
-"""HTTP access to one vLLM server: /metrics, /v1/models and /version, with every failure named."""
+"""HTTP access to one vLLM server: /metrics, /v1/models and /version, with every failure named.
+
+Every request has one deadline for all of it (connect, headers, body, decode), as blackbox_exporter gives each
+probe: httpx's own timeouts apply to each read, so a body sent one byte at a time inside them would never end
+(issue 21). httpx is imported on first use: the one-shot commands that read a file never need it.
+"""
 
 from __future__ import annotations
 
-import contextlib
+import codecs
+import functools
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
 
 from ..core.defaults import SCRAPE_MAX_BYTES as DEFAULT_MAX_BYTES
+
+if TYPE_CHECKING:  # httpx, asyncio and ssl are imported on first use: a one-shot on a file needs none
+    import ssl
+
+    import httpx
+
+MODELS_MAX_BYTES = 1024 * 1024  # /v1/models: a list of model cards
+VERSION_MAX_BYTES = 65536  # /version: {"version": "..."}
+MAX_MODEL_LEN = 2**31  # a /v1/models max_model_len above this is no real model's
 
 
 class ScrapeError(Exception):
@@ -28,41 +43,102 @@ class ModelsInfo:
     max_model_len: int | None
 
 
+def redact(url: str) -> str:
+    """`url` as it may be shown: a user name or password in it becomes `***` (they are refused as targets, so
+    this only guards what a message quotes)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url.split("@", 1)[-1] if "@" in url else url
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rsplit("@", 1)[1]))
+
+
+@functools.lru_cache(maxsize=8)
+def ssl_context(ca_file: str | None = None) -> ssl.SSLContext:
+    """The TLS context of every target client: certifi's roots (httpx's default), or only `ca_file`'s (a
+    private CA, --scrape.ca-file). One per CA file: a context is costly and holds the loaded roots."""
+    import ssl
+
+    if ca_file:
+        return ssl.create_default_context(cafile=ca_file)
+    import httpx
+
+    return httpx.create_ssl_context()
+
+
+def client(trust_env: bool = False, ca_file: str | None = None) -> httpx.AsyncClient:
+    """A small client for one target: two connections (/metrics beside /v1/models or /version) and no proxy,
+    .netrc or SSL_CERT_* from the environment unless `trust_env` (--scrape.trust-env): an HTTP_PROXY meant for
+    the pod's egress must not carry loopback scrapes, and the API key, through a proxy."""
+    import httpx
+
+    return httpx.AsyncClient(limits=httpx.Limits(max_connections=2, max_keepalive_connections=2),
+                             verify=ssl_context(ca_file), trust_env=trust_env)
+
+
+def _timeout_message(url: str, timeout: float, phase: str, size: int) -> str:
+    if phase == "body":
+        return f"{url} did not send its whole body within {timeout:g} s ({size:,} bytes arrived)"
+    return f"{url} did not answer within {timeout:g} s"
+
+
 async def fetch(
     client: httpx.AsyncClient,
     url: str,
     timeout: float,
     max_bytes: int = DEFAULT_MAX_BYTES,
     headers: dict[str, str] | None = None,
+    sink: Callable[[str], None] | None = None,
+    deadline: float | None = None,
 ) -> str:
-    """GET `url` as text, refusing bodies over `max_bytes`; raises ScrapeError."""
+    """GET `url` as text within `timeout` seconds for the whole request (or by `deadline`, on the event loop's
+    clock), refusing bodies over `max_bytes`; raises ScrapeError.
+
+    With `sink`, the body is decoded chunk by chunk as it arrives and each piece handed to `sink` (which may
+    raise ScrapeError to stop), and "" is returned: a big body is never held whole.
+    """
+    import asyncio
+
+    import httpx
+
+    shown = redact(url)
+    loop = asyncio.get_running_loop()
+    phase, size = "connect", 0
     try:
-        async with client.stream("GET", url, timeout=timeout, headers=headers) as response:
-            if response.status_code != 200:
-                raise ScrapeError("http_status", f"{url} answered HTTP {response.status_code}")
-            declared = response.headers.get("content-length")
-            if declared is not None and declared.isdigit() and int(declared) > max_bytes:
-                raise ScrapeError("too_large", f"{url} sent {declared} bytes, over the cap of {max_bytes}")
-            chunks: list[bytes] = []
-            size = 0
-            async for chunk in response.aiter_bytes():
-                size += len(chunk)
-                if size > max_bytes:
-                    raise ScrapeError("too_large", f"{url} sent more than the cap of {max_bytes} bytes")
-                chunks.append(chunk)
+        async with asyncio.timeout_at(deadline if deadline is not None else loop.time() + timeout):
+            async with client.stream("GET", url, timeout=timeout, headers=headers) as response:
+                phase = "body"
+                if response.status_code != 200:
+                    raise ScrapeError("http_status", f"{shown} answered HTTP {response.status_code}")
+                declared = response.headers.get("content-length")
+                if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+                    raise ScrapeError("too_large", f"{shown} sent {declared} bytes, over the cap of {max_bytes}")
+                decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+                chunks: list[str] = []
+                put = sink if sink is not None else chunks.append
+                async for chunk in response.aiter_bytes():
+                    size += len(chunk)
+                    if size > max_bytes:
+                        raise ScrapeError("too_large", f"{shown} sent more than the cap of {max_bytes} bytes")
+                    put(decoder.decode(chunk))
+                put(decoder.decode(b"", final=True))
+    except TimeoutError:
+        raise ScrapeError("timeout", _timeout_message(shown, timeout, phase, size)) from None
     except httpx.TimeoutException:
-        raise ScrapeError("timeout", f"{url} did not answer within {timeout:g} s") from None
+        raise ScrapeError("timeout", _timeout_message(shown, timeout, phase, size)) from None
     except httpx.ConnectError as exc:
-        raise ScrapeError("connect", f"cannot connect to {url}: {exc}") from None
+        raise ScrapeError("connect", f"cannot connect to {shown}: {exc}") from None
     except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
-        raise ScrapeError("truncated", f"{url} closed the connection mid-body: {exc}") from None
+        raise ScrapeError("truncated", f"{shown} closed the connection mid-body: {exc}") from None
     except httpx.HTTPError as exc:
-        raise ScrapeError("connect", f"{url}: {exc}") from None
+        raise ScrapeError("connect", f"{shown}: {exc}") from None
     except ScrapeError:
         raise
     except Exception as exc:  # httpx/anyio raise others for URLs they cannot use (OverflowError in a group)
-        raise ScrapeError("connect", f"cannot fetch {url}: {describe(exc)}") from None
-    return b"".join(chunks).decode("utf-8", errors="replace")
+        raise ScrapeError("connect", f"cannot fetch {shown}: {describe(exc)}") from None
+    return "".join(chunks)
 
 
 def describe(exc: BaseException) -> str:
@@ -74,11 +150,12 @@ def describe(exc: BaseException) -> str:
 
 
 def parse_models(body: str) -> ModelsInfo:
-    """Read /v1/models; LoRA adapter cards carry max_model_len null and are skipped for it."""
+    """Read /v1/models; LoRA adapter cards carry max_model_len null and are skipped for it, and so is a length
+    no model has (above 2^31 tokens)."""
     try:
         doc: Any = json.loads(body)
         data = doc["data"]
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):
         raise ScrapeError("models", "/v1/models did not return an OpenAI model list") from None
     ids: list[str] = []
     max_len: int | None = None
@@ -87,7 +164,7 @@ def parse_models(body: str) -> ModelsInfo:
             continue
         ids.append(str(card.get("id", "")))
         value = card.get("max_model_len")
-        if isinstance(value, int) and value > 0 and max_len is None:
+        if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_MODEL_LEN and max_len is None:
             max_len = value
     return ModelsInfo(tuple(ids), max_len)
 
@@ -95,10 +172,10 @@ def parse_models(body: str) -> ModelsInfo:
 def parse_version(body: str) -> str | None:
     try:
         doc: Any = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     version = doc.get("version") if isinstance(doc, dict) else None
-    return str(version) if version else None
+    return str(version)[:64] if version else None
 
 
 def parse_frontend(body: str) -> str | None:
@@ -126,22 +203,36 @@ class ServerInfo:
     models_failed: bool
     version: str | None
     version_answered: bool
+    models_error: str | None = None  # why /v1/models failed, one sentence
     frontend: str | None = None  # "rust X" when the Rust frontend answered /version (`parse_frontend`)
 
 
-async def server_info(client: httpx.AsyncClient, url: str, timeout: float, api_key: str | None) -> ServerInfo:
-    """GET /v1/models (needed only for max_model_len) and /version (optional: older or proxied servers lack it)."""
+async def server_info(client: httpx.AsyncClient, url: str, timeout: float, api_key: str | None,
+                      deadline: float | None = None) -> ServerInfo:
+    """GET /v1/models (needed only for max_model_len) and /version (optional: older or proxied servers lack it),
+    one after the other within one deadline (`timeout` from now unless `deadline`); never raises ScrapeError."""
+    import asyncio
+
     base = url.rstrip("/")
+    if deadline is None:
+        deadline = asyncio.get_running_loop().time() + timeout
     models: ModelsInfo | None = None
-    with contextlib.suppress(ScrapeError):
-        models = parse_models(await fetch(client, base + "/v1/models", timeout, 1024 * 1024, auth(api_key)))
+    error: str | None = None
+    try:
+        models = parse_models(await fetch(client, base + "/v1/models", timeout, MODELS_MAX_BYTES, auth(api_key),
+                                          deadline=deadline))
+    except ScrapeError as exc:
+        error = str(exc)
+        if "HTTP 401" in error or "HTTP 403" in error:
+            error += (": vLLM refused the API key" if api_key else ": vLLM asks for an API key") + \
+                " (--target-api-key-file)"
     version: str | None = None
     frontend: str | None = None
     answered = True
     try:
-        body = await fetch(client, base + "/version", timeout, 65536)
+        body = await fetch(client, base + "/version", timeout, VERSION_MAX_BYTES, deadline=deadline)
         version, frontend = parse_version(body), parse_frontend(body)
     except ScrapeError:
         answered = False
-    return ServerInfo(models, models is None, version, answered, frontend)
+    return ServerInfo(models, models is None, version, answered, error, frontend)
 

@@ -8,13 +8,11 @@ bookkeeping; `Target.status()` is what the collector reads.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
-
-import httpx
 
 from ..core import defaults
 from ..engines.base import AttentionFacts, CapacityInfo, Engine, InvalidValue, LogFacts
@@ -40,8 +38,13 @@ from .report import EngineReport as EngineReport
 from .report import ProfileQuality as ProfileQuality
 from .report import TargetReport as TargetReport
 from .report import TargetStatus
-from .scrape import ModelsInfo, ScrapeError, describe, fetch, server_info
+from .scrape import ModelsInfo, ScrapeError, client, describe, fetch, redact, server_info
 from .verdict import Thresholds
+
+if TYPE_CHECKING:  # asyncio and httpx on first use (a one-shot on a file needs neither)
+    import asyncio
+
+    import httpx
 
 log = logging.getLogger("vllm_headroom")
 STARTUP_LOG_MAX_BYTES = 64 * 1024 * 1024  # a start-up log is a few hundred KB; a whole day's log is read in part
@@ -65,6 +68,9 @@ class Settings:
     model_shape: ModelShape | None = None  # from --model-config: adds absolute bytes
     draft_shape: ModelShape | None = None  # from --draft-model-config: a speculative drafter's layers
     engine: Engine = VLLM  # the serving engine behind the URL: its metric names, readers and flags
+    trust_env: bool = False  # proxies, .netrc and SSL_CERT_* from the environment for this target
+    ca_file: str | None = None  # the CA that signs an https target's certificate (else certifi's roots)
+    max_samples: int = defaults.SCRAPE_MAX_SAMPLES  # kept samples per scrape (Prometheus' sample_limit)
     startup_log: str | None = None  # vLLM's start-up log (a file): capacity when vLLM exports none
     kv_pool: KvPool | None = None  # the KV pool per device we were told (--kv-cache-memory, --gpu-memory)
     target_utilization: float = defaults.TARGET_UTILIZATION  # of a replica's capacity, for the replica signal
@@ -93,6 +99,7 @@ class Target:
         self._log_note: str | None = None  # why the start-up log gave nothing (unreadable, no capacity line yet)
         self._attention: AttentionFacts | None = None  # the log's attention backend, block size, KV dtype
         self.errors: dict[str, int] = {}
+        self.models_error: str | None = None  # why the last read of /v1/models failed (None: it answered)
         self.scrapes = 0  # scrapes begun by `scrape()` since start
         self.known_engines: set[tuple[str, str]] = set()
         # Per engine: the inputs of its resolved config, the notes on contradicting flags, and the config.
@@ -185,24 +192,53 @@ class Target:
         return notes, cfg
 
     # -- the synchronous core ------------------------------------------------------------------
+    def parser(self) -> exposition.Parser:
+        """An incremental parser of this target's engine's families (see `exposition.Parser`)."""
+        engine = self.settings.engine
+        return exposition.Parser(engine.wanted, engine.names.prefix, engine.renames, self.settings.max_samples)
+
+    def parsed(self, parser: exposition.Parser) -> exposition.Exposition:
+        """The exposition `parser` was fed; raises ScrapeError for an unusable body."""
+        engine = self.settings.engine
+        try:
+            expo = parser.close()
+        except exposition.ExpositionError as exc:
+            raise ScrapeError(exc.reason, f"{self.shown}: {exc}") from None
+        if expo.family_lines == 0 and (empty := parser.blank()) is not None:
+            raise ScrapeError("malformed", f"{self.shown}: {empty}")
+        if expo.family_lines == 0:
+            raise ScrapeError("no_vllm_metrics", engine.no_metrics(self.shown))
+        return expo
+
+    @property
+    def shown(self) -> str:
+        """The target's URL as logs and messages show it (credentials redacted)."""
+        return redact(self.settings.url)
+
     def observe(self, now: float, text: str, gauges_only: bool = False) -> TargetReport:
         """Turn one /metrics body into a report; raises ScrapeError for unusable bodies.
 
         `gauges_only` marks a one-shot diagnosis (see `one_shot`): a single observation, no rates.
         """
+        parser = self.parser()
+        try:
+            parser.feed(text)
+        except exposition.ExpositionError as exc:
+            raise ScrapeError(exc.reason, f"{self.shown}: {exc}") from None
+        return self.judge_exposition(now, self.parsed(parser), gauges_only)
+
+    def judge_exposition(self, now: float, expo: exposition.Exposition, gauges_only: bool = False) -> TargetReport:
+        """The report of a parsed exposition: each engine judged (`judge.judge`), or named as a gap when its
+        capacity cannot be derived or one of its series holds a value it cannot hold (only that engine)."""
         engine = self.settings.engine
         try:
-            expo = exposition.parse(text, engine.wanted, engine.names.prefix, engine.renames)
-        except exposition.ExpositionError as exc:
-            raise ScrapeError(exc.reason, f"{self.settings.url}: {exc}") from None
-        if expo.family_lines == 0 and (empty := exposition.blank(text)) is not None:
-            raise ScrapeError("malformed", f"{self.settings.url}: {empty}")
-        if expo.family_lines == 0:
-            raise ScrapeError("no_vllm_metrics", engine.no_metrics(self.settings.url))
-        try:
             snap = engine.read(expo, self.version)
-        except InvalidValue as exc:
-            raise ScrapeError("invalid_value", f"{self.settings.url}: {exc}") from None
+        except InvalidValue as exc:  # an engine wing that still raises for the whole exposition
+            raise ScrapeError("invalid_value", f"{self.shown}: {exc}") from None
+        if len(snap.engines) > defaults.SCRAPE_MAX_ENGINES:
+            raise ScrapeError("too_large", f"{self.shown}: the exposition has {len(snap.engines):,} engines "
+                              f"(model_name x engine), more than the {defaults.SCRAPE_MAX_ENGINES:,} one sidecar "
+                              "judges per target")
         args, args_source = self._vllm_args(now)
         log = self._startup_log(now)
         report = TargetReport(self.settings.url, up=True, version=self.version, frontend=self.frontend,
@@ -211,10 +247,16 @@ class Target:
                               rules=snap.rules, attention=self._attention)
         if self._attention is not None:
             report.notes += [f"vLLM's start-up log: {n}" for n in self._attention.notes]
+        for info in snap.cache_info.values():
+            report.notes += [n for n in info.rejected() if n not in report.notes]
         models_len = self.models.max_model_len if self.models else None
         found = self._cmdline if self.settings.vllm_args is None and self.settings.discover_cmdline else None
         undetermined: list[tuple[str, float | None]] = []  # engines without capacity: the replica signal holds them
         for e in snap.engines:
+            bad = snap.bad_values.get((e.model_name, e.engine))
+            if bad is not None:
+                report.gaps.append(EngineGap(e.model_name, e.engine, "", bad_value=bad))
+                continue
             cache = snap.cache_info.get(e.engine) or (next(iter(snap.cache_info.values()), None))
             notes, cfg = self._config(e.engine, args, args_source, cache, snap.data_parallel_engines, models_len, log)
             report.notes += [n for n in notes if n not in report.notes]
@@ -234,7 +276,8 @@ class Target:
                 undetermined.append((e.model_name, held))
             else:
                 report.engines.append(item)
-        # Forget engines that are gone (a restart under another name), so history cannot grow without bound.
+        # Forget engines that are gone (a restart under another name), so history cannot grow without bound; an
+        # engine with a bad value keeps its history (its next good scrape goes on from it).
         live = {(e.model_name, e.engine) for e in snap.engines}
         self.histories = {k: v for k, v in self.histories.items() if k in live}
         live_engines = {engine for _model, engine in live}
@@ -243,57 +286,120 @@ class Target:
         return report
 
     # -- the HTTP side ----------------------------------------------------------------------------
-    async def _refresh_models(self, client: httpx.AsyncClient, now: float) -> None:
+    def models_due(self, now: float) -> bool:
+        return self._models_at is None or now - self._models_at >= self.settings.models_interval
+
+    async def _refresh_models(self, client: httpx.AsyncClient, now: float, deadline: float | None = None) -> None:
         """/v1/models and /version, at most once per --models.interval whether they answered or not; their
-        failures count under the reason `models` (never as a failed scrape of /metrics)."""
-        if self._models_at is not None and now - self._models_at < self.settings.models_interval:
+        failures count under the reason `models` (never as a failed scrape of /metrics). Never raises."""
+        if not self.models_due(now):
             return
         self._models_at = now
-        info = await server_info(client, self.settings.url, self.settings.timeout, self.settings.api_key)
+        try:
+            info = await server_info(client, self.settings.url, self.settings.timeout, self.settings.api_key,
+                                     deadline)
+        except Exception as exc:  # a bug here must not fail the scrape of /metrics
+            log.debug("%s: /v1/models and /version", self.shown, exc_info=True)
+            self.errors["models"] = self.errors.get("models", 0) + 1
+            self.models_error = f"{self.shown}/v1/models: {describe(exc)}"
+            return
         if info.models_failed:
             self.errors["models"] = self.errors.get("models", 0) + 1
+            self.models_error = info.models_error
         else:
             self.models = info.models
+            self.models_error = None
         if info.version_answered:
             self.version = info.version
             self.frontend = info.frontend
 
-    async def fetch_metrics(self, client: httpx.AsyncClient, now: float) -> str:
-        """GET /metrics (raises ScrapeError), refreshing /v1/models and /version when they are due."""
-        body = await fetch(client, self.settings.url.rstrip("/") + "/metrics", self.settings.timeout,
-                           self.settings.max_bytes)
-        await self._refresh_models(client, now)
-        return body
+    async def fetch_metrics(self, client: httpx.AsyncClient, now: float, deadline: float | None = None) -> str:
+        """GET /metrics (raises ScrapeError) and /v1/models with /version when they are due, within one
+        deadline of --scrape.timeout from now (or by `deadline`, on the event loop's clock); the body as text
+        (one-shot use: the sidecar parses as it reads)."""
+        import asyncio
+
+        if deadline is None:
+            deadline = asyncio.get_running_loop().time() + self.settings.timeout
+        models = asyncio.ensure_future(self._refresh_models(client, now, deadline))
+        try:
+            return await fetch(client, self.settings.url.rstrip("/") + "/metrics", self.settings.timeout,
+                               self.settings.max_bytes, deadline=deadline)
+        finally:
+            await _settle(models)
+
+    async def fetch_parsed(self, client: httpx.AsyncClient, now: float) -> exposition.Exposition:
+        """GET /metrics, parsed chunk by chunk as it arrives, beside /v1/models and /version when due, all within
+        one deadline of --scrape.timeout from now (connect, headers, body, parse); raises ScrapeError."""
+        import asyncio
+
+        deadline = asyncio.get_running_loop().time() + self.settings.timeout
+        models = asyncio.ensure_future(self._refresh_models(client, now, deadline))
+        parser = self.parser()
+
+        def feed(text: str) -> None:
+            try:
+                parser.feed(text)
+            except exposition.ExpositionError as exc:
+                raise ScrapeError(exc.reason, f"{self.shown}: {exc}") from None
+
+        try:
+            await fetch(client, self.settings.url.rstrip("/") + "/metrics", self.settings.timeout,
+                        self.settings.max_bytes, sink=feed, deadline=deadline)
+        finally:
+            await _settle(models)
+        return self.parsed(parser)
+
+    def refresh_cmdline(self, now: float) -> None:
+        """Read vLLM's command line from /proc when due (a walk of /proc: the sidecar runs it off the loop)."""
+        self._vllm_args(now)
 
     def fetch_once(self) -> str:
-        """One synchronous fetch for the one-shot commands (diagnose, recommend)."""
+        """One synchronous fetch for the one-shot commands (diagnose, recommend), within --scrape.timeout."""
+        import asyncio
 
         async def run() -> str:
-            async with httpx.AsyncClient() as client:
-                return await self.fetch_metrics(client, time.monotonic())
+            # The deadline starts before the client: building its TLS context (certifi's roots) is a blocking
+            # 20-300 ms, more on a loaded machine, and it belongs to the user's --scrape.timeout too.
+            deadline = asyncio.get_running_loop().time() + self.settings.timeout
+            async with client(self.settings.trust_env, self.settings.ca_file) as c:
+                return await self.fetch_metrics(c, time.monotonic(), deadline)
 
         return asyncio.run(run())
 
     async def scrape(self, client: httpx.AsyncClient, now: float | None = None,
                      wall: float | None = None) -> TargetReport:
-        """One scrape of the target; never raises, failures become a down report. `wall`: unix time (tests)."""
+        """One scrape of the target; never raises, failures become a down report. `wall`: unix time (tests).
+
+        The whole request has one deadline (--scrape.timeout); a body with many engines is judged in a worker
+        thread, so the event loop (the HTTP side, the other targets) never waits for it.
+        """
+        import asyncio
+
         now = time.monotonic() if now is None else now
         wall = time.time() if wall is None else wall
         started = time.perf_counter()
         self.scrapes += 1
         number = self.scrapes
         try:
-            report = self.observe(now, await self.fetch_metrics(client, now))
+            expo = await self.fetch_parsed(client, now)
+            if self.settings.vllm_args is None and self.settings.discover_cmdline and (
+                    self._cmdline_at is None or now - self._cmdline_at >= self.settings.models_interval):
+                await asyncio.to_thread(self.refresh_cmdline, now)
+            if sum(len(v) for v in expo.samples.values()) > THREAD_SAMPLES:
+                report = await asyncio.to_thread(self.judge_exposition, now, expo)
+            else:
+                report = self.judge_exposition(now, expo)
         except ScrapeError as exc:
             self.errors[exc.reason] = self.errors.get(exc.reason, 0) + 1
             report = TargetReport(self.settings.url, up=False, error_reason=exc.reason, error=str(exc),
                                   version=self.version, observed_at=now)
         except Exception as exc:  # a bug on one target's input must not stop the tick or other targets
             # One clean line, logged by the sidecar when the error changes; the traceback only at debug level.
-            log.debug("%s: internal error while judging the scrape", self.settings.url, exc_info=True)
+            log.debug("%s: internal error while judging the scrape", self.shown, exc_info=True)
             self.errors["internal_error"] = self.errors.get("internal_error", 0) + 1
             report = TargetReport(self.settings.url, up=False, error_reason="internal_error",
-                                  error=f"{self.settings.url}: internal error: {describe(exc)}",
+                                  error=f"{self.shown}: internal error: {describe(exc)}",
                                   version=self.version, observed_at=now)
         report.scrape_duration_seconds = time.perf_counter() - started
         report.scraped_at, report.scrape_number = wall, number
@@ -306,6 +412,20 @@ class Target:
                 self.down_since = wall
         self.last = report
         return report
+
+
+THREAD_SAMPLES = 5000  # kept samples (~100 vLLM engines) above which a scrape is judged in a worker thread
+
+
+async def _settle(task: asyncio.Future[None]) -> None:
+    """Wait for `task` (it never raises); cancel it when we are cancelled."""
+    import asyncio
+
+    try:
+        await asyncio.shield(task)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
 
 
 def one_shot(settings: Settings) -> Target:

@@ -29,9 +29,9 @@ def _must_not_serve(sidecar: object, sock: object) -> None:
     ("http://127.0.0.1:0", "target 'http://127.0.0.1:0' is not a usable URL: its port is not a number in 1-65535"),
     ("http://:8000", "target 'http://:8000' names no host: give vLLM's base URL such as http://127.0.0.1:8000"),
     ("ftp://h:21", "target 'ftp://h:21' is not an http(s) URL such as http://127.0.0.1:8000"),
-    ("http://h:1?x=1", "target 'http://h:1?x=1' has a query or fragment (?... or #...): give vLLM's base URL such "
+    ("http://h:1?x=1", "target 'http://h:1?...' has a query or fragment (?... or #...): give vLLM's base URL such "
      "as http://127.0.0.1:8000"),
-    ("http://h:1#top", "target 'http://h:1#top' has a query or fragment (?... or #...): give vLLM's base URL such "
+    ("http://h:1#top", "target 'http://h:1?...' has a query or fragment (?... or #...): give vLLM's base URL such "
      "as http://127.0.0.1:8000"),
     ("http://host:8000/v1", "target 'http://host:8000/v1' is the OpenAI base URL: vLLM's base URL is without /v1, "
      "http://host:8000"),
@@ -208,14 +208,16 @@ def test_an_internal_error_is_logged_once_without_a_traceback(monkeypatch: pytes
 
     target = Target(Settings(url="http://vllm:8000"))
 
-    async def body(client: httpx.AsyncClient, now: float) -> str:
-        return SNAPSHOT.read_text()
+    async def body(client: httpx.AsyncClient, now: float) -> object:
+        parser = target.parser()
+        parser.feed(SNAPSHOT.read_text())
+        return target.parsed(parser)
 
-    def boom(now: float, text: str, gauges_only: bool = False) -> object:
+    def boom(now: float, expo: object, gauges_only: bool = False) -> object:
         raise ExceptionGroup("unhandled errors in a TaskGroup", [OverflowError("port must be 0-65535")])
 
-    monkeypatch.setattr(target, "fetch_metrics", body)
-    monkeypatch.setattr(target, "observe", boom)
+    monkeypatch.setattr(target, "fetch_parsed", body)
+    monkeypatch.setattr(target, "judge_exposition", boom)
     sidecar = Sidecar([target], 1.0)
 
     async def ticks() -> None:
@@ -317,6 +319,7 @@ def test_notes_are_logged_once(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level("INFO", logger="vllm_headroom"):
         asyncio.run(ticks())
     assert [r.getMessage() for r in caplog.records] == [
+        "http://vllm:8000/v1/models answered HTTP 404",  # once, while /metrics answers
         "http://vllm:8000: --block-size 1 contradicts vLLM's cache_config_info block_size 32; the flag is used"]
 
 
@@ -379,13 +382,13 @@ def test_diagnose_exits_1_when_no_engine_could_be_judged(tmp_path: Path,
             in capsys.readouterr().out)
 
 
-def test_negative_gauges_are_invalid_values(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_negative_gauges_are_bad_values_of_their_engine(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = _snapshot_with(tmp_path, 'vllm:num_requests_running{engine="0",model_name="tiny-llama"} 8.0',
                           'vllm:num_requests_running{engine="0",model_name="tiny-llama"} -5.0')
     assert cli.main(["diagnose", str(path)]) == 1
     assert capsys.readouterr().out == (
-        f"{path}: DOWN (invalid_value): {path}: vllm:num_requests_running of model 'tiny-llama' engine 0 is -5, a "
-        "negative count or share\n")
+        f"{path}  model=tiny-llama engine=0: cannot judge this engine: vllm:num_requests_running of model "
+        "'tiny-llama' engine 0 is -5, negative, which no count or share is\n")
 
 
 # -- 16: recommend --json on a dead target ----------------------------------------------------------------------

@@ -62,3 +62,11 @@ def test_a_vllm_headroom_listener_is_never_taken(tmp_path: Path) -> None:
     os.symlink(sys.executable, ours)
     with process([str(ours), "-c", LISTEN, str(port), "4", "serve", "--max-model-len", "99999"], True):
         assert config.find_vllm_cmdline(port) is None
+
+
+def test_a_listener_that_is_not_vllm_is_never_taken() -> None:
+    """Issue 21: any process owning the port (a proxy, a port-forward) was trusted for vLLM's flags."""
+    port = free_port()
+    proxy = [sys.executable, "-c", LISTEN, str(port), "4", "envoy", "--max-model-len", "99999", "--max-num-seqs", "1"]
+    with process(proxy, True):
+        assert config.find_vllm_cmdline(port) is None

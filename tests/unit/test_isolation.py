@@ -39,7 +39,7 @@ def test_a_config_that_leaves_no_block_marks_only_its_target(monkeypatch: pytest
     def boom(*_a: object, **_k: object) -> None:
         raise ZeroDivisionError("division by zero")
 
-    monkeypatch.setattr(buggy, "observe", boom)
+    monkeypatch.setattr(buggy, "judge_exposition", boom)
     sidecar.targets.append(buggy)
 
     async def tick() -> None:

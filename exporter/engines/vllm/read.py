@@ -6,6 +6,7 @@ terms of `exporter.engines.base`; the names come from `metrics`, the release rul
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -17,7 +18,6 @@ from ..base import (
     CapacityInfo,
     EngineSample,
     Histogram,
-    InvalidValue,
     Labels,
     LoraState,
     OffloadTier,
@@ -32,30 +32,69 @@ ROLES = ((m.PROMPT_HIST, PROMPT_LENGTHS), (m.MAX_TOKENS_HIST, MAX_TOKENS_LENGTHS
          (m.GENERATION_HIST, GENERATION_LENGTHS), (m.E2E_LATENCY_HIST, E2E_LATENCY))
 
 
+# What each capacity label of cache_config_info can possibly hold (whole numbers unless said): beyond it the
+# value is no measurement of a real engine (2^31 blocks of 16 tokens would be 34 billion tokens of KV cache).
+CAPACITY_RANGES: dict[str, tuple[float, float]] = {
+    "num_gpu_blocks": (0, 2**31),
+    "block_size": (1, 2**20),
+    "kv_cache_size_tokens": (0, 2**40),
+}
+FLOAT_RANGES: dict[str, tuple[float, float]] = {
+    "kv_cache_max_concurrency": (0.0, 1e9),
+    "gpu_memory_utilization": (0.0, 1.0),
+}
+
+
 @dataclass(frozen=True)
 class CacheInfo:
-    """The labels of `vllm:cache_config_info` for one engine (no model_name label exists)."""
+    """The labels of `vllm:cache_config_info` for one engine (no model_name label exists).
+
+    A label that is no possible value (not a number, not finite, not whole, out of `CAPACITY_RANGES` or
+    `FLOAT_RANGES`) reads as None and is named by `unreadable` (blocks, block size) or `rejected` (every one).
+    `conflict` names a second, different cache_config_info series of the same engine.
+    """
 
     labels: Labels
+    conflict: str | None = None
 
-    def _int(self, key: str) -> int | None:
+    def _raw(self, key: str) -> str | None:
         raw = self.labels.get(key)
-        if raw is None or raw in ("None", ""):
-            return None
-        try:
-            return int(float(raw))
-        except ValueError:
-            return None
+        return None if raw is None or raw in ("None", "") else raw
 
-    def _float(self, key: str) -> float | None:
-        raw = self.labels.get(key)
-        if raw is None or raw in ("None", ""):
+    def _problem(self, key: str) -> str | None:
+        """Why the label `key` is not a possible value (a clause), None when it is one or absent."""
+        raw = self._raw(key)
+        if raw is None:
             return None
         try:
             value = float(raw)
         except ValueError:
+            return "not a number"
+        if not math.isfinite(value):
+            return "not a finite number"
+        if key in CAPACITY_RANGES:
+            low, high = CAPACITY_RANGES[key]
+            if value != int(value):
+                return "not a whole number"
+        else:
+            low, high = FLOAT_RANGES.get(key, (-math.inf, math.inf))
+        if value < low:
+            return f"below {low:g}, which no engine has"
+        if value > high:
+            return f"above {high:,.0f}, more than any engine has" if high >= 1000 else f"above {high:g}, no share"
+        return None
+
+    def _int(self, key: str) -> int | None:
+        raw = self._raw(key)
+        if raw is None or self._problem(key) is not None:
             return None
-        return value if math.isfinite(value) else None
+        return int(float(raw))
+
+    def _float(self, key: str) -> float | None:
+        raw = self._raw(key)
+        if raw is None or self._problem(key) is not None:
+            return None
+        return float(raw)
 
     @property
     def block_size(self) -> int | None:
@@ -85,15 +124,27 @@ class CacheInfo:
 
     @property
     def gpu_memory_utilization(self) -> str | None:
-        return self.labels.get("gpu_memory_utilization")
+        raw = self.labels.get("gpu_memory_utilization")
+        return None if raw is not None and self._problem("gpu_memory_utilization") is not None else raw
+
+    def _sentence(self, key: str, problem: str) -> str:
+        return f"vLLM exports {key}={self.labels.get(key)!r} in cache_config_info, which is {problem}"
 
     def unreadable(self) -> str | None:
-        """One sentence naming a capacity label that is no number ("abc"), else None."""
+        """One sentence naming a capacity label (blocks, block size) that is no possible value, else None."""
+        if self.conflict is not None:
+            return self.conflict
         for key in ("num_gpu_blocks", "block_size"):
-            raw = self.labels.get(key)
-            if raw not in (None, "", "None") and getattr(self, key) is None:
-                return f"vLLM exports {key}={raw!r} in cache_config_info, which is not a number"
+            problem = self._problem(key)
+            if problem is not None:
+                return self._sentence(key, problem)
         return None
+
+    def rejected(self) -> list[str]:
+        """One sentence per label beyond blocks and block size (`unreadable` names those) that is no possible
+        value; such a value is not used."""
+        keys = [k for k in (*CAPACITY_RANGES, *FLOAT_RANGES) if k not in ("num_gpu_blocks", "block_size")]
+        return [self._sentence(k, p) + ": it is not used" for k in keys if (p := self._problem(k)) is not None]
 
 
 def _key(labels: Labels) -> tuple[str, str]:
@@ -104,37 +155,101 @@ def _gauge_by_engine(expo: Samples, name: str) -> dict[tuple[str, str], float]:
     out: dict[tuple[str, str], float] = {}
     for labels, value in expo.series(name):
         key = _key(labels)
-        # Several series per engine only under multiprocess mode (a `pid` label); they are summed.
+        # Several series per engine only under multiprocess mode (a `pid` label); they are summed. A series that
+        # appears twice with the same labels is named by `read` (bad_values), never summed into a verdict.
         out[key] = out.get(key, 0.0) + value
     return out
 
 
-def _histograms(expo: Samples, name: str) -> dict[tuple[str, str], Histogram]:
+# The largest value each kind of series can hold on any real engine; NaN, infinities and negatives never.
+MAX_REQUESTS = 1e9  # requests running, waiting or swapped in one engine
+MAX_COUNTER = 1e18  # a counter of tokens, steps or requests since start (a year at 10^7 tokens/s is 3e14)
+
+
+class _Bad:
+    """The first sentence per engine naming a value it cannot hold."""
+
+    def __init__(self) -> None:
+        self.found: dict[tuple[str, str], str] = {}
+
+    def add(self, key: tuple[str, str], sentence: str) -> None:
+        self.found.setdefault(key, sentence)
+
+    def check(self, name: str, values: dict[tuple[str, str], float], high: float) -> dict[tuple[str, str], float]:
+        """`values` without the ones outside 0..high (each named); a ratio's `high` is 1."""
+        out = {}
+        for key, value in values.items():
+            if math.isfinite(value) and 0 <= value <= high:
+                out[key] = value
+                continue
+            model, engine = key
+            what = ("not a finite number" if not math.isfinite(value) else
+                    "negative, which no count or share is" if value < 0 else
+                    "above 1, which no share of the KV pool is" if high == 1 else
+                    f"above {high:g}, more than any engine holds")
+            self.add(key, f"{name} of model {model!r} engine {engine} is {value:g}, {what}")
+        return out
+
+
+def _bound(le: str) -> float | None:
+    if le in ("+Inf", "Inf"):
+        return math.inf
+    try:
+        bound = float(le)
+    except ValueError:
+        return None
+    return None if math.isnan(bound) else bound
+
+
+def _histograms(expo: Samples, name: str, bad: _Bad) -> dict[tuple[str, str], Histogram]:
+    """The histograms of family `name` by engine; one whose buckets are not a histogram (a bound that is no
+    number, counts not finite, negative or falling with the bound, no +Inf bucket) is named in `bad`."""
     buckets: dict[tuple[str, str], dict[float, float]] = {}
     for labels, value in expo.series(name + "_bucket"):
         le = labels.get("le")
         if le is None:
             continue
-        bound = math.inf if le in ("+Inf", "Inf") else float(le)
-        per = buckets.setdefault(_key(labels), {})
+        key = _key(labels)
+        bound = _bound(le)
+        if bound is None:
+            bad.add(key, f"{name}_bucket of model {key[0]!r} engine {key[1]} has the bound le={le!r}, not a number")
+            continue
+        per = buckets.setdefault(key, {})
         per[bound] = per.get(bound, 0.0) + value
-    counts = _gauge_by_engine(expo, name + "_count")
+    counts = bad.check(name + "_count", _gauge_by_engine(expo, name + "_count"), MAX_COUNTER)
     sums = _gauge_by_engine(expo, name + "_sum")
     out: dict[tuple[str, str], Histogram] = {}
     for key, per in buckets.items():
         ordered = tuple(sorted(per.items()))
-        total = counts.get(key, ordered[-1][1] if ordered else 0.0)
-        out[key] = Histogram(ordered, total, sums.get(key, 0.0))
+        model, engine = key
+        where = f"{name} of model {model!r} engine {engine}"
+        cumulative = [c for _b, c in ordered]
+        if not all(math.isfinite(c) and 0 <= c <= MAX_COUNTER for c in cumulative):
+            bad.add(key, f"{where} has a bucket count that is not a finite count")
+            continue
+        if any(b < a for a, b in itertools.pairwise(cumulative)):
+            bad.add(key, f"{where} has bucket counts that fall as the bound rises, which no histogram can")
+            continue
+        if ordered[-1][0] != math.inf:
+            bad.add(key, f"{where} has no +Inf bucket")
+            continue
+        total = sums.get(key, 0.0)
+        if not math.isfinite(total):
+            bad.add(key, f"{where} has the sum {total:g}, not a finite number")
+            continue
+        out[key] = Histogram(ordered, counts.get(key, ordered[-1][1]), total)
     return out
 
 
-def _checked(name: str, values: dict[tuple[str, str], float]) -> dict[tuple[str, str], float]:
-    for (model, engine), value in values.items():
-        if not math.isfinite(value):
-            raise InvalidValue(f"{name} of model {model!r} engine {engine} is {value}, not a finite number")
-        if value < 0:  # a count of requests or a share of blocks is never below 0
-            raise InvalidValue(f"{name} of model {model!r} engine {engine} is {value:g}, a negative count or share")
-    return values
+def _duplicates(expo: Samples, bad: _Bad) -> None:
+    """Name each engine with a series that appears twice (same name and labels): which one is true is unknown."""
+    for name, labels in getattr(expo, "duplicates", ()):
+        if name == m.CACHE_CONFIG:
+            continue  # its labels are its values: an exact copy says nothing new (a different one: `read`)
+        key = _key(labels)
+        shown = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+        bad.add(key, f"the series {name}{{{shown}}} appears more than once in the exposition: a duplicate is "
+                     "not summed, so the engine is not judged")
 
 
 def lora_state(expo: Samples) -> LoraState | None:
@@ -171,27 +286,39 @@ def _offload_tiers(expo: Samples) -> dict[str, tuple[OffloadTier, ...]]:
 
 def read(expo: Samples, version: str | None = None) -> Snapshot:
     """Group the wanted vLLM series of `expo` by engine."""
-    running = _checked(m.RUNNING, _gauge_by_engine(expo, m.RUNNING))
-    waiting = _checked(m.WAITING, _gauge_by_engine(expo, m.WAITING))
+    bad = _Bad()
+    _duplicates(expo, bad)
     usage_name = m.KV_USAGE if expo.series(m.KV_USAGE) else m.GPU_USAGE
-    usage = _checked(usage_name, _gauge_by_engine(expo, usage_name))
-    swapped = _gauge_by_engine(expo, m.SWAPPED)
-    preemptions = _gauge_by_engine(expo, m.PREEMPTIONS)
-    steps = _gauge_by_engine(expo, m.STEPS)
-    gen_tokens = _gauge_by_engine(expo, m.GENERATION_TOKENS)
-    prompt_tokens = _gauge_by_engine(expo, m.PROMPT_TOKENS)
-    prefix_queries = _gauge_by_engine(expo, m.PREFIX_QUERIES)
-    prefix_hits = _gauge_by_engine(expo, m.PREFIX_HITS)
+    raw = {name: _gauge_by_engine(expo, name) for name in (m.RUNNING, m.WAITING, usage_name)}
+    running = bad.check(m.RUNNING, raw[m.RUNNING], MAX_REQUESTS)
+    waiting = bad.check(m.WAITING, raw[m.WAITING], MAX_REQUESTS)
+    usage = bad.check(usage_name, raw[usage_name], 1.0)
+    swapped = bad.check(m.SWAPPED, _gauge_by_engine(expo, m.SWAPPED), MAX_REQUESTS)
+    preemptions = bad.check(m.PREEMPTIONS, _gauge_by_engine(expo, m.PREEMPTIONS), MAX_COUNTER)
+    steps = bad.check(m.STEPS, _gauge_by_engine(expo, m.STEPS), MAX_COUNTER)
+    gen_tokens = bad.check(m.GENERATION_TOKENS, _gauge_by_engine(expo, m.GENERATION_TOKENS), MAX_COUNTER)
+    prompt_tokens = bad.check(m.PROMPT_TOKENS, _gauge_by_engine(expo, m.PROMPT_TOKENS), MAX_COUNTER)
+    prefix_queries = bad.check(m.PREFIX_QUERIES, _gauge_by_engine(expo, m.PREFIX_QUERIES), MAX_COUNTER)
+    prefix_hits = bad.check(m.PREFIX_HITS, _gauge_by_engine(expo, m.PREFIX_HITS), MAX_COUNTER)
     by_reason: dict[tuple[str, str], dict[str, float]] = {}
     for labels, value in expo.series(m.WAITING_BY_REASON):
-        per = by_reason.setdefault(_key(labels), {})
+        key = _key(labels)
         reason = labels.get("reason", "")
+        if not (math.isfinite(value) and 0 <= value <= MAX_REQUESTS):
+            bad.add(key, f"{m.WAITING_BY_REASON}{{reason={reason!r}}} of model {key[0]!r} engine {key[1]} is "
+                         f"{value:g}, not a possible count of requests")
+            continue
+        per = by_reason.setdefault(key, {})
         per[reason] = per.get(reason, 0.0) + value
     awake: dict[tuple[str, str], bool] = {}
     for labels, value in expo.series(m.SLEEP_STATE):
         if labels.get("sleep_state") == "awake":
+            if not math.isfinite(value):
+                bad.add(_key(labels), f"{m.SLEEP_STATE} of model {_key(labels)[0]!r} engine {_key(labels)[1]} is "
+                                      f"{value:g}, not a finite number")
+                continue
             awake[_key(labels)] = value >= 1
-    hists = {role: _histograms(expo, name) for name, role in ROLES}
+    hists = {role: _histograms(expo, name, bad) for name, role in ROLES}
     fetch: dict[tuple[str, str], dict[str, float]] = {}
     for labels, value in expo.series(m.KV_FETCH_BY_STAGE):
         per = fetch.setdefault(_key(labels), {})
@@ -208,7 +335,7 @@ def read(expo: Samples, version: str | None = None) -> Snapshot:
     offload_usage = _gauge_by_engine(expo, m.KV_OFFLOAD_CPU_USAGE)
     lora = lora_state(expo)
 
-    keys = sorted(set(running) | set(waiting) | set(usage))
+    keys = sorted(set().union(*raw.values()))  # an engine whose gauges are all bad is still one
     engines = [
         EngineSample(
             model_name=model,
@@ -238,7 +365,14 @@ def read(expo: Samples, version: str | None = None) -> Snapshot:
     ]
     cache_info: dict[str, CapacityInfo] = {}
     for labels, _value in expo.series(m.CACHE_CONFIG):
-        cache_info[labels.get("engine", "0")] = CacheInfo(labels)
+        engine = labels.get("engine", "0")
+        seen = cache_info.get(engine)
+        if isinstance(seen, CacheInfo) and seen.labels != labels:
+            cache_info[engine] = CacheInfo(seen.labels, conflict=(
+                f"vLLM exports two different {m.CACHE_CONFIG} series for engine {engine} (num_gpu_blocks "
+                f"{seen.labels.get('num_gpu_blocks')!r} and {labels.get('num_gpu_blocks')!r}): which holds is unknown"))
+            continue
+        cache_info[engine] = CacheInfo(labels)
     has_engine_label = any("engine" in labels for labels, _ in expo.series(m.CACHE_CONFIG)) or any(
         "engine" in labels for labels, _ in expo.series(m.RUNNING)
     )
@@ -254,4 +388,5 @@ def read(expo: Samples, version: str | None = None) -> Snapshot:
         usage_counts_null_block=usage_counts_null_block(release_rules),
         has_engine_label=has_engine_label,
         rules=release_rules,
+        bad_values=bad.found,
     )

@@ -1,0 +1,378 @@
+"""Benchmark 8 (issues 21 and 25): the serving path, every figure of issue 25 beside its goal, in one run.
+
+Phases, one after the other on the same machine (the load averages are recorded around each):
+
+- steady: two sidecars side by side at the default 5 s interval for `STEADY` seconds, one watching 1 target and
+  one watching 100 (bench/fastreplay.py, one loopback port per target), each read by a Prometheus-like client
+  every 15 s: whole-process CPU per scrape (the idle floor included) and RSS;
+- metrics: `hey` at 200 requests per second on the 100-target sidecar's /metrics while it scrapes on (p50/p99);
+- crowd: 1,000 concurrent clients asking for /, /api/v1/history and /api/v1/diagnosis of the 100-target
+  sidecar, then 1,000 half-open (slowloris) connections, while a probe asks /healthz every 20 ms (p50/p99/max);
+- huge: a target sending a 15 MiB exposition (tests/hostile.py) beside a healthy one at a 2 s interval: /healthz
+  p99 and the sidecar's RSS;
+- fleet: 1,000 targets at 5 s with the sidecar pinned to one core (achieved interval, share of the core);
+- one-shot: whole-process CPU of `diagnose FILE`, `estimate` and `import exporter.cli`, next to `python -c pass`.
+
+`BENCH_QUICK=1` shortens the steady phase to 60 s, `B8_STEADY_SECONDS=N` sets it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from .b4_load import hey
+from .common import (
+    FIXTURES,
+    REPO,
+    VLLM_ARGS,
+    cpu_seconds,
+    free_port,
+    loadavg,
+    percentile,
+    quick,
+    rss_mb,
+    save,
+    sidecar_argv,
+    spawn,
+    wait_http,
+)
+
+INTERVAL = 5.0  # the default --scrape.interval
+GOALS = {"oneshot_cpu_s": 0.25, "metrics_p99_ms": 10.0, "cpu_ms_per_scrape": 2.0, "rss_1_mb": 45.0,
+         "rss_100_mb": 80.0, "healthz_p99_ms": 100.0}
+
+
+def _fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+@contextlib.contextmanager
+def replay(count: int, tmp: Path) -> Iterator[tuple[int, Path]]:
+    """bench/fastreplay.py on `count` loopback ports; (its /stats port, the targets file)."""
+    port, urls = free_port(), tmp / f"targets-{count}"
+    with spawn([sys.executable, "-m", "bench.fastreplay", "--port", str(port), "--count", str(count),
+                "--urls-file", str(urls)]):
+        wait_http(f"http://127.0.0.1:{port}/health")
+        while not urls.exists():
+            time.sleep(0.1)
+        yield port, urls
+
+
+def _stats(rport: int) -> dict[str, Any]:
+    doc: dict[str, Any] = httpx.get(f"http://127.0.0.1:{rport}/stats", timeout=60.0).json()
+    return doc
+
+
+def steady(tmp: Path, seconds: float) -> dict[str, Any]:
+    """The 1- and 100-target sidecars side by side; the 100-target one is left running for the next phases."""
+    out: dict[str, Any] = {"load_before": loadavg(), "seconds": seconds}
+    with replay(1, tmp) as (_r1, urls1), replay(100, tmp) as (r100, urls100):
+        p1, p100 = free_port(), free_port()
+        with spawn(sidecar_argv(None, p1, "5s", targets_file=urls1)) as s1, \
+                spawn(sidecar_argv(None, p100, "5s", targets_file=urls100)) as s100:
+            for p in (p1, p100):
+                wait_http(f"http://127.0.0.1:{p}/healthz", timeout=60.0)
+            time.sleep(2 * INTERVAL)  # the first scrape of every target also reads /v1/models and /version
+            t0 = time.monotonic()
+            cpu0 = {pid: cpu_seconds(pid) for pid in (s1.pid, s100.pid)}
+            series: dict[int, list[tuple[float, float, int]]] = {s1.pid: [], s100.pid: []}
+            next_read = t0
+            with httpx.Client() as client:
+                while (now := time.monotonic()) - t0 < seconds:
+                    for pid in series:
+                        series[pid].append((now - t0, rss_mb(pid), _fds(pid)))
+                    if now >= next_read:  # Prometheus at its default 15 s
+                        next_read += 15.0
+                        for p in (p1, p100):
+                            client.get(f"http://127.0.0.1:{p}/metrics", timeout=30.0).raise_for_status()
+                    time.sleep(5.0)
+            elapsed = time.monotonic() - t0
+            for name, proc, n in (("one", s1, 1), ("hundred", s100, 100)):
+                cpu = cpu_seconds(proc.pid) - cpu0[proc.pid]
+                rss = [r for _, r, _ in series[proc.pid]]
+                out[name] = {"targets": n, "cpu_ms_per_scrape": 1000 * cpu / (elapsed / INTERVAL * n),
+                             "cpu_share": cpu / elapsed, "rss_mb_first": rss[0], "rss_mb_max": max(rss),
+                             "rss_mb_last": rss[-1], "fds_last": series[proc.pid][-1][2],
+                             "rss_series": [(round(t), round(r, 1)) for t, r, _ in series[proc.pid][::6]]}
+            out["load_after_steady"] = loadavg()
+            base = f"http://127.0.0.1:{p100}"
+            time.sleep(1.0)
+            out["metrics_bytes"] = len(httpx.get(base + "/metrics", timeout=30.0).content)
+            cpu_hey = cpu_seconds(s100.pid)
+            out["metrics_hey"] = hey(base + "/metrics", 10 if quick() else 30)
+            out["metrics_hey"]["sidecar_cpu_share"] = (cpu_seconds(s100.pid) - cpu_hey) / (10 if quick() else 30)
+            out["load_after_metrics"] = loadavg()
+            out["crowd"] = asyncio.run(crowd(p100, 1000, 20.0))
+            out["slowloris"] = asyncio.run(slowloris(p100, 1000, 15.0))
+            out["after_crowd"] = {"rss_mb": rss_mb(s100.pid), "fds": _fds(s100.pid),
+                                  "alive": s100.poll() is None}
+            up = [ln for ln in httpx.get(base + "/metrics", timeout=30.0).text.splitlines()
+                  if ln.startswith("vllm_headroom_up{")]
+            out["after_crowd"]["up"] = sum(ln.endswith(" 1.0") for ln in up)
+            stats = _stats(r100)
+            out["after_crowd"]["interval_max_s"] = stats["interval_max_s"]
+            out["load_after"] = loadavg()
+    return out
+
+
+async def _get(port: int, path: str) -> int:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(f"GET {path} HTTP/1.1\r\nHost: sidecar\r\nConnection: close\r\n\r\n".encode())
+        await writer.drain()
+        line = await reader.readline()
+        while await reader.read(65536):
+            pass
+        return int(line.split()[1]) if line else 0
+    finally:
+        writer.close()
+
+
+def probe(port: int, seconds: float) -> dict[str, Any]:
+    """/healthz every 20 ms on a new connection each time for `seconds`, with blocking sockets. Run as its own
+    process (`python -m bench.b8_serving --probe PORT SECONDS`), so the crowd's event loop in this one never
+    delays the probe's own reading."""
+    import socket
+
+    times: list[float] = []
+    failed = 0
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        started = time.perf_counter()
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=10.0) as s:
+                s.sendall(b"GET /healthz HTTP/1.1\r\nHost: sidecar\r\nConnection: close\r\n\r\n")
+                data = b""
+                while chunk := s.recv(65536):
+                    data += chunk
+            failed += not data.startswith(b"HTTP/1.1 200")
+        except OSError:
+            failed += 1
+        times.append(time.perf_counter() - started)
+        time.sleep(0.02)
+    return {"probes": len(times), "failed": failed, "p50_ms": 1000 * percentile(times, 0.5),
+            "p99_ms": 1000 * percentile(times, 0.99), "max_ms": 1000 * max(times)}
+
+
+async def _probe(port: int, seconds: float) -> dict[str, Any]:
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "bench.b8_serving", "--probe", str(port),
+                                                str(seconds), stdout=asyncio.subprocess.PIPE, cwd=REPO)
+    out, _ = await proc.communicate()
+    doc: dict[str, Any] = json.loads(out)
+    return doc
+
+
+async def crowd(port: int, clients: int, seconds: float) -> dict[str, Any]:
+    """`clients` connections asking for the expensive bodies over and over while the probe runs."""
+    stop = asyncio.Event()
+    codes: dict[int, int] = {}
+    paths = ["/", "/api/v1/history", "/api/v1/diagnosis"]
+
+    async def client(i: int) -> None:
+        while not stop.is_set():
+            try:
+                status = await _get(port, paths[i % len(paths)])
+            except OSError:
+                status = 0
+            codes[status] = codes.get(status, 0) + 1
+            if status != 200:
+                await asyncio.sleep(0.1)
+
+    load = loadavg()
+    tasks = [asyncio.create_task(client(i)) for i in range(clients)]
+    await asyncio.sleep(1.0)  # the crowd is there before the probe starts
+    result = await _probe(port, seconds)
+    stop.set()
+    await asyncio.wait(tasks, timeout=120.0)
+    return {"clients": clients, "seconds": seconds, "answers": codes, **result, "load_before": load,
+            "load_after": loadavg()}
+
+
+async def slowloris(port: int, connections: int, seconds: float) -> dict[str, Any]:
+    """`connections` requests that never finish their headers, reopened when the sidecar closes one."""
+    stop = asyncio.Event()
+    closed = 0
+
+    async def hold() -> None:
+        nonlocal closed
+        while not stop.is_set():
+            try:
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                writer.write(b"GET / HTTP/1.1\r\nHost: sidecar\r\nX-Slow: ")
+                while not stop.is_set():
+                    try:
+                        async with asyncio.timeout(1.0):
+                            if not await reader.read(1024):
+                                break
+                    except TimeoutError:
+                        writer.write(b"x")  # one byte now and then, as slowloris does
+                writer.close()
+                closed += 1
+            except OSError:
+                await asyncio.sleep(0.1)
+
+    load = loadavg()
+    tasks = [asyncio.create_task(hold()) for _ in range(connections)]
+    await asyncio.sleep(1.0)
+    result = await _probe(port, seconds)
+    stop.set()
+    await asyncio.wait(tasks, timeout=60.0)
+    return {"connections": connections, "seconds": seconds, "closed_by_sidecar": closed, **result,
+            "load_before": load, "load_after": loadavg()}
+
+
+def huge(seconds: float) -> dict[str, Any]:
+    """A 15 MiB exposition beside a healthy target, both scraped every 2 s."""
+    sys.path.insert(0, str(REPO))
+    from tests import hostile
+
+    ready, state = threading.Event(), {}
+
+    def run() -> None:
+        async def main() -> None:
+            state["huge"] = await hostile.Target("huge").start()
+            state["ok"] = await hostile.Target("ok").start()
+            state["loop"], state["stop"] = asyncio.get_running_loop(), asyncio.Event()
+            ready.set()
+            await state["stop"].wait()
+
+        asyncio.run(main())
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    ready.wait(60.0)
+    port = free_port()
+    load = loadavg()
+    argv = sidecar_argv([state["huge"].url, state["ok"].url], port, "2s")  # the timeout: 80 % of it, 1.6 s
+    try:
+        with spawn(argv) as sc:
+            wait_http(f"http://127.0.0.1:{port}/healthz", timeout=60.0)
+            before = len(state["huge"].metrics_at)
+            rss: list[float] = []
+
+            async def watch() -> dict[str, Any]:
+                probing = asyncio.create_task(_probe(port, seconds))
+                while not probing.done():
+                    await asyncio.sleep(1.0)
+                    rss.append(rss_mb(sc.pid))
+                return await probing
+
+            result = asyncio.run(watch())
+            text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=30.0).text
+            up = {ln.split("}")[0]: ln.rsplit(" ", 1)[1] for ln in text.splitlines()
+                  if ln.startswith("vllm_headroom_up{")}
+    finally:
+        state["loop"].call_soon_threadsafe(state["stop"].set)
+        thread.join(30.0)
+    return {"exposition_mib": 15, "seconds": seconds, "huge_requests": len(state["huge"].metrics_at) - before,
+            **result, "rss_mb_max": max(rss), "rss_mb_last": rss[-1], "up": up, "load_before": load,
+            "load_after": loadavg()}
+
+
+def fleet(tmp: Path, n: int, intervals: int) -> dict[str, Any]:
+    """`n` targets at 5 s, the sidecar pinned to one core."""
+    load = loadavg()
+    with replay(n, tmp) as (rport, urls):
+        port = free_port()
+        argv = ["taskset", "-c", "1", *sidecar_argv(None, port, "5s", targets_file=urls)]
+        with spawn(argv) as sc:
+            wait_http(f"http://127.0.0.1:{port}/healthz", timeout=120.0)
+            deadline = time.monotonic() + 300.0
+            while _stats(rport)["scrapes"] < 2 * n and time.monotonic() < deadline:
+                time.sleep(1.0)
+            httpx.get(f"http://127.0.0.1:{rport}/stats/reset", timeout=30.0)
+            t0, cpu0 = time.monotonic(), cpu_seconds(sc.pid)
+            next_read = t0 + 15.0
+            latencies = []
+            while True:
+                time.sleep(1.0)
+                now = time.monotonic()
+                if now >= next_read:
+                    next_read += 15.0
+                    started = time.perf_counter()
+                    httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=60.0)
+                    latencies.append(time.perf_counter() - started)
+                stats = _stats(rport)
+                if (now - t0 >= intervals * INTERVAL and stats["gaps"] >= n) or now > deadline:
+                    break
+            elapsed = time.monotonic() - t0
+            cpu = cpu_seconds(sc.pid) - cpu0
+            rss = rss_mb(sc.pid)
+    return {"targets": n, "window_s": round(elapsed, 1), "interval_median_s": stats["interval_median_s"],
+            "interval_p95_s": stats["interval_p95_s"], "interval_max_s": stats["interval_max_s"],
+            "core_share": cpu / elapsed, "rss_mb": rss,
+            "metrics_read_ms_max": 1000 * max(latencies) if latencies else None, "load_before": load,
+            "load_after": loadavg()}
+
+
+def oneshot(rounds: int = 7) -> dict[str, Any]:
+    """Whole-process CPU (user + system, children's rusage) of each command, interleaved rounds, median."""
+    py = sys.executable
+    commands = {
+        "python -c pass": [py, "-c", "pass"],
+        "import exporter.cli": [py, "-c", "import exporter.cli"],
+        "diagnose FILE": [py, "-m", "exporter", "diagnose", str(FIXTURES / "false-full" / "snapshot.prom"),
+                          "--vllm-args", VLLM_ARGS],
+        "diagnose FILE --json": [py, "-m", "exporter", "diagnose", str(FIXTURES / "false-full" / "snapshot.prom"),
+                                 "--vllm-args", VLLM_ARGS, "--json"],
+        "estimate": [py, "-m", "exporter", "estimate", str(REPO / "tests" / "fixtures" / "estimate-configs" /
+                                                            "llama31-70b.json"),
+                     "--tensor-parallel-size", "8", "--gpu-memory", "80GiB", "--params", "70e9"],
+    }
+    cpu: dict[str, list[float]] = {k: [] for k in commands}
+    codes: dict[str, int] = {}
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    for _ in range(rounds):
+        for name, argv in commands.items():
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            codes[name] = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+                                         cwd=REPO, check=False).returncode
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu[name].append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    return {"rounds": rounds, "cpu_s_median": {k: statistics.median(v) for k, v in cpu.items()},
+            "cpu_s_max": {k: max(v) for k, v in cpu.items()}, "exit_codes": codes, "load": loadavg()}
+
+
+def main() -> None:
+    if sys.argv[1:2] == ["--probe"]:
+        print(json.dumps(probe(int(sys.argv[2]), float(sys.argv[3]))))
+        return
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # 1,000 clients in this process
+    result: dict[str, Any] = {"goals": GOALS, "interval_s": INTERVAL}
+    with tempfile.TemporaryDirectory() as tmpdir:
+        tmp = Path(tmpdir)
+        print(f"== one-shot ({time.strftime('%T')}, load {loadavg()})", flush=True)
+        result["oneshot"] = oneshot()
+        print(result["oneshot"]["cpu_s_median"], flush=True)
+        print(f"== steady, /metrics, crowd, slowloris ({time.strftime('%T')}, load {loadavg()})", flush=True)
+        result["steady"] = steady(tmp, float(os.environ.get("B8_STEADY_SECONDS", 60 if quick() else 300)))
+        s = result["steady"]
+        print({k: s[k] for k in ("one", "hundred")}, s["metrics_hey"], s["crowd"], s["slowloris"],
+              s["after_crowd"], sep="\n", flush=True)
+        print(f"== huge ({time.strftime('%T')}, load {loadavg()})", flush=True)
+        result["huge"] = huge(30.0)
+        print(result["huge"], flush=True)
+        print(f"== fleet 1000 at 5 s, one core ({time.strftime('%T')}, load {loadavg()})", flush=True)
+        result["fleet"] = fleet(tmp, 1000, 4)
+        print(result["fleet"], flush=True)
+    save("b8_serving", result)
+
+
+if __name__ == "__main__":
+    main()

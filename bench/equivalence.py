@@ -10,6 +10,8 @@ For each recording under tests/fixtures/vllm-*/<scenario>/ and each frame, on th
 
     python -m bench.equivalence dump /tmp/before.jsonl.gz
     python -m bench.equivalence compare /tmp/before.jsonl.gz /tmp/after.jsonl.gz   # exit 1 on any difference
+    python -m bench.equivalence compare --by-verdict BEFORE AFTER   # a change that alters answers on purpose:
+                                                                    # changed answers per verdict, before -> after
 """
 
 from __future__ import annotations
@@ -91,7 +93,29 @@ def _key(a: dict[str, Any]) -> tuple[str, str, int]:
     return a["scenario"], a["path"], a["frame"]
 
 
-def compare(before: Path, after: Path) -> int:
+def _verdicts(line: str) -> list[str]:
+    doc = json.loads(line)["json"]
+    return [str(e.get("verdict")) for t in doc["targets"] for e in t.get("engines", [])]
+
+
+def by_verdict(a: dict[tuple[str, str, int], str], b: dict[tuple[str, str, int], str]) -> str:
+    """Changed answers per path and verdict: `before -> after` when the verdict changed, `verdict (same)` when only
+    other fields did (explanation, advice, flags, series)."""
+    from collections import Counter
+
+    counts: Counter[tuple[str, str]] = Counter()
+    for k in sorted(a.keys() & b.keys()):
+        if a[k] == b[k]:
+            continue
+        for x, y in zip(_verdicts(a[k]), _verdicts(b[k]), strict=False):
+            counts[(k[1].split("/")[0] + "/" + k[1].split("/")[1], f"{x} -> {y}" if x != y else f"{x} (same)")] += 1
+    lines = ["| path | verdict before -> after | answers |", "|---|---|---|"]
+    lines += [f"| {path} | {change} | {n} |" for (path, change), n in sorted(counts.items(), key=lambda kv: (kv[0][0],
+                                                                                                         -kv[1]))]
+    return "\n".join(lines)
+
+
+def compare(before: Path, after: Path, verdicts: bool = False) -> int:
     def load(p: Path) -> dict[tuple[str, str, int], str]:
         with gzip.open(p, "rt") as f:
             return {_key(d): line for line in f if (d := json.loads(line))}
@@ -102,6 +126,9 @@ def compare(before: Path, after: Path) -> int:
     digest = hashlib.sha256("".join(a[k] for k in sorted(a)).encode()).hexdigest()[:16]
     print(f"{len(a)} answers before (sha256 {digest}), {len(b)} after; {len(differ)} differ, {len(missing)} only "
           "on one side")
+    if verdicts:
+        print(by_verdict(a, b))
+        return 1 if differ or missing else 0
     for k in differ[:5]:
         x, y = json.loads(a[k]), json.loads(b[k])
         for field in sorted(x.keys() | y.keys()):
@@ -119,8 +146,10 @@ def main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("compare")
     c.add_argument("before", type=Path)
     c.add_argument("after", type=Path)
+    c.add_argument("--by-verdict", action="store_true",
+                   help="count the changed answers per path and verdict (before -> after) instead of showing them")
     args = ap.parse_args(argv)
-    return dump(args.path) if args.cmd == "dump" else compare(args.before, args.after)
+    return dump(args.path) if args.cmd == "dump" else compare(args.before, args.after, args.by_verdict)
 
 
 if __name__ == "__main__":

@@ -692,7 +692,8 @@ VERDICT_ALERTS: dict[str, str | None] = {
     "budget_full": "VLLMHeadroomBudgetFull",  # a false-full with a known cause: replaces VLLMKVFalseFull
     "never_fits": "VLLMHeadroomNeverFits",  # replaces VLLMKVFalseFull, VLLMKVCacheFull, VLLMSchedulerStuck
     "sleeping": "VLLMEngineAsleepWithQueue",  # info; every other engine alert is silent on a sleeping engine
-    "transient": None,  # one-shot (`vllm-headroom check`) only: a served sidecar never exports it as current
+    "transient": None,  # the next step admits the queue: a first look, the next scrape decides
+    "undecided": None,  # an unstated value decides what binds: the advice asks for it (issue 19); queue alerts fire
 }
 
 

@@ -87,7 +87,7 @@ CLAIMS: dict[str, Claim] = {c.name: c for c in (
 VERDICT_CLAIM: dict[str, str] = {
     "slots_full": "slots", "kv_full": "memory", "preempting": "preemption", "head_of_line": "head",
     "budget_full": "budget", "deferred": "deferral", "never_fits": "never_fits", "stuck": "stall",
-    "sleeping": "sleep", "ok": "nothing", "leak": "leak", "transient": "undecided",
+    "sleeping": "sleep", "ok": "nothing", "leak": "leak", "transient": "undecided", "undecided": "undecided",
 }
 
 # Claims an explanation makes in words, in a clause that is not conditional ("if it is 4, ..." is not a claim).
@@ -209,8 +209,13 @@ def check(answer: dict[str, Any], held_for: float | None = None, hold: float = H
         if direction in CHANGES and setting in WORST_CASE_SETTINGS and guessed_size:
             bad("advice_from_a_guessed_worst_case", f"{direction} {setting} from a worst case no finished request "
                 f"backs (profile thin={profile.get('thin')}, prompt basis {prompt.get('basis')})")
+    room = answer["kv_free_blocks"] // max(answer["prompt_blocks"], 1)
+    slots = answer.get("slot_headroom_requests")
+    # The free blocks hold fewer heads than wait, and the known free slots more: memory runs out at the next step,
+    # before the slots do. That binds now (the queue outlasts the step); it is no risk bound.
+    memory_first = answer["requests_waiting"] > room and slots is not None and room < slots
     if (verdict == "kv_full" and answer["panel_usage_ratio"] < FULL_USAGE
-            and answer["kv_free_blocks"] >= answer["prompt_blocks"]):
+            and answer["kv_free_blocks"] >= answer["prompt_blocks"] and not memory_first):
         bad("kv_full_from_a_risk_bound", f"kv_full at {100 * answer['panel_usage_ratio']:.0f} % usage with "
             f"{answer['kv_free_blocks']} free blocks for a {answer['prompt_blocks']}-block head: only a risk "
             f"(safe headroom {answer['safe_headroom_requests']}) says memory")

@@ -41,7 +41,8 @@ FIXTURES = Path(__file__).parent / "fixtures"
 REPORT = FIXTURES / "SCORE.md"
 CPU_DEFAULT_BUDGET = 2048  # vLLM 0.32.0 OpenAI server on CPU, world size 1
 FULL_USAGE = 0.8
-SIDECAR_MIN, ONE_SHOT_MIN = 0.95, 0.90
+# Issue 19's bars: the sidecar on 98 % of frames, one-shot with the server's flags on 95 %, without them on 90 %.
+SIDECAR_MIN, ONE_SHOT_MIN, ONE_SHOT_NOFLAGS_MIN = 0.98, 0.95, 0.90
 MODES = ("sidecar", "one-shot", "one-shot-noflags")  # the last: `diagnose FILE` with no flag at all
 LEAD_UP = 10.0  # s before a preemption counter rise in which no scrape may advise raising max_num_seqs
 NO_FALSE_FULL = frozenset({"ok", "kv_full", "preempting", "transient", "never_fits"})
@@ -172,6 +173,11 @@ class Truth:
     accept: frozenset[str]
     accept_one_shot: frozenset[str]
     why: str = ""
+    # The label rests on max_num_seqs or max_num_batched_tokens (issue 19): without the server's flags one
+    # observation must say what decides it (`undecided`), and `transient` only when the next step could admit the
+    # whole queue (`fits_one_step`).
+    config_decides: bool = False
+    fits_one_step: bool = False
 
 
 def judge(frames: list[Frame], i: int, srv: Server, sent: list[Sent], exact: bool) -> Truth:
@@ -206,15 +212,19 @@ def judge(frames: list[Frame], i: int, srv: Server, sent: list[Sent], exact: boo
             return Truth("preempting", frozenset({"preempting", "kv_full"}), frozenset({"preempting", "kv_full"}),
                          f"slots full, {free} free blocks, storm")
         also = {"preempting"} if storm else set()
-        return Truth("slots_full", frozenset({"slots_full"} | also), frozenset({"slots_full"} | also))
+        return Truth("slots_full", frozenset({"slots_full"} | also), frozenset({"slots_full"} | also),
+                     config_decides=True, fits_one_step=head is not None and head_blocks <= free
+                     and f.waiting <= free // max(head_blocks, 1))
     if f.usage >= FULL_USAGE or (head is not None and head_blocks > free):
         typical = sorted(s.prompt_len for s in sent if s.at <= f.t and s is not head)
         larger = head is not None and bool(typical) and head.prompt_len > typical[len(typical) // 2]
         also = {"preempting"} if storm else set()
         if larger and f.usage < FULL_USAGE:
+            # With max_num_seqs at the running count this frame would be slots_full (above): one observation
+            # without the server's flags may say that the cap decides.
             return Truth("head_of_line", frozenset({"head_of_line", "kv_full"} | also),
                          frozenset({"head_of_line", "kv_full", "transient"} | also),
-                         f"head {head_blocks} blocks > {free} free, larger than typical")
+                         f"head {head_blocks} blocks > {free} free, larger than typical", config_decides=True)
         return Truth("kv_full", frozenset({"kv_full"} | also), frozenset({"kv_full"} | also),
                      f"head {head_blocks} blocks vs {free} free, usage {f.usage:.2f}")
     # A running request whose uncached prompt is at least the step's token budget prefills with all of it
@@ -223,13 +233,34 @@ def judge(frames: list[Frame], i: int, srv: Server, sent: list[Sent], exact: boo
     if prev is not None and f.prompt_tokens > prev.prompt_tokens and running_prompts \
             and max(running_prompts) >= srv.budget:
         return Truth("budget_full", frozenset({"budget_full"}), frozenset({"budget_full", "transient"}),
-                     f"running prompts of {max(running_prompts)} tokens >= budget {srv.budget}")
+                     f"running prompts of {max(running_prompts)} tokens >= budget {srv.budget}", config_decides=True)
+    # Issue 19, kinds 8 and 9: the next step admits min(free slots, requests whose prompt fits the free blocks); a
+    # queue larger than that is bound by whichever runs out first, whether or not running equals max_num_seqs (with
+    # hundreds of slots, requests finish and are replaced between steps: the cap is met within one step's turnover).
+    free_slots = srv.max_num_seqs - int(f.running)
+    sizes = sorted(s.prompt_len - s.shared_prefix for s in sent if s.at <= f.t)
+    # The head's blocks; where the driver's log cannot name the head (old recordings keep only the waves), the
+    # typical request's.
+    step_blocks = head_blocks if head is not None else (
+        math.ceil(sizes[len(sizes) // 2] / srv.block_size) if sizes else 0)
+    kv_room = free // max(step_blocks, 1)
+    also = {"preempting"} if storm else set()
+    if step_blocks and f.waiting > min(free_slots, kv_room):
+        if free_slots <= kv_room:
+            return Truth("slots_full", frozenset({"slots_full"} | also), frozenset({"slots_full"} | also),
+                         f"{f.waiting:.0f} wait for {free_slots} free slots (the blocks hold {kv_room})",
+                         config_decides=True)
+        return Truth("kv_full", frozenset({"kv_full"} | also), frozenset({"kv_full"} | also),
+                     f"{f.waiting:.0f} wait, the free blocks hold {kv_room} heads of {step_blocks}",
+                     config_decides=True)
     if storm:
-        return Truth("preempting", frozenset({"preempting", "kv_full", "ok"}),
-                     frozenset({"preempting", "kv_full", "transient", "ok"}), "storm, between admissions")
-    # Room for the head, a free slot, budget left: the engine admits it at its next step.
-    return Truth("transient", frozenset({"transient", "ok", "slots_full", "kv_full", "budget_full", "head_of_line"}),
-                 frozenset({"transient", "ok"}), "between steps")
+        # Between admissions in a storm: never `ok` while requests wait (issue 19).
+        return Truth("preempting", frozenset({"preempting", "kv_full", "transient"}),
+                     frozenset({"preempting", "kv_full", "transient"}), "storm, between admissions")
+    # Room for the head, a free slot, budget left: the engine admits it at its next step (never `ok` while requests
+    # wait, issue 19).
+    return Truth("transient", frozenset({"transient", "slots_full", "kv_full", "budget_full", "head_of_line"}),
+                 frozenset({"transient"}), "between steps", fits_one_step=True)
 
 
 @dataclass
@@ -243,6 +274,7 @@ class Score:
     per_truth: Counter[tuple[str, bool]] = field(default_factory=Counter)  # (truth, agreed) -> frames
     misses: list[str] = field(default_factory=list)
     undetermined: int = 0  # frames with no capacity to judge (no flags, a pool vLLM does not export): not scored
+    missed_false_full: int = 0  # slots-bound frames past the hold, below full usage, not flagged (must be 0)
     lead_up: int = 0  # frames in the lead-up to a preemption storm
     raises: int = 0  # of them, frames whose advice raises max_num_seqs (must be 0)
 
@@ -268,9 +300,13 @@ def lead_up(frames: list[Frame]) -> set[int]:
 
 
 def raises_max_num_seqs(e: EngineReport) -> bool:
-    from exporter.planning import advice
-
-    return any(a.setting == "max_num_seqs" and a.direction == "raise" for a in advice.advise(e))
+    """The answer advises raising max_num_seqs without saying what keeps the raise safe. Issue 19 (kind 7) wants a
+    raise whenever slots bind and the pool holds more requests of the observed size, with the condition stated
+    when the profile is young; issue 11 wants none before a storm the profile could not foresee. Both hold when a
+    raise in the lead-up states its condition (`Advice.condition`: requests staying within the observed size,
+    and how much evidence backs it), and none is given once requests in flight outgrow the profile."""
+    return any(a.setting == "max_num_seqs" and a.direction == "raise" and not getattr(a, "condition", "")
+               for a in e.advice)
 
 
 def score(folder: Path) -> tuple[Score, Score, Score]:
@@ -312,16 +348,20 @@ def score_timeline(name: str, meta: dict[str, Any], timeline: list[tuple[float, 
     bare = Settings("recorded", vllm_args=None, discover_cmdline=False, thresholds=settings.thresholds)
     sidecar = _target(meta, settings)
     out = (Score(name, "sidecar"), Score(name, "one-shot"), Score(name, "one-shot-noflags"))
+    slots_since: float | None = None  # since when the truth has been slots_full without a break
     for i, (t, text) in enumerate(timeline):
         sent, exact = sent_of[i]
         truth = judge(frames, i, srv, sent, exact)
+        slots_since = (slots_since if slots_since is not None else t) if truth.label == "slots_full" else None
         # An engine whose capacity cannot be derived (e.g. a pool vLLM does not export, without flags) is
         # undetermined: the report says so, the frame is not judged.
         ours_live = _maybe(sidecar.observe(t, text).engines)
         ours_once = _maybe(_target(meta, one_shot(settings)).observe(t, text, gauges_only=True).engines)
         ours_bare = _maybe(_target(meta, one_shot(bare)).observe(t, text, gauges_only=True).engines)
-        # Without the cap one observation cannot tell "all slots taken" from "between two steps".
-        bare_accept = truth.accept_one_shot | ({"transient"} if truth.label == "slots_full" else set())
+        # Without the cap one observation cannot tell "all slots taken" from "between two steps" (`transient`, only
+        # where the next step could admit the whole queue: issue 19 kind 8), or from a larger cap (`undecided`).
+        bare_accept = truth.accept_one_shot | ({"undecided"} if truth.config_decides else set()) | (
+            {"transient"} if truth.config_decides and truth.fits_one_step else set())
         once_accept = truth.accept_one_shot if given is not None else bare_accept
         for s, maybe, accept in ((out[0], ours_live, truth.accept), (out[1], ours_once, once_accept),
                                  (out[2], ours_bare, bare_accept)):
@@ -339,6 +379,11 @@ def score_timeline(name: str, meta: dict[str, Any], timeline: list[tuple[float, 
                 s.misses.append(f"t={t:.1f} truth={truth.label} ({truth.why}) ours={verdict}")
             inferred_cap = s is out[2] or (ours.config.max_num_seqs is not None
                                            and str(ours.config.max_num_seqs.source) == "inferred")
+            held = slots_since is not None and t - slots_since >= settings.thresholds.false_full_hold
+            if s.mode == "sidecar" and held and frames[i].usage < FULL_USAGE and not ours.false_full:
+                # Issue 19: a slots-bound wait held past the hold is flagged, however few requests finished.
+                s.missed_false_full += 1
+                s.misses.append(f"t={t:.1f} truth=slots_full for {t - slots_since:.1f} s: false_full not raised")
             if ours.false_full and (truth.label in NO_FALSE_FULL or (s.mode != "sidecar" and inferred_cap
                                                                      and verdict == "slots_full")):
                 s.bad_false_full += 1
@@ -390,11 +435,11 @@ def story(folder: Path) -> list[str]:
              + f"; false-full flagged on {sum(o.false_full for o in ours)} frames"]
     if rises:
         first = next((i for i, o in enumerate(ours) if o.verdict.value == "preempting"), None)
-        raised = -1 if advice is None else sum(1 for o in ours[:rises[0]] for a in advice.advise(o)
-                                               if a.setting == "max_num_seqs" and a.direction == "raise")
+        raised = -1 if advice is None else sum(1 for o in ours[:rises[0]] if raises_max_num_seqs(o))
         lines.append(f"  - first `preempting` at t={frames[first].t:.1f} s" if first is not None
                      else "  - never preempting")
-        lines.append(f"  - scrapes advising a max_num_seqs raise before the counter first rose: {raised}")
+        lines.append("  - scrapes advising an unconditional max_num_seqs raise before the counter first rose: "
+                     f"{raised}")
     caps = Counter(o.config.max_num_seqs.value for o in ours if o.config.max_num_seqs is not None
                    and str(o.config.max_num_seqs.source) == "inferred")
     if caps:
@@ -464,7 +509,7 @@ def render(scores: list[Score]) -> str:
              "`diagnose FILE` with no flag at all on every frame (a slots_full frame may then be called transient: "
              "one observation cannot know the cap; a false-full from a cap it inferred counts as forbidden).",
              f"Advice: on every frame within {LEAD_UP:.0f} s before a rise of the preemption counter (the lead-up to "
-             "a storm), no mode may advise raising max_num_seqs.", ""]
+             "a storm), no mode may advise raising max_num_seqs without stating what keeps the raise safe.", ""]
     left = unscored()
     if left:
         lines += ["Not scored (and why):", ""]
@@ -472,7 +517,7 @@ def render(scores: list[Score]) -> str:
         lines.append("")
     releases = sorted({s.scenario.split("/")[0] for s in scores})
     lines += ["| release | frames | sidecar agree | one-shot agree | one-shot no flags agree | false-full where "
-              "forbidden (sidecar / one-shot / no flags) | max_num_seqs raises before a storm (same) |",
+              "forbidden (sidecar / one-shot / no flags) | unconditional max_num_seqs raises before a storm (same) |",
               "|---|---|---|---|---|---|---|"]
     for rel in releases:
         by = {m: [s for s in scores if s.mode == m and s.scenario.startswith(rel + "/")] for m in MODES}
@@ -488,9 +533,11 @@ def render(scores: list[Score]) -> str:
         total = sum(s.frames for s in ss)
         agree = sum(s.agree for s in ss)
         bad = sum(s.bad_false_full for s in ss)
+        missed = sum(s.missed_false_full for s in ss)
         lines += [f"## {mode}: {agree}/{total} frames agree ({100 * agree / max(total, 1):.1f} %), "
                   f"{bad} false-full on KV-bound/preempting/transient frames, "
-                  f"{sum(s.raises for s in ss)} of {sum(s.lead_up for s in ss)} lead-up frames advise a "
+                  + (f"{missed} slots-bound frames past the hold not flagged, " if mode == "sidecar" else "") +
+                  f"{sum(s.raises for s in ss)} of {sum(s.lead_up for s in ss)} lead-up frames advise an unconditional "
                   "max_num_seqs raise" + (f", {und} frames undetermined (capacity not derivable, not scored)"
                                           if (und := sum(s.undetermined for s in ss)) else ""), "",
                   "| recording | frames | agree | false-full where forbidden |", "|---|---|---|---|"]
@@ -672,15 +719,16 @@ def render_sweep(root: Path) -> list[str]:
 
 
 def acceptable(scores: list[Score]) -> bool:
-    """Issue 11's bounds: sidecar >= 95 %, one-shot (with and without flags) >= 90 %, no false-full where it is
-    forbidden, no max_num_seqs raise in the lead-up to a preemption storm."""
+    """Issue 19's bounds: sidecar >= 98 %, one-shot with the server's flags >= 95 %, without them >= 90 %, no
+    false-full on a KV-bound, preempting or transient frame, no slots-bound frame past the hold left unflagged
+    (sidecar), and issue 11's: no max_num_seqs raise in the lead-up to a preemption storm."""
     def share(mode: str) -> float:
         ss = [s for s in scores if s.mode == mode]
         return sum(s.agree for s in ss) / max(sum(s.frames for s in ss), 1)
 
     return (share("sidecar") >= SIDECAR_MIN and share("one-shot") >= ONE_SHOT_MIN
-            and share("one-shot-noflags") >= ONE_SHOT_MIN
-            and not any(s.bad_false_full or s.raises for s in scores))
+            and share("one-shot-noflags") >= ONE_SHOT_NOFLAGS_MIN
+            and not any(s.bad_false_full or s.raises or s.missed_false_full for s in scores))
 
 
 def main(argv: list[str] | None = None) -> int:

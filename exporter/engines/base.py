@@ -52,6 +52,7 @@ class AdmissionRule:
 PROMPT_LENGTHS = "prompt"
 MAX_TOKENS_LENGTHS = "max_tokens"
 GENERATION_LENGTHS = "generation"
+E2E_LATENCY = "e2e_latency"  # seconds from a request's arrival to its end, observed when it finishes
 
 
 @dataclass(frozen=True)
@@ -195,6 +196,24 @@ class Snapshot:
     rules: ReleaseRules | None = None  # the release's rules the numbers should be derived with
 
 
+@dataclass(frozen=True)
+class Candidate:
+    """One value an unknown input may have, and the rule that gives it (an engine default for a device class)."""
+
+    value: int
+    rule: str
+
+
+@dataclass(frozen=True)
+class BatchDefaults:
+    """The engine's defaults for the slot cap and the step's token budget when nobody sets them, one candidate per
+    device class (the exposition does not say which device it runs on), ascending."""
+
+    max_num_seqs: tuple[Candidate, ...]
+    max_num_batched_tokens: tuple[Candidate, ...]
+    source: str = ""  # where the table is read from (release and upstream file)
+
+
 class InvalidValue(ValueError):
     """A gauge the verdict depends on is NaN, infinite or negative."""
 
@@ -247,6 +266,9 @@ class Engine(Protocol):
         """(derived max_model_len, the config key it came from, the default max_model_len) of a model config."""
     def parse_startup_log(self, text: str) -> LogFacts:
         """The capacity facts of a pasted start-up log; ValueError when it has none."""
+    def batch_defaults(self, version: str | None, world_size: int | None,
+                       performance_mode: str | None) -> BatchDefaults:
+        """The slot cap's and the token budget's defaults when nobody sets them (see `BatchDefaults`)."""
     def blocks_from_log_figures(self, facts: LogFacts, block_size: int, per_request: int) -> tuple[int, int] | None:
         """(lowest, highest) block counts the log's printed capacity figures allow, R = `per_request` blocks per
         request of the log's max_model_len; None when they allow none or the log prints none."""

@@ -17,6 +17,8 @@ from ..pipeline.verdict import Verdict
 from . import headline
 
 P = "vllm_headroom_"
+RISKS = ("oversubscription", "beyond_profile", "max_model_len_over_pool")  # pipeline/report.py Risk.kind
+DECIDING_INPUTS = ("max_num_seqs", "max_num_batched_tokens")  # the inputs an undecided answer can turn on
 SCRAPE_ERROR_REASONS = ("connect", "timeout", "http_status", "truncated", "malformed", "too_large",
                         "no_vllm_metrics", "invalid_value", "models", "internal_error")
 
@@ -45,8 +47,18 @@ _ENGINE_GAUGES: list[tuple[str, str, Callable[[EngineReport], float | None]]] = 
      lambda e: headline.unreachable_pool_ratio(e.headroom)),
     ("effective_usage_ratio", "DEPRECATED, removed in 0.2.0: use vllm_headroom_unreachable_pool_ratio "
      "(same value).", lambda e: headline.unreachable_pool_ratio(e.headroom)),
-    ("false_full", "1 while requests wait although usage is low, held for the false-full hold time.",
-     lambda e: 1.0 if e.false_full else 0.0),
+    ("false_full", "1 while requests wait although usage is low and something other than KV memory binds now "
+     "(slots, the token budget, a head-of-line prompt, deferral), held for the false-full hold time; a risk never "
+     "vetoes it.", lambda e: 1.0 if e.false_full else 0.0),
+    ("gauges_reliable", "0 when this scrape's gauges contradict the engine's counters (nothing in flight while "
+     "steps and tokens rose): the judgement repeats the last consistent scrape's.",
+     lambda e: 1.0 if e.gauges_reliable else 0.0),
+    ("admits_next_step_requests", "Requests the next engine step can admit: min(free slots, free blocks // the "
+     "head's blocks); absent when max_num_seqs is unknown.",
+     lambda e: e.admits if e.max_num_seqs is not None else None),
+    ("producer_holding", "1 while a P/D producer (kv_role kv_producer or kv_both) keeps finished prefills' blocks "
+     "for its decode side, with nothing running or waiting: held on purpose, never a leak.",
+     lambda e: 1.0 if e.producer_holding else 0.0),
     ("preemptions_per_second", "Preemptions per second between the last two scrapes.",
      lambda e: e.preemptions_per_second),
     ("seconds_without_progress", "Seconds since vLLM's step/generation counters last moved while it had work.",
@@ -115,8 +127,20 @@ class HeadroomCollector(Collector):
         verdict = GaugeMetricFamily(P + "verdict", "Why requests wait: 1 for the current verdict.",
                                     labels=[*el, "verdict"])
         binding = GaugeMetricFamily(P + "binding_limit",
-                                    "1 for the limit that binds new requests now: slots (max_num_seqs) or blocks.",
+                                    "1 for what binds now (the judgement's binding limit): slots, token_budget, "
+                                    "head_prompt, blocks, deferral, pool_size, engine, sleep, none or undecided.",
                                     labels=[*el, "limit"])
+        risk = GaugeMetricFamily(P + "risk", "1 for a risk (what may bind later, never what binds now) with its "
+                                 "basis (profile, max_model_len, in_flight; none while inactive).",
+                                 labels=[*el, "risk", "basis"])
+        undecided = GaugeMetricFamily(P + "decided_by", "1 for an input nobody stated whose value decides what binds "
+                                      "(verdict undecided or transient): state it.", labels=[*el, "input"])
+        provenance = GaugeMetricFamily(P + "input_provenance", "1 for the provenance of each input of the judgement: "
+                                       "stated, vllm_cmdline, read_from_vllm, inferred, assumed_default, unknown.",
+                                       labels=[*el, "input", "provenance"])
+        ranges = GaugeMetricFamily(P + "input_range", "The range an inferred, assumed or unknown input may have "
+                                   "(bound low or high); the judgement holds over it or says what decides.",
+                                   labels=[*el, "input", "bound"])
         undetermined = GaugeMetricFamily(
             P + "capacity_undetermined",
             "1 for an engine whose capacity cannot be derived: reason missing (values unknown) or config_error "
@@ -168,9 +192,21 @@ class HeadroomCollector(Collector):
                         profile.add_metric([*labels, kind], q.tokens)
                 for v in Verdict:
                     verdict.add_metric([*labels, str(v)], 1.0 if v is e.verdict else 0.0)
-                bound = headline.binding_limit(h)
+                bound = headline.binding_limit(e)
                 for limit in headline.LIMITS:
-                    binding.add_metric([*labels, limit], 1.0 if limit == bound else 0.0)
+                    binding.add_metric([*labels, str(limit)], 1.0 if limit == bound else 0.0)
+                active = {r.kind: r.basis for r in e.risks}
+                for kind in RISKS:
+                    risk.add_metric([*labels, kind, active.get(kind, "none")], 1.0 if kind in active else 0.0)
+                deciding = {c.input for c in e.decided_by}
+                for name in DECIDING_INPUTS:
+                    undecided.add_metric([*labels, name], 1.0 if name in deciding else 0.0)
+                for name, inp in sorted(e.inputs.items()):
+                    provenance.add_metric([*labels, name, str(inp.provenance)], 1.0)
+                    if not inp.exact:
+                        for bound_name, edge in (("low", inp.low), ("high", inp.high)):
+                            if edge is not None:
+                                ranges.add_metric([*labels, name, bound_name], float(edge))
                 row = dict(zip(el, labels, strict=True))
                 for key, val in e.config.as_json().items():
                     row[key] = str(val["value"])
@@ -189,6 +225,11 @@ class HeadroomCollector(Collector):
         yield profile
         yield verdict
         yield binding
+        yield risk
+        yield undecided
+        yield provenance
+        if ranges.samples:
+            yield ranges
         if undetermined.samples:
             yield undetermined
         if info_rows:

@@ -12,10 +12,9 @@ from typing import Any
 from .. import __version__
 from ..core import defaults
 from ..engines.vllm import VLLM
-from ..pipeline import catalogue
-from ..pipeline.catalogue import Verdict
+from ..pipeline import advice, catalogue
+from ..pipeline.catalogue import Limit, Verdict
 from ..pipeline.report import EngineGap, EngineReport, TargetReport
-from ..planning import advice
 from . import headline
 
 SCHEMA_VERSION = 1
@@ -33,9 +32,10 @@ def _pct(x: float) -> str:
 def _profile_text(e: EngineReport) -> str:
     p = e.prompt
     if p is None:
-        return "no finished request yet and max_model_len unknown, so a prompt is taken as one block"
+        return "no finished request yet and nothing running, so the head is taken as one block"
     if p.basis == "in_flight":
-        return f"no finished request yet: {p.tokens} prompt tokens computed per request started"
+        return (f"no finished request yet: at least the {e.headroom.held_blocks_per_running} blocks each running "
+                "request holds now")
     if p.basis == "max_model_len":
         return f"no finished request yet: a prompt may be as long as max_model_len ({p.tokens} tokens)"
     basis = {"window": "over the window", "lifetime": "since start"}
@@ -56,38 +56,64 @@ def profile_text(e: EngineReport) -> str:
                 }.get(q.basis, q.basis)
         base = f"{q.samples} finished requests {span}"
     if q.thin:
-        base += f"; thin (< {defaults.PROFILE_MIN_REQUESTS}): worst case taken at max_model_len"
+        base += f"; thin (< {defaults.PROFILE_MIN_REQUESTS}): worst case taken at max_model_len, a risk bound only"
     if q.stale:
         base += (f"; stale: requests in flight hold {q.held_blocks_per_running} blocks each, more than the profile's "
-                 f"{e.headroom.worst_case_blocks_profile_only}: worst case floored by them")
+                 f"{e.headroom.worst_case_blocks_profile_only}: worst case and the head's blocks floored by them")
     return base
+
+
+def _tokens(t: float | None) -> str:
+    return "?" if t is None else f"{t:,.0f}"
 
 
 def _budget_hint(e: EngineReport) -> str:
     b = e.budget
-    if b is None or b.used is None or b.used < 1.0:
+    if b is None or b.prefill_tokens is None:
         return ""
-    return (f" (likely here: a typical prompt of {b.prefill_tokens:,.0f} tokens fills the budget of "
-            f"{b.max_num_batched_tokens:,})")
+    if b.max_num_batched_tokens is not None:
+        if b.prefill_tokens < b.max_num_batched_tokens:
+            return ""
+        return (f" (likely here: a typical prompt of {_tokens(b.prefill_tokens)} tokens fills the budget of "
+                f"{b.max_num_batched_tokens:,})")
+    fills = [c for c in b.candidates if b.prefill_tokens >= c.value]
+    if not fills:
+        return ""
+    return (f" (if max_num_batched_tokens is {fills[0].value:,}, vLLM's default on {fills[0].rule}, a typical "
+            f"prompt of {_tokens(b.prefill_tokens)} tokens fills it)")
 
 
 def _used(e: EngineReport) -> str:
     return f"{_pct(e.headroom.panel_usage_ratio)} of blocks are in use"
 
 
+def _risks(e: EngineReport) -> str:
+    """The risks beside what binds now, with their basis."""
+    shown = [r for r in e.risks if r.kind != "max_model_len_over_pool" or e.verdict is not Verdict.NEVER_FITS]
+    return "".join(f" Risk ({r.kind}, by {r.basis.replace('_', ' ')}): {r.detail}." for r in shown)
+
+
+def _inferred_cap(e: EngineReport) -> str:
+    cap = e.max_num_seqs or e.running
+    how = ("the free blocks would hold the longest prompt vLLM has served, yet requests wait" if e.gauges_only else
+           "the highest running count seen while requests waited beside free blocks, outside preemption")
+    return f" (max_num_seqs {cap} is inferred, not stated: {how}; state it to confirm)"
+
+
 def _slots_full(e: EngineReport) -> str:
     h, used = e.headroom, _used(e)
-    slots = "" if e.max_num_seqs is None else f" of {e.cap_setting}={e.max_num_seqs}"
-    if e.slots_inferred:
-        cap = e.max_num_seqs or e.running
-        return (f"{used}, {e.running} requests run and {e.waiting} wait although {h.kv_free_blocks} blocks are "
-                f"free: all slots of an inferred max_num_seqs of {cap} are taken (not stated; "
-                + ("from this one observation: the free blocks would hold the longest prompt vLLM has served, "
-                   "yet requests wait" if e.gauges_only else
-                   "the highest running count seen while requests waited beside free blocks, outside preemption")
-                + "; supply it to confirm). Requests wait for a slot, not for memory.")
-    return (f"{used}, but all {e.max_num_seqs} slots{slots} are taken; {e.waiting} requests wait for a slot, "
-            f"not for memory ({h.kv_free_blocks} of {h.kv_capacity_blocks} blocks are free).")
+    cap = e.max_num_seqs if e.max_num_seqs is not None else e.running
+    free = max(0, cap - e.running)
+    inferred = _inferred_cap(e) if e.slots_inferred or (e.config.max_num_seqs is not None
+                                                        and str(e.config.max_num_seqs.source) == "inferred") else ""
+    if free > 0:
+        return (f"{used}; {e.running} of {e.cap_setting}={cap} slots are taken and {e.waiting} requests wait"
+                f"{inferred}: "
+                f"the next step fills the {free} free slot{'s' if free > 1 else ''} (requests finish and are replaced "
+                f"between steps) and the other {e.waiting - free} wait for a slot, not for memory "
+                f"({h.kv_free_blocks} of {h.kv_capacity_blocks} blocks are free).{_risks(e)}")
+    return (f"{used}, but all {cap} slots of {e.cap_setting}={cap} are taken{inferred}; {e.waiting} requests wait for "
+            f"a slot, not for memory ({h.kv_free_blocks} of {h.kv_capacity_blocks} blocks are free).{_risks(e)}")
 
 
 def _kv_full(e: EngineReport) -> str:
@@ -95,14 +121,18 @@ def _kv_full(e: EngineReport) -> str:
     if e.max_num_seqs is not None and e.running >= e.max_num_seqs:
         slots = f" of {e.cap_setting}={e.max_num_seqs}"
         why = (f"{h.kv_free_blocks} free blocks cannot hold the next request's {h.prompt_blocks}"
-               if h.kv_free_blocks < h.prompt_blocks else
-               f"the {e.running} running requests, each growing to {h.worst_case_blocks_profile} blocks, need up to "
-               f"{e.running * h.worst_case_blocks_profile} of the {h.kv_capacity_blocks} (safe headroom "
-               f"{h.safe_headroom_requests})")
+               if h.kv_free_blocks < h.prompt_blocks else f"the pool is {_pct(h.panel_usage_ratio)} used")
         return (f"{used}; all {e.max_num_seqs} slots{slots} are taken and memory binds too: {why}. "
                 f"{e.waiting} requests wait for memory as much as for a slot: more slots would not admit them.")
-    return (f"{used}: {h.kv_free_blocks} blocks are free and the next request needs about {h.prompt_blocks} "
-            f"({_profile_text(e)}); {e.waiting} requests wait for KV cache.")
+    if h.kv_free_blocks < h.prompt_blocks:
+        return (f"{used}: {h.kv_free_blocks} blocks are free and the next request needs about {h.prompt_blocks} "
+                f"({_profile_text(e)}); {e.waiting} requests wait for KV cache.{_risks(e)}")
+    if e.binding_limit is Limit.BLOCKS and e.admits is not None and h.panel_usage_ratio < defaults.FULL_USAGE:
+        return (f"{used}: {h.kv_free_blocks} blocks are free, enough for {e.admits} more requests of "
+                f"{h.prompt_blocks} blocks ({_profile_text(e)}), and {e.waiting} wait: the next step admits "
+                f"{e.admits} and the other {e.waiting - e.admits} wait for KV cache.{_risks(e)}")
+    return (f"{used}: the pool is (nearly) exhausted ({h.kv_free_blocks} of {h.kv_capacity_blocks} blocks free); "
+            f"{e.waiting} requests wait for KV cache.{_risks(e)}")
 
 
 def _preempting(e: EngineReport) -> str:
@@ -114,6 +144,14 @@ def _preempting(e: EngineReport) -> str:
         return (f"Preemption inferred from the gauges ({how}); vLLM counts a preemption only when the preempted "
                 f"request produces its next token, so num_preemptions_total may rise a scrape or more later. "
                 f"{used}, {e.running} running, {e.waiting} waiting.")
+    if e.suspected:
+        why = (f"the requests in flight hold {h.held_blocks_per_running} blocks each, more than any finished "
+               "request did" if e.profile is not None and e.profile.stale else
+               f"the {e.running} running requests leave no room for one more of {h.worst_case_blocks_profile} "
+               f"blocks in the pool of {h.kv_capacity_blocks}")
+        return (f"Suspected preemption: vLLM counted {e.preemptions_total or 0:.0f} preemptions since it started and "
+                f"{why}; {e.waiting} requests most likely wait for memory. One observation cannot date the "
+                f"preemptions: the sidecar sees them as num_preemptions_total rises. {used}.")
     rate = "" if not e.preemptions_per_second else f" ({e.preemptions_per_second:.2f}/s)"
     need = e.running * h.worst_case_blocks_profile
     if need > h.kv_capacity_blocks:
@@ -131,19 +169,24 @@ def _preempting(e: EngineReport) -> str:
 def _head_of_line(e: EngineReport) -> str:
     h = e.headroom
     return (f"{_used(e)} and {h.kv_free_blocks} blocks are free, enough for a typical request "
-            f"({h.prompt_blocks} blocks), yet {e.waiting} requests wait: the request at the head of the queue "
-            "is larger than typical (vLLM admits in order and needs its whole prompt to fit), or running "
-            "prefills use up the step's token budget (max_num_batched_tokens).")
+            f"({h.prompt_blocks} blocks), yet {e.waiting} requests wait and none was admitted or finished since the "
+            "last scrape: the request at the head of the queue is larger than typical (vLLM admits in order and "
+            f"needs its whole prompt to fit), or running prefills use up the step's token budget "
+            f"(max_num_batched_tokens).{_risks(e)}")
 
 
 def _deferred(e: EngineReport) -> str:
+    role = "" if e.config.kv_role is None else (f" (this instance is a P/D {e.config.kv_role.value}: requests "
+                                                "waiting for remote KV are deferred until the transfer completes)")
     return (f"{_used(e)}; {int(e.waiting_by_reason.get('deferred', 0))} of {e.waiting} waiting requests are deferred "
-            "by vLLM (LoRA adapter budget, grammar compilation or a KV transfer), not short of memory.")
+            f"by vLLM (LoRA adapter budget, grammar compilation or a KV transfer), not short of memory{role}. The "
+            "engine makes no step for them meanwhile: that is the deferral, not a hang.")
 
 
 def _stuck(e: EngineReport) -> str:
     return (f"{e.waiting} requests wait and the engine has made no step for {e.seconds_without_progress:.0f} s; "
-            f"{_used(e)}. The scheduler is not making progress.")
+            f"{_used(e)}. Nothing else explains it: no request is deferred, the engine is awake, and the head "
+            "fits the pool. The scheduler is not making progress.")
 
 
 def _sleeping(e: EngineReport) -> str:
@@ -164,12 +207,16 @@ def _leak(e: EngineReport) -> str:
 
 def _budget_full(e: EngineReport) -> str:
     h, b = e.headroom, e.budget
-    per = "" if b is None or b.prefill_tokens is None else f" (a typical prompt is {b.prefill_tokens:,.0f} tokens)"
-    budget = "" if b is None else (f"{b.max_num_batched_tokens:,} tokens "
-                                   f"({'assumed: vLLM default' if b.source == 'default' else b.source})")
+    per = "" if b is None or b.prefill_tokens is None else f" (a typical prompt is {_tokens(b.prefill_tokens)} tokens)"
+    if b is None:
+        budget = ""
+    elif b.max_num_batched_tokens is not None:
+        budget = f"{b.max_num_batched_tokens:,} tokens ({b.source})"
+    else:
+        budget = f"at most {max(c.value for c in b.candidates):,} tokens (even vLLM's largest default)"
     return (f"{_used(e)}, {h.kv_free_blocks} blocks and free slots, yet {e.waiting} requests wait: a running "
             f"prefill takes the whole token budget of {budget} of each step{per} (max_num_batched_tokens). "
-            "vLLM schedules running requests first and admits waiting ones only while budget is left.")
+            f"vLLM schedules running requests first and admits waiting ones only while budget is left.{_risks(e)}")
 
 
 def _never_fits(e: EngineReport) -> str:
@@ -179,29 +226,71 @@ def _never_fits(e: EngineReport) -> str:
             if e.suspected else "")
     return (f"Nothing runs and all {h.kv_capacity_blocks} blocks are free, yet {e.waiting} requests wait: the "
             f"request at the head of the queue needs more blocks than the whole pool (max_model_len needs "
-            f"{wmax} blocks, the pool has {h.kv_capacity_blocks}). vLLM admits in order, so it and every "
-            f"request behind it wait forever.{sure}")
+            f"{wmax} blocks, the pool has {h.kv_capacity_blocks}). vLLM admits in order and rejects nothing here "
+            f"(vllm#39734), so it and every request behind it wait forever; the engine makes no step meanwhile, "
+            f"which is this, not a hang.{sure}")
+
+
+def _cases(e: EngineReport) -> str:
+    """The undecided answer's cases, each a conditional clause."""
+    return advice.cases_text(e.decided_by, e.admits)
 
 
 def _transient(e: EngineReport) -> str:
     h, used = e.headroom, _used(e)
-    if e.max_num_seqs is None and e.running > 0:
+    if e.decided_by:
         return (f"{used}, {h.kv_free_blocks} blocks are free (a typical request needs {h.prompt_blocks}), "
-                f"{e.running} run and {e.waiting} wait. max_num_seqs is unknown and one observation cannot infer it: "
-                f"if it is {e.running}, requests wait for a slot, not for memory; otherwise this is most often the "
-                "moment between two engine steps. Supply max_num_seqs, or watch it with `serve`.")
+                f"{e.running} run and {e.waiting} wait. max_num_seqs is unknown and one observation cannot infer it; "
+                f"{_cases(e)}. Most often this is the moment between two engine steps. Supply max_num_seqs, or "
+                f"watch it with `serve`.{_risks(e)}")
     return (f"{used}, {h.kv_free_blocks} blocks are free (a typical request needs {h.prompt_blocks}) and "
-            f"{e.waiting} requests wait: in one observation this is most often the moment between two engine "
-            "steps (vLLM admits them at the next step). If it persists, the head of the queue is larger than "
-            "the free blocks or prefills use up the token budget" + _budget_hint(e)
-            + ": watch it with `serve` or diagnose again.")
+            f"{e.waiting} requests wait: " + (
+                f"the next step can admit {e.admits}, so in one observation this is most often the moment between "
+                "two engine steps" if e.admits is not None else
+                "in one observation this is most often the moment between two engine steps")
+            + ". If it persists, the head of the queue is larger than the free blocks or prefills use up the token "
+            "budget" + _budget_hint(e) + (": watch it with `serve` or diagnose again." if e.gauges_only else
+                                          ": the next scrape tells.") + _risks(e))
+
+
+def _undecided(e: EngineReport) -> str:
+    h, used = e.headroom, _used(e)
+    if not e.decided_by:
+        return f"{used}, {e.running} run and {e.waiting} wait; what binds cannot be told from what is consistent."
+    unknown = sorted({c.input for c in e.decided_by})
+    return (f"{used}, {h.kv_free_blocks} blocks are free (a typical request needs {h.prompt_blocks}), {e.running} run "
+            f"and {e.waiting} wait: more than the next step could admit, so this is no moment between two steps. "
+            f"What binds depends on {' and '.join(unknown)}, which nobody stated; {_cases(e)}. State "
+            f"{' and '.join(unknown)} to decide.{_risks(e)}")
 
 
 def _ok(e: EngineReport) -> str:
     h = e.headroom
+    if e.producer_holding:
+        return (f"Nothing waits and nothing runs; the {h.kv_used_blocks} blocks in use are finished prefills this "
+                f"P/D producer (kv_role {e.config.kv_role.value if e.config.kv_role else '?'}) keeps until its decode "
+                "side reads them (vLLM's NIXL connector frees them then, or when their lease expires): held on "
+                "purpose, not leaked.")
     return (f"Nothing is held back: {_used(e)}, {e.running} running, {e.waiting} waiting; room for "
             f"{h.admission_headroom_requests} more requests now and {max(h.safe_headroom_requests, 0)} more "
-            "that could each reach max_tokens without preemption.")
+            f"that could each reach max_tokens without preemption.{_risks(e)}")
+
+
+def _unreliable(e: EngineReport, inner: Callable[[EngineReport], str]) -> str:
+    last = e.consistent
+    lead = (f"vLLM's gauges read {e.running} running, {e.waiting} waiting and {_pct(e.headroom.panel_usage_ratio)} "
+            "usage although the engine decoded several requests per step since the last scrape")
+    if e.unreliable_scrapes > 1:
+        lead += (f": the gauges are unreliable on this server ({e.unreliable_scrapes} such scrapes so far; vLLM "
+                 "0.32's Rust frontend does this under load).")
+    else:
+        lead += (": either every request finished or was aborted just before this scrape, or the gauges are "
+                 "unreliable on this server (vLLM 0.32's Rust frontend reads 0 on most scrapes under load).")
+    if last is None or e.judged_from is None or last.verdict is not e.verdict:
+        shown = "" if last is None else f" (it said {last.verdict}, {e.judged_from or 0:.0f} s ago)"
+        return lead + (f" Nothing is judged from these gauges; the last consistent scrape{shown} is not repeated: "
+                       "undecided until a consistent scrape.")
+    return lead + f" Judged from the last consistent scrape, {e.judged_from:.0f} s ago: " + inner(last)
 
 
 def _target_down(r: TargetReport) -> str:
@@ -214,36 +303,45 @@ EXPLANATIONS: dict[str, Callable[[EngineReport], str]] = {
     "ok": _ok, "kv_full": _kv_full, "slots_full": _slots_full, "preempting": _preempting,
     "head_of_line": _head_of_line, "deferred": _deferred, "stuck": _stuck, "leak": _leak,
     "budget_full": _budget_full, "never_fits": _never_fits, "transient": _transient, "sleeping": _sleeping,
+    "undecided": _undecided,
 }
 TARGET_EXPLANATIONS: dict[str, Callable[[TargetReport], str]] = {"target_down": _target_down}
 
 # The fixed actions of each verdict by its catalogue key, after the advice engine's settings.
 ACTIONS: dict[str, tuple[str, ...]] = {
     "ok": (), "kv_full": (), "slots_full": (), "preempting": (), "budget_full": (), "never_fits": (),
-    "transient": (),
+    "transient": (), "undecided": (),
     "head_of_line": ("route very long prompts to a separate pool or lower max_model_len; the head needs its whole "
                      "uncached prompt in free blocks (vLLM >= 0.19)",),
-    "deferred": ("raise max_loras, pre-compile grammars, or check the KV-transfer connector",),
+    "deferred": ("raise max_loras, pre-compile grammars, or check the KV-transfer connector (on a P/D decode "
+                 "instance: is the prefill side up and reachable?); the engine waits on purpose, it is not hung",),
     "stuck": ("check the engine log; restart the pod if the engine is hung",),
     "sleeping": ("wake the engine: POST /wake_up on the vLLM server (vLLM started with --enable-sleep-mode; the "
                  "endpoint is served with VLLM_SERVER_DEV_MODE=1); do not restart it, it is not hung",),
-    "leak": ("report the vLLM version; restart the pod to reclaim the blocks",),
+    "leak": ("report the vLLM version; if a P/D connector holds the blocks for a decode side, give vLLM's command line "
+             "(--kv-transfer-config) so the sidecar knows; otherwise a restart of the pod reclaims them",),
     "target_down": ("check that vLLM is running and reachable from the sidecar",),
 }
 
 
 def explain(e: EngineReport) -> str:
-    """One paragraph saying why requests wait (or that nothing does)."""
-    return EXPLANATIONS[catalogue.entry(e.verdict).explanation](e)
+    """One paragraph saying why requests wait (or that nothing does), from the engine's one judgement."""
+    inner = EXPLANATIONS[catalogue.entry(e.verdict).explanation]
+    if not e.gauges_reliable:
+        return _unreliable(e, inner)
+    return inner(e)
 
 
 def actions(e: EngineReport, engines: list[EngineReport] | None = None) -> list[str]:
-    """Concrete changes an operator can make, most useful first (settings from the one advice engine); with the
-    server's other engines (data parallel), max_num_seqs is advised once for the server."""
-    out = [a.text() for a in advice.advise_server(e, engines or [e])]
-    out += ACTIONS[catalogue.entry(e.verdict).actions]
+    """Concrete changes an operator can make, most useful first (the judgement's advice), then the verdict's fixed
+    actions; with the server's other engines (data parallel), max_num_seqs is advised once for the server."""
+    shown = e.consistent if not e.gauges_reliable and e.consistent is not None else e
+    given = advice.advise_server(e, engines or [e])
+    out = [a.text() for a in given]
+    out += ACTIONS[catalogue.entry(shown.verdict).actions]
     known = e.config.max_num_seqs
-    if known is None or known.source == "inferred":
+    if (known is None or known.source == "inferred") and not any(
+            a.setting == "max_num_seqs" and a.direction == "state" for a in given):
         out.append(HOW_TO_SUPPLY)
     wrong = stated_cap_doubt(e)
     if wrong:
@@ -315,7 +413,8 @@ def engine_json(e: EngineReport, engines: list[EngineReport] | None = None) -> d
             "stale": q.stale, "held_blocks_per_running": q.held_blocks_per_running},
         "token_budget": None if b is None else {
             "max_num_batched_tokens": b.max_num_batched_tokens, "source": b.source,
-            "prefill_tokens": b.prefill_tokens},
+            "prefill_tokens": b.prefill_tokens,
+            "candidates": [{"value": c.value, "rule": c.rule} for c in b.candidates]},
         "requests_running": e.running,
         "requests_waiting": e.waiting,
         "requests_waiting_by_reason": e.waiting_by_reason,
@@ -326,7 +425,18 @@ def engine_json(e: EngineReport, engines: list[EngineReport] | None = None) -> d
         "block_size_tokens": h.block_size_tokens,
         "panel_usage_ratio": h.panel_usage_ratio,
         "unreachable_pool_ratio": round(headline.unreachable_pool_ratio(h), 6),
-        "binding_limit": headline.binding_limit(h),
+        "binding_limit": str(e.binding_limit),
+        "decided_by": [{"input": c.input, "value": c.value, "rule": c.rule, "limit": str(c.limit)}
+                       for c in e.decided_by],
+        "risk": {r.kind: {"basis": r.basis, "detail": r.detail} for r in e.risks},
+        "input_provenance": {k: str(v.provenance) for k, v in sorted(e.inputs.items())},
+        "input_range": {k: {"value": v.value, "low": v.low, "high": v.high, "rule": v.rule,
+                            "candidates": [{"value": c.value, "rule": c.rule} for c in v.candidates]}
+                        for k, v in sorted(e.inputs.items()) if not v.exact},
+        "admits_next_step_requests": e.admits,
+        "gauges_reliable": e.gauges_reliable,
+        "judged_from_seconds_ago": None if e.judged_from is None else round(e.judged_from, 3),
+        "producer_holding": e.producer_holding,
         "effective_usage_ratio": round(h.effective_usage_ratio, 6),  # deprecated alias, removed in 0.2.0
         "worst_case_blocks_per_request": {
             "profile": h.worst_case_blocks_profile,
@@ -503,7 +613,7 @@ def render_text(reports: list[TargetReport]) -> str:
             slots = "unknown" if h.slot_headroom_requests is None else str(h.slot_headroom_requests)
             lines.append(
                 f"  panel usage {_pct(h.panel_usage_ratio)}; a new worst-case request cannot get "
-                f"{_pct(headline.unreachable_pool_ratio(h))} of the pool ({headline.binding_limit(h)} bind); "
+                f"{_pct(headline.unreachable_pool_ratio(h))} of the pool (binding now: {e.binding_limit}); "
                 f"blocks {h.kv_used_blocks} used / {h.kv_free_blocks} free / {h.kv_capacity_blocks} usable "
                 f"(block size {h.block_size_tokens})")
             lines.append(

@@ -192,7 +192,7 @@ def _engine(r: TargetReport, e: EngineReport, h: EngineHistory | None) -> str:
     nums = (f"running {slots} · waiting {e.waiting} · free blocks {hd.kv_free_blocks}/{hd.kv_capacity_blocks} · "
             f"admission headroom {hd.admission_headroom_requests} · worst case {hd.worst_case_blocks_profile} "
             f"blocks/request · a new worst-case request cannot get "
-            f"{100 * headline.unreachable_pool_ratio(hd):.0f} % of the pool ({headline.binding_limit(hd)} bind)")
+            f"{100 * headline.unreachable_pool_ratio(hd):.0f} % of the pool · binding now: {e.binding_limit}")
     acts = "".join(f"<li>{escape(a)}</li>" for a in diagnosis.actions(e, r.engines))
     name = f"{e.model_name} engine {e.engine}"
     return (f'<article class="engine"><div><h3>{escape(name)}</h3><p>{_badge(str(e.verdict))}{flag}</p>'

@@ -17,7 +17,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from ..core import defaults
 from ..engines.vllm import VLLM
 
 _N = VLLM.names  # the metric names the rules name
@@ -40,6 +39,28 @@ class Verdict(StrEnum):
     NEVER_FITS = "never_fits"
     TRANSIENT = "transient"
     SLEEPING = "sleeping"
+    UNDECIDED = "undecided"
+
+
+class Limit(StrEnum):
+    """What binds now: the limit that keeps the queue head (and the requests behind it) from being admitted at the
+    next engine step, in vLLM's own terms; the `binding_limit` of the answer and the label of its series. `none`:
+    nothing waits, or the next step admits every waiting request; `undecided`: an input we do not know (stated
+    nowhere: the answer's `decided_by` lists its candidates) changes which limit it is."""
+
+    SLOTS = "slots"  # max_num_seqs: `len(self.running) >= max_num_running_reqs: break` (scheduler.py @0.32.0)
+    TOKEN_BUDGET = "token_budget"  # max_num_batched_tokens: `while token_budget > 0` (scheduler.py @0.32.0)
+    HEAD_PROMPT = "head_prompt"  # the head's prompt does not fit in the free blocks (`allocate_slots` -> None)
+    BLOCKS = "blocks"  # the pool: exhausted, preempting, or its free blocks cannot hold the queue's heads
+    DEFERRAL = "deferral"  # every waiting request is skipped (LoRA, grammar, remote KV)
+    POOL_SIZE = "pool_size"  # the head needs more blocks than the whole pool: it never fits
+    ENGINE = "engine"  # the engine makes no step and nothing else explains it
+    SLEEP = "sleep"  # the engine was put to sleep
+    NONE = "none"
+    UNDECIDED = "undecided"
+
+
+LIMITS: tuple[Limit, ...] = tuple(Limit)
 
 
 SEVERITIES = ("none", "info", "warning", "critical")  # "none": no alert by design
@@ -61,6 +82,7 @@ class Entry:
     explanation: str  # key of exporter.expose.diagnosis.EXPLANATIONS
     actions: str  # key of exporter.expose.diagnosis.ACTIONS
     no_alert: str = ""
+    binds: tuple[Limit, ...] = ()  # the limits the verdict names as binding now (its answer's binding_limit)
 
     @property
     def runbook_anchor(self) -> str | None:
@@ -70,82 +92,98 @@ class Entry:
 
 CATALOGUE: dict[Verdict, Entry] = {
     Verdict.OK: Entry(
-        "nothing waits; in the sidecar also a first look at a wait beside room (or at a queue head that may never "
-        "fit, or at prefills that may fill the token budget) after a scrape whose verdict a first look does not keep "
-        "(the kept column): slots and blocks free up between two engine steps, so the next scrape confirms or "
-        "clears it",
+        "nothing waits (never while requests wait); blocks a P/D producer (`--kv-transfer-config` kv_role "
+        "kv_producer or kv_both) keeps for its decode side with nothing running are `ok` too, said so "
+        "(`producer_holding`)",
         "none", "green", false_full=False, waiting=False, alert=None, explanation="ok", actions="ok",
-        no_alert="nothing is held back"),
+        no_alert="nothing is held back", binds=(Limit.NONE,)),
     Verdict.KV_FULL: Entry(
-        "requests wait and free blocks cannot hold the queue head's prompt (by the profile), or u ≥ `full-usage`, "
-        "or memory pressure the panel does not show yet (by a profile of finished requests: safe headroom < 0, or "
-        "requests in flight already hold more than the profile's worst case), with or without every slot taken",
+        "requests wait and memory binds now: u ≥ `full-usage`, or the free blocks cannot hold the queue head's "
+        "prompt (by a profile of finished requests, floored by what requests in flight hold when it is thin or "
+        "stale), or they hold fewer heads than wait while the free slots are more (the next step fills the pool). "
+        "A risk (safe headroom < 0, requests beyond the profile) never makes it: it is reported as risk",
         "warning", "orange", false_full=False, waiting=True, alert="VLLMKVCacheFull", explanation="kv_full",
-        actions="kv_full"),
+        actions="kv_full", binds=(Limit.HEAD_PROMPT, Limit.BLOCKS)),
     Verdict.SLOTS_FULL: Entry(
-        "requests wait and running = max_num_seqs, stated or inferred over the sidecar's window (the explanation "
-        "says which; one-shot never infers a cap: without it such a frame is `transient`), while memory does not "
-        "bind: with the slots taken and u ≥ `full-usage`, or (by a profile of finished requests) the queue head not "
-        "fitting or memory pressure, the verdict is `kv_full`",
+        "requests wait, more than the free slots under max_num_seqs (stated, or inferred over the sidecar's window: "
+        "the explanation says which) while the free blocks hold more: every slot is taken, or the next step fills "
+        "the few free ones (a cap met within one step's turnover). With the slots taken and u ≥ `full-usage`, or "
+        "the head not fitting by a profile of finished requests, it is `kv_full`; an inferred cap the token budget "
+        "could explain is `undecided`; one-shot never infers a cap (`undecided` or `transient`)",
         "warning", "yellow", false_full=True, waiting=True, alert="VLLMKVFalseFull", explanation="slots_full",
-        actions="slots_full"),
+        actions="slots_full", binds=(Limit.SLOTS,)),
     Verdict.PREEMPTING: Entry(
         f"`{_N.preemptions}` rose at this scrape, or within the preempt window while requests wait; or "
         "*inferred* from the gauges before the counter moves (vLLM 0.32 counts a preemption when the preempted "
         "request next produces a token): running fell and waiting rose while no request finished, or no block is "
         "free while requests that still grow run and others wait. Never false-full",
         "critical", "red", false_full=False, waiting=False, alert="VLLMPreemptionStorm", explanation="preempting",
-        actions="preempting"),
+        actions="preempting", binds=(Limit.BLOCKS,)),
     Verdict.HEAD_OF_LINE: Entry(
-        "slots and blocks are free by the profile's measure, yet requests wait on two scrapes in a row with no "
-        "request finished between them (the sidecar only)",
+        "the sidecar only: the previous scrape showed room for the queue head (a free slot, free blocks for the "
+        "profile's prompt), and since then nothing was admitted and nothing finished while requests still wait: the "
+        "head is larger than the profile says",
         "warning", "yellow", false_full=True, waiting=False, alert="VLLMKVFalseFull", explanation="head_of_line",
-        actions="head_of_line"),
+        actions="head_of_line", binds=(Limit.HEAD_PROMPT,)),
     Verdict.DEFERRED: Entry(
         "every waiting request is deferred by vLLM (LoRA, grammar, KV transfer; vLLM ≥ 0.20), even with every "
         "slot taken",
         "warning", "yellow", false_full=True, waiting=True, alert="VLLMKVFalseFull", explanation="deferred",
-        actions="deferred"),
+        actions="deferred", binds=(Limit.DEFERRAL,)),
     Verdict.STUCK: Entry(
-        "requests wait and the engine made no step for `stuck-after` (the sidecar only: one observation cannot "
-        "tell)",
+        "the sidecar only: requests wait and the engine made no step for `stuck-after`, and nothing else explains "
+        "it (running requests that do not progress; or nothing running while no request is deferred, the head "
+        "fits and the engine is awake); never-fits, deferral, sleep and a P/D producer keep their own verdict",
         "critical", "dark-red", false_full=True, waiting=False, alert="VLLMSchedulerStuck", explanation="stuck",
-        actions="stuck"),
+        actions="stuck", binds=(Limit.ENGINE,)),
     Verdict.LEAK: Entry(
         "blocks stay used with nothing running or waiting for `leak-after` (one-shot: suspected at once)",
         "warning", "orange", false_full=False, waiting=False, alert="VLLMKVBlockLeak", explanation="leak",
-        actions="leak"),
+        actions="leak", binds=(Limit.NONE,)),
     Verdict.TARGET_DOWN: Entry(
         "the last scrape failed; `/api/v1/diagnosis` lists the engines last seen with this verdict, as `/metrics` "
         "does",
         "warning", "dark-red", false_full=False, waiting=False, alert="VLLMHeadroomTargetDown",
         explanation="target_down", actions="target_down"),
     Verdict.BUDGET_FULL: Entry(
-        "the sidecar only: requests wait beside free slots and blocks, prefills completed since the last scrape "
-        f"(`{_N.prompt_tokens}` rose), and one typical prompt (the profile's prompt quantile) takes at least "
-        f"the step's whole token budget (`max_num_batched_tokens`, stated, or vLLM V1's default of "
-        f"{defaults.VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS} assumed), on "
-        "two scrapes in a row: V1 schedules running prefills first and admits waiting requests only while budget "
-        "is left",
+        "requests wait, more than the step's token budget lets start: (`max_num_batched_tokens` less what the "
+        "running requests take of it) / the median uncached prompt, fewer than the free slots and the free blocks' "
+        "heads. What running requests take is their decode tokens in one-shot, and in the sidecar what the engine "
+        f"scheduled per step lately (`{_N.steps}` against the prompt and generation counters; all of it while one "
+        "long prompt prefills). Stated, or over every default vLLM may have for the device (else `undecided`). V1 "
+        "schedules running requests first and admits waiting ones only while budget is left",
         "warning", "yellow", false_full=True, waiting=True, alert="VLLMHeadroomBudgetFull",
-        explanation="budget_full", actions="budget_full"),
+        explanation="budget_full", actions="budget_full", binds=(Limit.TOKEN_BUDGET,)),
     Verdict.NEVER_FITS: Entry(
         "nothing runs, the whole pool is free, requests wait, and a request of max_model_len needs more blocks than "
         "the pool: the head can never be admitted and blocks the queue (needs a second scrape; one-shot: "
         "suspected). At idle, max_model_len above the pool is a warning in the actions",
         "critical", "dark-red", false_full=False, waiting=True, alert="VLLMHeadroomNeverFits",
-        explanation="never_fits", actions="never_fits"),
+        explanation="never_fits", actions="never_fits", binds=(Limit.POOL_SIZE,)),
     Verdict.TRANSIENT: Entry(
-        "one-shot only: requests wait beside room for a typical request (or max_num_seqs is unknown); in one "
-        "observation that is most often the moment between two engine steps, so it is never judged false-full",
+        "requests wait and the next step could admit all of them (free slots and free blocks for each), or "
+        "max_num_seqs is unknown and its being the running count is the only other reading: most often the moment "
+        "between two engine steps. One-shot, and the sidecar's first look (the next scrape confirms or clears it). "
+        "Never false-full",
         "none", "light-blue", false_full=False, waiting=False, alert=None, explanation="transient",
         actions="transient",
-        no_alert="one-shot (`vllm-headroom diagnose`) only: a served sidecar never exports it as current"),
+        no_alert="the next step admits the queue: nothing binds yet (a first look; the next scrape decides)",
+        binds=(Limit.NONE, Limit.UNDECIDED)),
     Verdict.SLEEPING: Entry(
         f"vLLM's `{_N.sleep_state.removeprefix(_N.prefix)}{{sleep_state=\"awake\"}}` is 0: the engine was put to sleep "
         "(`--enable-sleep-mode`, POST `/sleep`); the action is POST `/wake_up`, not a restart. Never false-full",
         "info", "blue", false_full=False, waiting=False, alert="VLLMEngineAsleepWithQueue",
-        explanation="sleeping", actions="sleeping"),
+        explanation="sleeping", actions="sleeping", binds=(Limit.SLEEP,)),
+    Verdict.UNDECIDED: Entry(
+        "requests wait, more than the next engine step could admit, and what binds depends on a value nobody stated "
+        "(max_num_seqs inferred or unknown, max_num_batched_tokens assumed: vLLM's default depends on the device, "
+        "which it does not export): the answer's `decided_by` says what binds for each value it may have, and the "
+        "advice is to state it. Also a scrape whose gauges contradict the counters with no recent consistent one. "
+        "Never false-full",
+        "none", "light-blue", false_full=False, waiting=False, alert=None, explanation="undecided",
+        actions="undecided", binds=(Limit.UNDECIDED,),
+        no_alert="the cause is not known: the advice asks for the value that decides it; the queue's own alerts "
+                 "still fire"),
 }
 
 

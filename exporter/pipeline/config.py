@@ -224,6 +224,7 @@ class ServingConfig:
     kv_cache_dtype: Known[str] | None = None  # vLLM's --kv-cache-dtype
     cache_dtype: Known[str] | None = None  # the cache_dtype label of vLLM's cache_config_info
     gpu_memory_utilization: Known[float] | None = None
+    performance_mode: Known[str] | None = None  # vLLM's --performance-mode (throughput doubles the batch defaults)
     pipeline_parallel_size: Known[int] | None = None
     kv_cache_memory_bytes: Known[int] | None = None  # vLLM's --kv-cache-memory-bytes: the KV pool per device
     # Admission (vllm/config/scheduler.py @0.33.0; which release applies which: engines/vllm/releases.py)

@@ -8,7 +8,7 @@ Each formula is written once, here.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..engines.base import FIRST_CHUNK as FIRST_CHUNK
 from ..engines.base import FULL_PROMPT as FULL_PROMPT
@@ -133,6 +133,14 @@ def admission_need(prompt: int, block_size: int, rule: str = FULL_PROMPT, token_
     if token_budget is None:
         step = max(step, blocks_for_tokens(tokens, block_size))
     return AdmissionNeed(step + reserved_blocks, step, None, watermark_blocks, lookahead, rule, reserved_blocks)
+
+
+def budget_admissions(token_budget: int, taken: float, prompt_tokens: int) -> float:
+    """Prefills per step the token budget lets through: (budget − tokens the running requests take) / P, the running
+    requests scheduled first (a decode takes 1 token, a running prefill its chunk). V1 schedules running requests
+    before waiting ones and admits while budget is left (`while token_budget > 0`, vllm/v1/core/sched/scheduler.py
+    @0.32.0): below 1, a prefill of P takes whole steps, and the queue drains at that rate."""
+    return max(token_budget - taken, 0.0) / max(prompt_tokens, 1)
 
 
 def admission_blocks(prompt: int, block_size: int, rule: str = FULL_PROMPT, token_budget: int | None = None,
@@ -309,6 +317,28 @@ def pool(x: Inputs) -> Pool:
         admission=need,
         head_admissible=need.admits(free, x.running),
     )
+
+
+def with_head_floor(p: Pool, blocks: int, running: int) -> Pool:
+    """`p` with the queue head's admission blocks floored at `blocks` (what requests in flight hold each, when they
+    already hold more than any finished request did: the head is as likely one of the new workload's), and the
+    admission headroom under it (watermark and gates as in `pool`). The worst case per request is unchanged (it is
+    floored by the same evidence)."""
+    if blocks <= p.prompt_blocks:
+        return p
+    need = p.admission
+    wm = 0
+    admissible = p.kv_free_blocks >= blocks
+    if need is not None:
+        if need.full_prompt_blocks is not None:
+            need = replace(need, full_prompt_blocks=max(need.full_prompt_blocks, blocks))
+        else:
+            need = replace(need, step_blocks=max(need.step_blocks, blocks - need.reserved_blocks))
+        need = replace(need, blocks=max(blocks, need.blocks))
+        wm = need.watermark_blocks
+        admissible = need.admits(p.kv_free_blocks, running)
+    return replace(p, prompt_blocks=blocks, admission=need, head_admissible=admissible,
+                   kv_admission_headroom_requests=kv_admission_headroom(p.kv_free_blocks, blocks, wm, running))
 
 
 def with_slots(p: Pool, max_num_seqs: int | None, running: int) -> Headroom:

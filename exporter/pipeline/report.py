@@ -10,14 +10,80 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Set
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..core import defaults
-from ..engines.base import Histogram, OffloadTier, ReleaseRules
+from ..engines.base import Candidate, Histogram, OffloadTier, ReleaseRules
 from . import derive
 from .config import ServingConfig
 from .derive import Headroom
+from .inputs import Input
 from .profile import Quantile
-from .verdict import Verdict
+from .verdict import Case, Limit, Verdict
+
+
+@dataclass(frozen=True)
+class Advice:
+    """One piece of advice: the setting, its current value and where that came from, the direction, the target,
+    the margin it keeps and the reason (pipeline/advice.py gives them).
+
+    Directions: `raise`, `lower`, `add` change a value and are given only for a value someone stated (our flag,
+    vLLM's command line, or what vLLM exports); `keep`; `state` asks for a value nobody stated (an inferred or
+    assumed one) and says what it would decide; `check` asks to look at something we cannot see."""
+
+    setting: str  # the vLLM setting (or "kv_capacity", "replicas")
+    direction: str  # "raise" | "lower" | "keep" | "add" | "state" | "check"
+    current: int | str | None
+    current_source: str | None
+    target: list[int] | int | str | None  # a [low, high] range, a bound, or a value
+    margin: str
+    reason: str
+    condition: str = ""  # what keeps a raise safe when the evidence behind its size is young (said, never hidden)
+
+    def text(self) -> str:
+        cur = "unknown" if self.current is None else str(self.current)
+        if self.current_source:
+            cur += f" ({self.current_source})"
+        if isinstance(self.target, list):
+            tgt = f"{self.target[0]}-{self.target[1]}" if self.target[0] != self.target[1] else str(self.target[0])
+        else:
+            tgt = "" if self.target is None else str(self.target)
+        if self.direction == "keep":
+            head = f"keep {self.setting} at {cur}"
+        elif self.direction == "add":
+            head = f"add {self.setting}: {tgt}"
+        elif self.direction == "check":
+            head = f"check {self.setting} (now {cur})"
+        elif self.direction == "state":
+            head = f"state {self.setting} (now {cur})"
+        else:
+            head = f"{self.direction} {self.setting} from {cur} to {tgt}"
+        return (f"{head}: {self.reason}" + (f" ({self.margin})" if self.margin else "")
+                + (f"; {self.condition}" if self.condition else ""))
+
+    def as_json(self) -> dict[str, Any]:
+        return {"setting": self.setting, "direction": self.direction, "current": self.current,
+                "current_source": self.current_source, "target": self.target, "margin": self.margin,
+                "reason": self.reason, "condition": self.condition, "text": self.text()}
+
+
+@dataclass(frozen=True)
+class Risk:
+    """What may bind later, with its basis; never what binds now (it does not change the verdict, the false-full
+    flag, the binding limit or a KV-full page).
+
+    `kind`: `oversubscription` (the running requests, grown to the worst case, need more blocks than the pool),
+    `beyond_profile` (requests in flight already hold more blocks than any finished request did: a new workload),
+    `max_model_len_over_pool` (one request of max_model_len needs more blocks than the pool). `basis`: `profile`
+    (finished requests), `max_model_len` (a thin profile: the worst case any request can reach), `in_flight`
+    (blocks held now per running request)."""
+
+    kind: str
+    basis: str
+    detail: str  # one sentence with the numbers
+
+    def as_json(self) -> dict[str, str]:
+        return {"risk": self.kind, "basis": self.basis, "detail": self.detail}
 
 
 @dataclass(frozen=True)
@@ -51,6 +117,18 @@ class EngineReport:
     cmdline_found_by: str | None = None
     busy_ceiling: int | None = None  # highest running seen while requests waited, lately (sidecar only)
     busy_frames: int = 0  # scrapes with requests waiting behind that ceiling
+    # The one judgement (issue 19): what binds now, what an unknown input would change, the risks, the advice.
+    binding_limit: Limit = Limit.NONE
+    decided_by: tuple[Case, ...] = ()  # undecided: what binds for each value an unknown input may have
+    risks: tuple[Risk, ...] = ()
+    advice: tuple[Advice, ...] = ()  # what to change for what binds now (pipeline/advice.py), set by the judgement
+    inputs: dict[str, Input] = field(default_factory=dict)  # the judgement's inputs with provenance and range
+    admits: int | None = None  # requests the next engine step can admit (free slots and free blocks)
+    gauges_reliable: bool = True  # False: this scrape's gauges contradict the counters (see `judged_from`)
+    judged_from: float | None = None  # seconds since the consistent scrape whose judgement this repeats
+    unreliable_scrapes: int = 0  # scrapes of this engine whose gauges contradicted its counters, since start
+    producer_holding: bool = False  # a P/D producer keeps finished prefills' blocks for its decode side
+    consistent: EngineReport | None = None  # gauges unreliable: the report of the consistent scrape judged from
     capacity_decides: str | None = None  # the capacity is a range and the answer differs across it (one sentence)
     admission_notes: tuple[str, ...] = ()  # what the admission headroom cannot show (cadence, active cap, ...)
     kv_transfer: KvTransfer | None = None  # P/D connector, role, lease, transfer counters, offload tiers
@@ -116,18 +194,31 @@ class ProfileQuality:
 
 @dataclass(frozen=True)
 class BudgetUse:
-    """The step's token budget (max_num_batched_tokens), its source, and how much of it prompts took."""
+    """The step's token budget (max_num_batched_tokens), its source, and how much of it prompts took.
 
-    max_num_batched_tokens: int
+    Stated (or on vLLM's command line): `max_num_batched_tokens` is the value. Assumed: it is None and
+    `candidates` holds vLLM's default for each device class the server may run on (the exposition does not name
+    the device), ascending."""
+
+    max_num_batched_tokens: int | None
     source: str  # a config Source, "default" when assumed
     prefill_tokens: float | None  # one typical prefill: the profile's prompt (uncached tokens)
+    candidates: tuple[Candidate, ...] = ()
+
+    @property
+    def smallest(self) -> int:
+        """The stated budget, or the smallest default it may be."""
+        if self.max_num_batched_tokens is not None:
+            return self.max_num_batched_tokens
+        return min(c.value for c in self.candidates)
 
     @property
     def used(self) -> float | None:
-        """Share of a step one typical prefill takes (1 when it spans whole steps)."""
+        """Share of a step one typical prefill takes (1 when it spans whole steps), of the stated budget or of the
+        smallest default it may be."""
         if self.prefill_tokens is None:
             return None
-        return min(1.0, self.prefill_tokens / self.max_num_batched_tokens)
+        return min(1.0, self.prefill_tokens / self.smallest)
 
 
 @dataclass(frozen=True)

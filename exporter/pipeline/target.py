@@ -66,7 +66,7 @@ class Target:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.judging = Judging(settings.thresholds, settings.quantile, settings.window, settings.model_shape,
-                               settings.draft_shape)
+                               draft_shape=settings.draft_shape, engine=settings.engine)
         self.histories: dict[tuple[str, str], EngineHistory] = {}  # per (model_name, engine)
         self.models: ModelsInfo | None = None
         self.version: str | None = None

@@ -1,16 +1,33 @@
-"""Why requests wait: a verdict per engine, and the false-full flag, from derived numbers and their history.
+"""Why requests wait: one judgement per engine and scrape, from derived numbers, their inputs' provenance and what
+earlier scrapes showed.
 
-`classify` is a pure function of one observation plus the few facts history supplies (did preemptions
-rise lately, since when has the engine made no progress, ...); `Tracker` keeps that history per engine.
+`classify` is a pure function of one observation plus the few facts history supplies (did preemptions rise
+lately, since when has the engine made no progress, what did the previous scrape show); `Tracker` keeps that
+history per engine, holds the false-full flag, and checks the gauges against the counters.
+
+What binds now is what vLLM's scheduler checks at its next step (vllm/v1/core/sched/scheduler.py @0.32.0):
+a slot (`len(self.running) >= max_num_running_reqs: break`), the head's whole prompt in free blocks
+(`allocate_slots(..., full_sequence_must_fit=...)` returns None: `break`), the token budget (`while token_budget >
+0`), a skipped (deferred) request, a running request's next block (preemption). Risk (running requests that would
+outgrow the pool at the profile's or at max_model_len's worst case) is reported beside it and never changes it.
+
+The next step admits min(free slots, free blocks // the head's blocks) of the queue: when the queue is larger, the
+limit that runs out first binds, whether running equals max_num_seqs or a few requests finished since the last
+step (a cap met within one step's turnover counts as met). A conclusion may rest on an input nobody stated
+(max_num_seqs inferred or unknown, max_num_batched_tokens assumed) only if it holds for every value that input
+may have; otherwise the judgement is `undecided` and `decided_by` lists what each value would mean.
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, replace
 
 from ..core import defaults
-from . import catalogue
+from ..engines.base import Candidate
+from . import catalogue, derive
+from .catalogue import Limit as Limit
 from .catalogue import Verdict as Verdict
 from .derive import Pool
 
@@ -21,6 +38,19 @@ CEILING_WINDOW = defaults.CEILING_WINDOW  # seconds of running counts that stand
 # evidence, the counter or the gauges): the catalogue's families.
 FALSE_FULL_VERDICTS = catalogue.FALSE_FULL_VERDICTS
 _WAITING_VERDICTS = catalogue.WAITING_VERDICTS
+# kv_role values of a P/D instance that keeps a finished prefill's blocks until its decode side has read them
+# (NIXL `delay_free_blocks`, vllm/v1/core/sched/scheduler.py:2714-2745 @0.32.0).
+PRODUCER_ROLES = frozenset({"kv_producer", "kv_both"})
+# Generated tokens per engine step at or above which the steps since the last scrape decoded several requests at
+# once: with the gauges reading idle at the scrape, a load the gauges did not show.
+CONCURRENT = 2.0
+# Little's law (in flight = arrival rate x time in the system): L, the requests in flight on average over an interval
+# between two scrapes whose gauges both read idle, is the summed e2e latency of the requests that finished in it
+# over its length (with honest gauges such a request started after the scrape before it, else that scrape saw it, so
+# its whole latency lies inside the interval). An honest reading is idle with odds of about e^-L (Poisson), so a run
+# of idle readings whose L add up to `IDLE_EVIDENCE` has odds of e^-12 (about 6 in a million): the gauges are stale.
+# The first interval after a busy reading may hold a drain and is not counted.
+IDLE_EVIDENCE = 12.0
 
 
 @dataclass(frozen=True)
@@ -47,12 +77,27 @@ class Observation:
     headroom: Pool  # the pool's figures (those that do not depend on max_num_seqs)
     largest_prompt_blocks: int | None = None  # blocks of the longest prompt vLLM has finished (bucket bound)
     finished_total: float | None = None  # requests finished since start (count of the prompt histogram)
-    budget_used: float | None = None  # share of a step one typical prefill takes: prompt / max_num_batched_tokens
     max_model_len_exceeds_pool: bool = False  # one request of max_model_len needs more blocks than the pool
     max_num_seqs_inferred: bool = False
-    memory_pressure: bool = False  # oversubscribed (safe headroom < 0) or requests in flight beyond the profile
+    memory_pressure: bool = False  # a risk: oversubscribed (safe headroom < 0) or requests beyond the profile
     requests_grow: bool = True  # running requests are expected to need more blocks than they hold on average
     thin_profile: bool = False  # the worst case is taken at max_model_len for want of finished requests
+    # The values max_num_seqs may have when nobody states it (vLLM's defaults per device class), ascending.
+    max_num_seqs_candidates: tuple[Candidate, ...] = ()
+    # max_num_batched_tokens: the stated value (one candidate), or vLLM's defaults when assumed; () for V0.
+    budget_candidates: tuple[Candidate, ...] = ()
+    budget_stated: bool = False
+    prompt_tokens: int | None = None  # one typical (median) prefill's uncached tokens: the token budget's use
+    preemptions_total: float | None = None  # since start (one-shot: the only preemption evidence)
+    profile_backed: bool = True  # the head's size comes from finished requests (not the in-flight floor)
+    stale_profile: bool = False  # requests in flight already hold more blocks than the profile's worst case
+    kv_role: str | None = None  # --kv-transfer-config's kv_role (P/D)
+    # Of the requests finished since the last scrape: (how many lived longer than the interval, their summed
+    # latency in seconds, the interval in seconds); None without vLLM's e2e latency histogram (sidecar only).
+    latency_since: tuple[int, float, float] | None = None
+    unfinished_tokens: float | None = None  # tokens generated since the last scrape by requests not finished yet
+    tokens_per_step: float | None = None  # tokens the engine scheduled per step lately (sidecar only; inf: all prefill)
+    finished_any: float | None = None  # requests finished since start, aborted ones included where vLLM counts them
 
 
 @dataclass(frozen=True)
@@ -65,22 +110,37 @@ class History:
     running_ceiling: int | None = None  # highest running seen lately, stands in for an unknown max_num_seqs
     idle_with_blocks_for: float | None = None
     previous: Verdict | None = None  # the verdict of the previous scrape; None in one-shot diagnosis
-    head_of_line_before: bool = False  # the previous scrape already looked like head-of-line blocking
+    head_of_line_before: bool = False  # the previous scrape showed room for the head, and none was admitted since
     preemption_inferred: bool = False  # gauges show a preemption the lagging counter has not counted yet
     preempted_now: bool = False  # the counter rose at this scrape
     one_shot: bool = False  # a single observation (diagnose): nothing can be confirmed by a second look
     pool_empty_before: bool = False  # the previous scrape also showed nothing running, requests waiting
-    budget_before: bool = False  # the previous scrape also showed prefills filling the token budget
+
+
+@dataclass(frozen=True)
+class Case:
+    """One value an unknown input may have, and what would bind if it has it (`undecided` answers)."""
+
+    input: str  # "max_num_seqs" | "max_num_batched_tokens"
+    value: int
+    rule: str  # where the value comes from: the running count, a default's device class, ...
+    limit: Limit  # what binds then (Limit.NONE: the next step admits the whole queue)
 
 
 @dataclass(frozen=True)
 class Judgement:
     verdict: Verdict
-    slots_inferred: bool = False  # slots_full judged from the running plateau, max_num_seqs unknown
+    binds: Limit = Limit.NONE  # what binds now (the answer's binding_limit)
+    slots_inferred: bool = False  # slots_full with max_num_seqs inferred (the running plateau)
     head_of_line_candidate: bool = False  # room by the profile's measure, yet waiting
     preemption_inferred: bool = False  # preempting judged from the gauges, the counter has not risen yet
     suspected: bool = False  # one observation only: leak / never_fits / preemption need a second look
     first_look: bool = False  # the frame can be transient (between two engine steps); a second look decides
+    decided_by: tuple[Case, ...] = ()  # undecided: what each value of the unknown input would mean
+    admits: int | None = None  # requests the next step can admit (free slots and free blocks), when known
+    producer_holding: bool = False  # a P/D producer keeps finished prefills' blocks for its decode side
+    gauges_reliable: bool = True  # False: the gauges contradict the counters; judged from `judged_from`
+    judged_from: float | None = None  # seconds since the consistent scrape this answer repeats (gauges unreliable)
 
 
 def pool_exhausted(o: Observation) -> bool:
@@ -90,97 +150,228 @@ def pool_exhausted(o: Observation) -> bool:
     return o.waiting > 0 and o.running > 0 and o.headroom.kv_free_blocks == 0 and o.requests_grow
 
 
+def suspected_preemption(o: Observation) -> bool:
+    """One observation, requests waiting, vLLM counted preemptions since it started, and the running requests
+    leave no room for one more of the profile's worst case (or already hold more than it: a workload the profile
+    has not seen). One frame cannot date the preemptions; the sidecar sees them as the counter rises."""
+    if not o.preemptions_total or o.waiting <= 0 or o.running <= 0:
+        return False
+    hr = o.headroom
+    no_room = o.profile_backed and not o.thin_profile and (o.running + 1) * hr.worst_case_blocks_profile > \
+        hr.kv_capacity_blocks
+    return no_room or o.stale_profile
+
+
+def next_step(free_slots: int | None, kv_room: int, waiting: int, budget_room: float | None = None) -> Limit:
+    """What binds the queue at the next engine step: it admits min(free slots, requests whose prompt fits the
+    free blocks, prefills the step's token budget has room for); a queue no larger is admitted (NONE), else the
+    limit that runs out first binds (slots, then blocks, on a tie: a free block or budget without a slot admits
+    nobody). `free_slots` None: no slot cap (an unknown one taken as large); `budget_room` None: not modelled."""
+    big = waiting + kv_room + 1
+    slots = free_slots if free_slots is not None else big
+    budget = budget_room if budget_room is not None else float(big)
+    if waiting <= min(slots, kv_room, budget):
+        return Limit.NONE
+    if slots <= kv_room and slots <= budget:
+        return Limit.SLOTS
+    return Limit.BLOCKS if kv_room <= budget else Limit.TOKEN_BUDGET
+
+
+def default_rule(c: Candidate) -> str:
+    """A default's candidate as a case's rule: `vLLM's default on CPU (x world, 1 assumed)`."""
+    return f"vLLM's default on {c.rule}"
+
+
 def classify(o: Observation, h: History, t: Thresholds) -> Judgement:
-    """The verdict for one observation."""
+    """The judgement for one observation."""
     hr = o.headroom
     if o.awake is False:
         # Put to sleep on purpose (POST /sleep with --enable-sleep-mode): it steps no more until /wake_up.
-        return Judgement(Verdict.SLEEPING)
+        return Judgement(Verdict.SLEEPING, Limit.SLEEP)
     # vLLM 0.32.0 counts a preemption when the preempted request's next output is processed (the PREEMPTED
     # event rides on it: vllm/v1/metrics/stats.py `update_from_events`), one or more scrapes late: the
     # gauges (running fell, waiting rose, nothing finished, the pool full) show it first.
     if h.preempted_now or (h.preempted_recently and o.waiting > 0):
-        return Judgement(Verdict.PREEMPTING)
+        return Judgement(Verdict.PREEMPTING, Limit.BLOCKS)
     if h.preemption_inferred or pool_exhausted(o):
-        return Judgement(Verdict.PREEMPTING, preemption_inferred=True, suspected=h.one_shot)
+        return Judgement(Verdict.PREEMPTING, Limit.BLOCKS, preemption_inferred=True, suspected=h.one_shot)
     if o.waiting <= 0:
         idle_with_blocks = hr.kv_used_blocks > 0 and o.running == 0
+        if idle_with_blocks and o.kv_role in PRODUCER_ROLES:
+            # A P/D prefill instance keeps finished prefills' blocks until its decode side reads them (a lease,
+            # `kv_lease_duration` renewed by heartbeats in 0.32.0; VLLM_NIXL_ABORT_REQUEST_TIMEOUT, 480 s, before):
+            # held on purpose, not leaked.
+            return Judgement(Verdict.OK, Limit.NONE, producer_holding=True)
         if idle_with_blocks and (h.one_shot or (h.idle_with_blocks_for is not None
                                                 and h.idle_with_blocks_for >= t.leak_after)):
-            return Judgement(Verdict.LEAK, suspected=h.one_shot)
-        return Judgement(Verdict.OK)
-    if h.no_progress_for is not None and h.no_progress_for >= t.stuck_after:
-        return Judgement(Verdict.STUCK)
+            return Judgement(Verdict.LEAK, Limit.NONE, suspected=h.one_shot)
+        return Judgement(Verdict.OK, Limit.NONE)
+    stalled = h.no_progress_for is not None and h.no_progress_for >= t.stuck_after
+    if stalled and o.running > 0:
+        # Running requests make no step: nothing but the engine explains that.
+        return Judgement(Verdict.STUCK, Limit.ENGINE)
     if o.deferred is not None and o.deferred > 0 and o.deferred >= o.waiting:
         # Every waiting request is deferred (LoRA, grammar, KV transfer): a free slot would not admit any of them.
-        return Judgement(Verdict.DEFERRED)
-    head_fits = hr.head_fits  # free >= the head's blocks, and the watermark beside running requests
-    if o.max_num_seqs is not None and o.running >= o.max_num_seqs:
-        if o.usage >= t.full_usage or (not o.thin_profile and (not head_fits or o.memory_pressure)):
-            # Slots taken and memory binds too: the pool is (nearly) exhausted, or by a profile of finished
-            # requests (not by max_model_len, the stand-in of a thin profile) the head would not fit, the running
-            # requests will outgrow the pool (safe headroom < 0) or already hold more than the profile (a new
-            # workload). A free slot would not help; "a slot, not memory" would be false.
-            return Judgement(Verdict.KV_FULL)
-        return Judgement(Verdict.SLOTS_FULL, slots_inferred=o.max_num_seqs_inferred)
+        # An engine with nothing else to do makes no step meanwhile: that is the deferral, not a hang.
+        return Judgement(Verdict.DEFERRED, Limit.DEFERRAL)
     if o.running == 0 and hr.kv_used_blocks == 0 and o.max_model_len_exceeds_pool:
         # Nothing runs, the whole pool is free, yet the head is not admitted: it needs more than the pool
         # (possible only when max_model_len exceeds the pool). vLLM >= 0.19 admits the head only if its whole
         # uncached prompt fits (`allocate_slots(..., full_sequence_must_fit=self.scheduler_reserve_full_isl)`,
-        # vllm/v1/core/sched/scheduler.py @0.32.0) and stops at it (FCFS). Between steps this can last one
-        # scrape, so the sidecar looks twice. vLLM 0.32.0 itself refuses to start a full-attention model whose
-        # max_model_len exceeds the pool, even an overridden one (vllm/v1/core/kv_cache_utils.py); hybrid and
-        # sliding-window paths and other releases start.
+        # vllm/v1/core/sched/scheduler.py @0.32.0) and stops at it (FCFS), with no rejection (vllm#39734): the
+        # engine then makes no step, which is this, not a hang. Between steps this can last one scrape, so the
+        # sidecar looks twice. vLLM 0.32.0 itself refuses to start a full-attention model whose max_model_len
+        # exceeds the pool (vllm/v1/core/kv_cache_utils.py); hybrid and sliding-window paths and other releases start.
         if h.one_shot or h.pool_empty_before:
-            return Judgement(Verdict.NEVER_FITS, suspected=h.one_shot)
-        return Judgement(h.previous if h.previous in _WAITING_VERDICTS else Verdict.OK, first_look=True)
-    if not head_fits or o.usage >= t.full_usage or (o.memory_pressure and not o.thin_profile):
-        # Memory pressure the panel does not show yet (running requests will outgrow the pool, or already hold
-        # more than any finished request did: a new workload) binds before a large head or a step's gap would.
-        return Judgement(Verdict.KV_FULL)
-    if o.budget_used is not None and o.budget_used >= BUDGET_BOUND:
-        # Prefills that fill whole steps completed since the last scrape; a second scrape in a row confirms it
-        # is the state, not one long prompt that has just been prefilled.
-        if h.budget_before:
-            return Judgement(Verdict.BUDGET_FULL)
-        return Judgement(h.previous if h.previous in _WAITING_VERDICTS else Verdict.OK, first_look=True,
-                         head_of_line_candidate=True)
-    if o.max_num_seqs is None and o.running > 0 and not h.one_shot:
-        # One observation cannot infer a cap: its running count may be any moment of a ramp or a preemption.
-        # max_num_seqs unknown: a running count pinned at its recent maximum, or free blocks that would hold
-        # even the longest prompt vLLM has seen, point at the slot cap rather than at a large queue head.
-        plateau = h.running_ceiling is not None and o.running >= h.running_ceiling and h.waiting_on_previous
+            return Judgement(Verdict.NEVER_FITS, Limit.POOL_SIZE, suspected=h.one_shot)
+        return Judgement(Verdict.TRANSIENT, Limit.UNDECIDED, first_look=True)
+    if h.one_shot and suspected_preemption(o):
+        return Judgement(Verdict.PREEMPTING, Limit.BLOCKS, suspected=True)
+    # What vLLM's scheduler checks, not the panel: a pool 90 % used whose free blocks still hold the head binds no
+    # more than one 20 % used (the usage threshold only decides whether the panel hides the wait: false-full).
+    head_fits = hr.head_fits  # free >= the head's blocks, and the watermark beside running requests
+    kv_room = hr.kv_admission_headroom_requests  # heads the free blocks admit (the watermark kept once)
+    cap = o.max_num_seqs
+    if cap is None and o.running > 0 and not h.one_shot:
+        # max_num_seqs unknown: a running count pinned at its recent maximum while requests waited, or free blocks
+        # that would hold even the longest prompt vLLM has seen, point at the slot cap. One observation cannot
+        # infer a cap: its running count may be any moment of a ramp or a preemption.
+        plateau = h.running_ceiling is not None and o.running >= h.running_ceiling and bool(h.waiting_on_previous)
         roomy = o.largest_prompt_blocks is not None and o.largest_prompt_blocks <= hr.kv_free_blocks
         if plateau or roomy:
-            return Judgement(Verdict.SLOTS_FULL, slots_inferred=True)
-    if h.one_shot:
-        # One observation of requests waiting beside room: the usual case is a frame between two steps (the
-        # engine admits them at the next one). A head larger than the free blocks stays possible.
-        return Judgement(Verdict.TRANSIENT, head_of_line_candidate=True, suspected=True, first_look=True)
-    if h.previous is not None and not h.head_of_line_before:
-        # Slots and blocks free up between steps: a request seen waiting beside free room once is most
-        # likely admitted at the next step. Keep the previous verdict until a second look confirms.
-        kept = h.previous if h.previous in _WAITING_VERDICTS else Verdict.OK
-        return Judgement(kept, head_of_line_candidate=True, first_look=True)
-    return Judgement(Verdict.HEAD_OF_LINE, head_of_line_candidate=True)
+            o = replace(o, max_num_seqs=o.running, max_num_seqs_inferred=True)
+            cap = o.running
+    if cap is not None and o.running >= cap:
+        if not head_fits and o.profile_backed and not o.thin_profile:
+            # Slots taken and, by a profile of finished requests, the head would not fit either: a free slot
+            # would not admit it; "a slot, not memory" would be false.
+            return Judgement(Verdict.KV_FULL, Limit.HEAD_PROMPT)
+        return _slots(o, h, 0, kv_room, o.budget_candidates or (None,))
+    if not head_fits and o.profile_backed:
+        return Judgement(Verdict.KV_FULL, Limit.HEAD_PROMPT, admits=0)
+    if not head_fits:
+        # No finished request shows the head's size: the blocks requests in flight hold each exceed the free ones,
+        # but the head may be smaller. One observation cannot tell; a second look with nothing admitted can.
+        if not h.one_shot and h.head_of_line_before:
+            return Judgement(Verdict.HEAD_OF_LINE, Limit.HEAD_PROMPT, head_of_line_candidate=True)
+        return Judgement(Verdict.TRANSIENT, Limit.UNDECIDED, head_of_line_candidate=True, suspected=h.one_shot,
+                         first_look=True)
+    if stalled:
+        # Nothing runs, the head fits, nothing is deferred, the engine is awake, yet it makes no step.
+        return Judgement(Verdict.STUCK, Limit.ENGINE)
+    budgets: tuple[Candidate | None, ...] = o.budget_candidates or (None,)
+    if cap is not None:
+        free_slots = cap - o.running
+        outs = {c: step_limit(o, free_slots, kv_room, c) for c in budgets}
+        limit = resolve_budget(outs)
+        if limit is Limit.SLOTS:
+            return _slots(o, h, free_slots, kv_room, budgets)
+        if limit is Limit.TOKEN_BUDGET:
+            return Judgement(Verdict.BUDGET_FULL, Limit.TOKEN_BUDGET, admits=_admits(o, free_slots, kv_room, budgets))
+        if limit is None:
+            return _undecided(h, [Case("max_num_batched_tokens", c.value, default_rule(c), lim)
+                                  for c, lim in outs.items() if c is not None], kv_room)
+        return _room(o, h, limit, min(free_slots, kv_room))
+    # max_num_seqs unknown: with it at the running count the slots bind; with vLLM's defaults the next step admits
+    # what the free blocks (and the token budget) let in.
+    cases = [Case("max_num_seqs", o.running, "the running count: vLLM never runs more than its cap", Limit.SLOTS)]
+    larger = [c for c in o.max_num_seqs_candidates if c.value > o.running] or [
+        Candidate(o.running + o.waiting, "any cap above the running count and the queue")]
+    by_budget: list[Case] = []
+    for c in larger:
+        outs = {b: step_limit(o, c.value - o.running, kv_room, b) for b in budgets}
+        limit = resolve_budget(outs)
+        if limit is None:
+            limit = Limit.UNDECIDED
+            by_budget = [Case("max_num_batched_tokens", b.value, default_rule(b), lim) for b, lim in outs.items()
+                         if b is not None]
+        cases.append(Case("max_num_seqs", c.value, default_rule(c), limit))
+    others = {c.limit for c in cases[1:]}
+    if others == {Limit.NONE}:
+        # Most often the moment between two engine steps: vLLM admits the queue at its next step unless every slot
+        # is taken; one observation cannot tell which.
+        return Judgement(Verdict.TRANSIENT, Limit.UNDECIDED, head_of_line_candidate=True, suspected=h.one_shot,
+                         first_look=True, decided_by=tuple(cases), admits=kv_room)
+    return _undecided(h, cases + by_budget, kv_room)
 
 
-# Share of a step's token budget one typical prefill takes at or above which requests waiting beside free slots
-# and blocks are judged held back by the budget: V1 schedules running requests first and admits waiting ones
-# only while budget is left (`while token_budget > 0`, vllm/v1/core/sched/scheduler.py @0.32.0); a prefill of
-# the whole budget leaves none.
-BUDGET_BOUND = 1.0
+def step_limit(o: Observation, free_slots: int | None, kv_room: int, budget: Candidate | None) -> Limit:
+    """`next_step` with the token budget's admissions when the budget (`budget`) and a typical prompt are known:
+    one typical prefill each of what the running requests leave of it, by what the engine scheduled per step
+    lately (the sidecar: decodes and the running prefills' chunks) or, in one observation, their decode tokens."""
+    saturated = o.tokens_per_step is not None and math.isinf(o.tokens_per_step)
+    if budget is None or (o.prompt_tokens is None and not saturated):
+        return next_step(free_slots, kv_room, o.waiting)
+    taken = float(o.running) if o.tokens_per_step is None else max(float(o.running), o.tokens_per_step)
+    # All prefill lately (blocks grew, no step or token counted): the running prefills take the whole budget.
+    room = 0.0 if math.isinf(taken) or o.prompt_tokens is None else derive.budget_admissions(
+        budget.value, taken, o.prompt_tokens)
+    return next_step(free_slots, kv_room, o.waiting, room)
 
+
+def resolve_budget(outs: dict[Candidate | None, Limit]) -> Limit | None:
+    """One limit over the values the token budget may have, or None when what binds depends on it: the same limit
+    at every value; or the token budget at the small defaults and slots or blocks at the large ones, where those run
+    out before the queue does whatever the budget (they bind regardless; the budget may bind first)."""
+    limits = set(outs.values())
+    if len(limits) == 1:
+        return next(iter(limits))
+    if len(limits) == 2 and Limit.TOKEN_BUDGET in limits:
+        other = next(iter(limits - {Limit.TOKEN_BUDGET}))
+        if other in (Limit.SLOTS, Limit.BLOCKS):
+            return other
+    return None
+
+
+def _admits(o: Observation, free_slots: int, kv_room: int, budgets: tuple[Candidate | None, ...]) -> int:
+    rooms = [math.floor(derive.budget_admissions(b.value, o.running, o.prompt_tokens)) for b in budgets
+             if b is not None and o.prompt_tokens is not None]
+    return min([free_slots, kv_room, *rooms])
+
+
+def _undecided(h: History, cases: list[Case], kv_room: int) -> Judgement:
+    return Judgement(Verdict.UNDECIDED, Limit.UNDECIDED, decided_by=tuple(cases), admits=kv_room,
+                     first_look=not h.one_shot)
+
+
+def _slots(o: Observation, h: History, free_slots: int, kv_room: int,
+           budgets: tuple[Candidate | None, ...]) -> Judgement:
+    """Slots bind: every slot taken, or the next step fills the few free ones (requests finished since the last
+    step) and the rest of the queue waits. With max_num_seqs inferred this holds only if the token budget cannot
+    explain the plateau over its range (prefills that take whole steps keep running low without any cap)."""
+    if o.max_num_seqs_inferred:
+        explains = [(b, lim) for b in budgets if b is not None
+                    and (lim := step_limit(o, None, kv_room, b)) is Limit.TOKEN_BUDGET]
+        if explains:
+            cases = [Case("max_num_seqs", o.max_num_seqs or o.running,
+                          "inferred: the highest running count while requests waited beside room", Limit.SLOTS)]
+            cases += [Case("max_num_batched_tokens", b.value, "stated" if o.budget_stated else default_rule(b), lim)
+                      for b, lim in explains]
+            return _undecided(h, cases, kv_room)
+    return Judgement(Verdict.SLOTS_FULL, Limit.SLOTS, slots_inferred=o.max_num_seqs_inferred,
+                     admits=min(free_slots, kv_room))
+
+
+def _room(o: Observation, h: History, limit: Limit, admits: int) -> Judgement:
+    """The head fits and a slot is free: the next step admits `admits` requests. A queue no larger is admitted
+    (the moment between two steps); a larger one leaves the rest waiting for blocks. The sidecar looks twice: if
+    the previous scrape showed the same room and nothing was admitted or finished since, the head is larger than
+    the profile's prompt (head-of-line)."""
+    if not h.one_shot and h.head_of_line_before:
+        return Judgement(Verdict.HEAD_OF_LINE, Limit.HEAD_PROMPT, head_of_line_candidate=True, admits=admits)
+    if limit is Limit.BLOCKS and o.profile_backed:
+        # The free blocks hold fewer of the profile's prompts than wait: the next step fills the pool.
+        return Judgement(Verdict.KV_FULL, Limit.BLOCKS, head_of_line_candidate=True, admits=admits)
+    return Judgement(Verdict.TRANSIENT, Limit.NONE, head_of_line_candidate=True, suspected=h.one_shot,
+                     first_look=True, admits=admits)
 
 
 def false_full_condition(o: Observation, verdict: Verdict, t: Thresholds) -> bool:
     """Waiting > 0 while u < threshold and the verdict says the pool is not what holds requests back.
 
-    Not while the pool is under memory pressure the panel does not show yet: running requests that would
-    outgrow it (safe headroom < 0) or that already hold more than the profile's worst case (a new workload,
-    preemption ahead) make memory a limit too, so the panel's low usage is not "false"."""
-    return (o.waiting > 0 and o.usage < t.full_usage and verdict in FALSE_FULL_VERDICTS
-            and not o.memory_pressure)
+    Risk never vetoes it: running requests that would outgrow the pool (safe headroom < 0) or that already hold more
+    than the profile's worst case are reported as risk; what holds requests back now is the verdict's limit."""
+    return o.waiting > 0 and o.usage < t.full_usage and verdict in FALSE_FULL_VERDICTS
 
 
 def gauges_show_preemption(running: int, waiting: int, finished: float | None, prev_running: int | None,
@@ -192,6 +383,17 @@ def gauges_show_preemption(running: int, waiting: int, finished: float | None, p
     if prev_running is None or prev_waiting is None or finished is None or prev_finished is None:
         return False
     return running < prev_running and waiting > prev_waiting and finished == prev_finished
+
+
+@dataclass(frozen=True)
+class _Consistent:
+    """The last scrape whose gauges agreed with the counters, and its judgement."""
+
+    at: float
+    running: int
+    waiting: int
+    finished: float | None
+    judgement: Judgement
 
 
 class Tracker:
@@ -215,16 +417,21 @@ class Tracker:
         self._caps: deque[tuple[float, int]] = deque()  # the same, only over frames that show the slot cap
         self._idle_since: float | None = None
         self._false_full_since: float | None = None
+        self._bridged = False  # the hold was kept across one first look (transient/undecided) just now
         self._last_time: float | None = None
         self._previous: Verdict | None = None
-        self._hol_before = False
+        self._room_before = False
         self._pool_empty_before = False
-        self._budget_before = False
+        self._consistent: _Consistent | None = None
         self.preemptions_per_second: float | None = None
         self.seconds_without_progress = 0.0
         self._busy: deque[tuple[float, int]] = deque()  # (time, running) while requests waited: a sliding max
         self.busy_ceiling: int | None = None  # highest running seen while requests waited, over CEILING_WINDOW
         self.busy_frames = 0  # scrapes with requests waiting inside that window
+        self.unreliable_scrapes = 0  # scrapes whose gauges contradicted the counters, since start (or a restart)
+        self._last_gauges: tuple[int, int] | None = None  # running, waiting of the last scrape, consistent or not
+        self._idle_evidence = 0.0  # the run of idle readings' summed L (requests in flight on average, Little)
+        self._last_used: int | None = None  # blocks in use at the last scrape
 
     def restart_if_reset(self, o: Observation, preemptions_total: float | None,
                          progress: tuple[float | None, float | None]) -> bool:
@@ -256,6 +463,50 @@ class Tracker:
         return (prev is not None and prev[2] is not None and o.finished_total is not None
                 and o.finished_total > prev[2])
 
+    def gauges_contradict_counters(self, o: Observation, progress: tuple[float | None, float | None]) -> bool:
+        """The gauges say nothing is in flight (nothing running or waiting, no block used) while the engine's step
+        or generation counters rose since the last scrape, and the counters show requests the gauges do not:
+        - tokens were generated since the last scrape by requests that have not finished (vLLM's generation
+          counter grew by more than the generated-length histogram's sum, which grows by a request's whole
+          output when it finishes): they are in flight now;
+        - requests that finished since the last scrape lived longer than the interval (the e2e latency
+          histogram), more of them than that scrape's gauges showed: they were in flight then, unseen;
+        - a run of idle readings over which the finished requests' latency puts so many in flight on average that
+          honest gauges would have shown some (Little's law, `IDLE_EVIDENCE`), whether or not this interval's
+          counters moved;
+        - the requests the last consistent scrape showed have not all finished (aborted ones count where vLLM
+          records them), and the steps since decoded `CONCURRENT` or more requests each on average.
+        vLLM 0.32.0's Rust frontend reads 0 on most scrapes under load (reference section 12), on every scrape in
+        the recording tests/fixtures/vllm-0.32.0-rust/false-full-unpinned, and counts tokens only when a request
+        finishes. A real drain finishes its requests; a burst that came and went between two scrapes lived shorter
+        than the interval; a light load puts less than one request in flight."""
+        last = self._last_progress_value
+        c = self._consistent
+        idle = not (o.running or o.waiting or o.headroom.kv_used_blocks)
+        steps, gen = ((None, None) if last is None else tuple(
+            None if new is None or old is None else new - old for new, old in zip(progress, last, strict=True)))
+        rose = (steps or 0) > 0 or (gen or 0) > 0
+        lat = o.latency_since
+        seen = self._last_gauges
+        if idle and seen == (0, 0) and lat is not None and lat[2] > 0:
+            self._idle_evidence += lat[1] / lat[2]  # an interval between two idle readings
+        elif not idle:
+            self._idle_evidence = 0.0
+        if self.one_shot or last is None or c is None or not idle:
+            return False
+        if self._idle_evidence >= IDLE_EVIDENCE:
+            return True  # whether or not this interval's counters moved (vLLM-rs adds them as requests finish)
+        if not rose:
+            return False
+        if o.unfinished_tokens is not None and o.unfinished_tokens > 0:
+            return True
+        if lat is not None and seen is not None and lat[0] > seen[0] + seen[1]:
+            return True
+        in_flight = c.running + c.waiting
+        finished = None if o.finished_any is None or c.finished is None else o.finished_any - c.finished
+        vanished = in_flight > 0 and (finished is None or finished < in_flight)
+        return vanished and steps is not None and gen is not None and steps > 0 and gen / steps >= CONCURRENT
+
     def infer_max_num_seqs(self, now: float, o: Observation, preemptions_total: float | None) -> int | None:
         """max_num_seqs when nobody states it: the highest running count over `CEILING_WINDOW` among scrapes
         where requests waited beside room for the queue head (so the slot cap, not memory, held them) and
@@ -277,8 +528,12 @@ class Tracker:
         preemptions_total: float | None,
         progress: tuple[float | None, float | None],
     ) -> tuple[Judgement, bool]:
-        """Fold one scrape into the history; return the verdict and the held false-full flag."""
+        """Fold one scrape into the history; return the judgement and the held false-full flag."""
         self.restart_if_reset(o, preemptions_total, progress)
+        unreliable = self.gauges_contradict_counters(o, progress)
+        self._last_gauges = (o.running, o.waiting)
+        if unreliable:
+            return self._unreliable(now, preemptions_total, progress)
         rose, inferred, _ = self._preempting(now, o, preemptions_total)
         # Preemptions: a counter; a drop means vLLM restarted.
         rate = None
@@ -299,7 +554,11 @@ class Tracker:
 
         # An engine with nothing to do makes no steps: that is idle, not stuck.
         nothing_to_do = o.running == 0 and o.waiting == 0
-        if progress != self._last_progress_value or self._last_progress_at is None or nothing_to_do:
+        # Blocks in use that change while requests run are steps too: a long prompt prefilling chunk by chunk moves
+        # no counter on releases that count a step only when it produces a token (0.10.2).
+        moved = self._last_used is not None and o.headroom.kv_used_blocks != self._last_used and o.running > 0
+        self._last_used = o.headroom.kv_used_blocks
+        if progress != self._last_progress_value or self._last_progress_at is None or nothing_to_do or moved:
             self._last_progress_value = progress
             self._last_progress_at = now
         no_progress = now - self._last_progress_at
@@ -329,6 +588,11 @@ class Tracker:
         elif self._idle_since is None:
             self._idle_since = now
 
+        prev = self._prev
+        # The previous scrape showed room for the head beside a free slot and since then nothing was admitted
+        # (running did not rise) and nothing finished: the head did not fit, whatever the profile says.
+        stood = (self._room_before and prev is not None and o.running <= prev[0] and o.waiting > 0
+                 and not self._finished_since(o))
         history = History(
             preempted_recently=preempted,
             no_progress_for=no_progress,
@@ -336,35 +600,64 @@ class Tracker:
             running_ceiling=ceiling,
             idle_with_blocks_for=None if self._idle_since is None else now - self._idle_since,
             previous=self._previous,
-            # A request finished since the last scrape: who runs and who heads the queue may have changed, so a
-            # wait beside room needs a new second look.
-            head_of_line_before=self._hol_before and not self._finished_since(o),
+            head_of_line_before=stood,
             preemption_inferred=inferred,
             preempted_now=rose,
             one_shot=self.one_shot,
             pool_empty_before=self._pool_empty_before,
-            budget_before=self._budget_before,
         )
         judgement = classify(o, history, self.t)
-        if judgement.verdict is Verdict.PREEMPTING and not judgement.preemption_inferred:
+        if judgement.verdict is Verdict.PREEMPTING and not judgement.preemption_inferred and not judgement.suspected:
             # Still inside the window: inferred when the gauges showed it after the counter last rose.
             counted, guessed = self._last_counted_rise, self._last_inferred
             if guessed is not None and (counted is None or guessed > counted):
                 judgement = replace(judgement, preemption_inferred=True, suspected=self.one_shot)
         self._previous = judgement.verdict
-        self._hol_before = judgement.head_of_line_candidate
+        self._room_before = judgement.head_of_line_candidate
         self._pool_empty_before = o.running == 0 and o.waiting > 0 and o.headroom.kv_used_blocks == 0
-        self._budget_before = o.waiting > 0 and o.budget_used is not None and o.budget_used >= BUDGET_BOUND
         self._waiting_prev = o.waiting > 0
         self._prev = (o.running, o.waiting, o.finished_total)
         self._last_time = now
+        self._consistent = _Consistent(now, o.running, o.waiting, o.finished_any, judgement)
 
         if false_full_condition(o, judgement.verdict, self.t):
             if self._false_full_since is None:
                 self._false_full_since = now
-        elif not judgement.first_look:
+            self._bridged = False
+        elif (judgement.first_look and judgement.verdict in (Verdict.TRANSIENT, Verdict.UNDECIDED)
+              and not self._bridged and o.waiting > 0):
+            self._bridged = True
+        else:
             self._false_full_since = None
-        # A frame that can be transient (a second look is pending) is never flagged; it does not restart the hold.
+            self._bridged = False
+        # A frame that can be transient (a second look is pending) is never flagged; one such frame between two
+        # false-full ones does not restart the hold.
         held = (self._false_full_since is not None and now - self._false_full_since >= self.t.false_full_hold
-                and not judgement.first_look)
+                and judgement.verdict in FALSE_FULL_VERDICTS)
+        return judgement, held
+
+    def _unreliable(self, now: float, preemptions_total: float | None,
+                    progress: tuple[float | None, float | None]) -> tuple[Judgement, bool]:
+        """A scrape whose gauges contradict the counters: the counters' baselines move on (the engine made
+        steps), every gauge-derived state stays as the last consistent scrape left it, and the answer repeats that
+        scrape's judgement, said to be so, while it is recent (`stuck_after`) and names a limit other than memory
+        (a KV-full or preemption claim rests on the pool's numbers, which this scrape reads as free); otherwise
+        the answer is undecided. Never `ok`."""
+        self.unreliable_scrapes += 1
+        if preemptions_total is not None:
+            if self._last_preemptions is not None and preemptions_total > self._last_preemptions:
+                self._last_preempt_rise = self._last_counted_rise = now
+            self._last_preemptions = preemptions_total
+        self._last_progress_value = progress
+        self._last_progress_at = now
+        self.seconds_without_progress = 0.0
+        c = self._consistent
+        assert c is not None
+        age = now - c.at
+        if age <= self.t.stuck_after and c.judgement.verdict in FALSE_FULL_VERDICTS:
+            judgement = replace(c.judgement, gauges_reliable=False, judged_from=age, first_look=False)
+        else:
+            judgement = Judgement(Verdict.UNDECIDED, Limit.UNDECIDED, gauges_reliable=False, judged_from=age)
+        held = (self._false_full_since is not None and now - self._false_full_since >= self.t.false_full_hold
+                and judgement.verdict in FALSE_FULL_VERDICTS)
         return judgement, held

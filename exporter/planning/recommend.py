@@ -95,7 +95,8 @@ def recommend(e: EngineReport, min_requests: int) -> dict[str, Any]:
     out["max_model_len"] = lengths
     fits = h.max_concurrency_profile
     low, high = advice.seqs_range(fits)
-    seqs = advice.max_num_seqs(e)  # the same advice diagnose gives on the same exposition
+    # The same advice diagnose gives on the same exposition: the judgement's, else the standalone sizing.
+    seqs = next((a for a in e.advice if a.setting == "max_num_seqs"), None) or advice.max_num_seqs(e)
     out["max_num_seqs"] = {
         "range": [low, high],
         "current": e.max_num_seqs,

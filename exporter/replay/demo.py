@@ -49,6 +49,9 @@ COLUMNS = (
     ("verdict", 12, False, " ", ""),
     ("false_full", 10, False, " ", ""),
 )
+# What binds now, in the 7 characters the column leaves for it.
+SHORT_LIMITS = {"token_budget": "budget", "head_prompt": "head", "undecided": "?", "pool_size": "pool",
+                "deferral": "defer"}
 DROP_ORDER = ("unreachable", "adm", "W", "free", "wait", "slots", "panel")
 ALL = tuple(c[0] for c in COLUMNS)
 
@@ -127,7 +130,8 @@ def row(t: float, target: Target, shown: Sequence[str] = ALL) -> str:
         "t": f"{t:5.1f}s", "panel": f"{100 * h.panel_usage_ratio:4.0f}%", "slots": slots, "wait": str(e.waiting),
         "free": str(h.kv_free_blocks), "W": str(h.worst_case_blocks_profile),
         "adm": str(h.admission_headroom_requests),
-        "unreachable": f"{100 * headline.unreachable_pool_ratio(h):3.0f}% {headline.binding_limit(h)}",
+        "unreachable": f"{100 * headline.unreachable_pool_ratio(h):3.0f}% "
+                       f"{SHORT_LIMITS.get(e.binding_limit, e.binding_limit)}",
         "verdict": str(e.verdict), "false_full": "YES" if e.false_full else "no",
     }
     return _line(cells, shown)

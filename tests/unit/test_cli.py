@@ -76,11 +76,13 @@ def test_diagnose_the_recorded_false_full_exposition_as_is(capsys: pytest.Captur
     # The issue's acceptance command: a saved real exposition, nothing else supplied. One observation cannot
     # infer max_num_seqs (a running count of 1 between two steps made "a max_num_seqs of 1" and a false-full
     # on KV-bound frames): the cap is said to be unknown, the slot reading offered as a condition, and how to
-    # supply it; never false-full from a cap one frame inferred.
+    # supply it; never false-full from a cap one frame inferred. 92 wait where the free blocks hold 23 more:
+    # no moment between two steps (issue 19, kind 8), so `undecided`, with what each value of the cap would mean.
     assert cli.main(["diagnose", "tests/fixtures/vllm-0.32.0/false-full/snapshot.prom"]) == 0
     out = capsys.readouterr().out
-    assert "verdict: transient    false_full: no" in out
-    assert "max_num_seqs is unknown and one observation cannot infer it: if it is 8, requests wait for a slot" in out
+    assert "verdict: undecided    false_full: no" in out
+    assert "if max_num_seqs is 8 (the running count: vLLM never runs more than its cap), the slots bind" in out
+    assert "128 (vLLM's default on CPU" in out and "the next step admits the 23 requests" in out
     assert "judged from one observation" in out and "pass --max-num-seqs" in out
     assert cli.main(["diagnose", "tests/fixtures/vllm-0.32.0/false-full/snapshot.prom", "--max-num-seqs", "8"]) == 0
     assert "verdict: slots_full    false_full: yes" in capsys.readouterr().out
@@ -89,7 +91,11 @@ def test_diagnose_the_recorded_false_full_exposition_as_is(capsys: pytest.Captur
 def test_diagnose_keeps_head_of_line_apart_from_slots(capsys: pytest.CaptureFixture[str]) -> None:
     # No prompt has finished yet on that server, so nothing shows the free blocks would hold the queue head.
     # One observation of requests waiting beside room cannot tell a large head from a frame between two steps
-    # (issue 11, kind 7): it is reported as possibly transient, never as slots_full or false-full.
+    # (issue 11, kind 7): never slots_full or false-full. 7 wait where the free blocks hold 3 requests of the running
+    # one's 2,112-token prompt, more than the next step could admit, and max_num_seqs is not given: `undecided`, with
+    # what each cap would mean (issue 19, kind 8), rather than `transient`.
     assert cli.main(["diagnose", "tests/fixtures/vllm-0.32.0/head-of-line/snapshot.prom", "--json"]) == 0
     engine = json.loads(capsys.readouterr().out)["targets"][0]["engines"][0]
-    assert (engine["verdict"], engine["false_full"]) == ("transient", False)
+    assert (engine["verdict"], engine["false_full"]) == ("undecided", False)
+    assert engine["requests_waiting"] > engine["kv_free_blocks"] // engine["prompt_blocks"]
+    assert {c["input"] for c in engine["decided_by"]} == {"max_num_seqs"}

@@ -51,7 +51,9 @@ def test_page_shows_the_verdict_the_explanation_and_both_charts() -> None:
     assert 'data-verdict="slots_full"' in body and "background:#b35900" in body  # amber: a limit, not memory
     assert '<span class="badge ff">false_full</span>' in body
     assert "wait for a slot, not for memory" in body
-    assert "max_num_seqs at 8" in body  # the actions (a raise needs a whole profile window behind it, issue 11)
+    # The actions: slots bind while the pool holds 13 such requests, so a raise (issue 19, kind 7), saying what keeps
+    # it safe while the profile covers less than its window (issue 11).
+    assert "raise max_num_seqs from 8 (vllm_args) to 9-10" in body and "safe while requests stay within" in body
     assert "<td>max_num_seqs</td><td>8</td><td class=\"src\">vllm_args</td>" in body  # config with its source
     assert "<h2>false-full recording</h2>" in body  # the target's label, not its URL
     assert body.count("<svg") == 2

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from exporter.engines.base import Candidate
 from exporter.pipeline.target import EngineReport, Settings, Target
 from exporter.pipeline.verdict import (
     FALSE_FULL_VERDICTS,
     History,
+    Limit,
     Observation,
     Thresholds,
     Tracker,
@@ -52,8 +54,9 @@ def test_preempting_needs_activity() -> None:
 def test_deferred_when_every_waiting_request_is_deferred() -> None:
     free_slots = obs(SLOTS, running=4, deferred=92)
     assert classify(free_slots, History(), T).verdict is Verdict.DEFERRED
-    # Some wait for capacity too: the capacity cause is named instead.
-    assert classify(obs(SLOTS, running=4, deferred=10), History(), T).verdict is Verdict.HEAD_OF_LINE
+    # Some wait for capacity too: the capacity cause is named instead. 92 wait for 4 free slots while the free
+    # blocks hold 23 more: the next step fills the slots and the rest wait for one (issue 19, kind 9).
+    assert classify(obs(SLOTS, running=4, deferred=10), History(), T).verdict is Verdict.SLOTS_FULL
 
 
 def test_stuck_after_no_progress_asleep_is_sleeping() -> None:
@@ -71,12 +74,17 @@ def test_leak_when_blocks_stay_used_with_nothing_to_do() -> None:
 
 
 def test_head_of_line_needs_a_second_look_in_a_running_sidecar() -> None:
-    hol = obs(SLOTS, running=5)  # slots and blocks free by the profile, yet 92 wait
-    assert classify(hol, History(), T).verdict is Verdict.HEAD_OF_LINE  # one-shot: judged on gauges
+    # 5 of 8 running and 2 waiting beside 23 free blocks for 1-block heads: the next step could admit both. Before
+    # issue 19 this used 92 waiting, which the next step cannot admit (3 free slots): slots bind there (kind 9).
+    hol = obs(SLOTS, running=5, waiting=2)
+    once = classify(hol, History(one_shot=True), T)
+    assert once.verdict is Verdict.TRANSIENT and once.suspected  # one observation cannot tell
     first = classify(hol, History(previous=Verdict.SLOTS_FULL), T)
-    assert first.verdict is Verdict.SLOTS_FULL and first.head_of_line_candidate
-    second = classify(hol, History(previous=Verdict.SLOTS_FULL, head_of_line_before=True), T)
+    assert first.verdict is Verdict.TRANSIENT and first.head_of_line_candidate and first.first_look
+    # The previous scrape showed the same room, nothing was admitted and nothing finished since.
+    second = classify(hol, History(previous=Verdict.TRANSIENT, head_of_line_before=True), T)
     assert second.verdict is Verdict.HEAD_OF_LINE
+    assert classify(obs(SLOTS, running=5), History(), T).verdict is Verdict.SLOTS_FULL  # 92 wait for 3 slots
 
 
 def test_slots_inferred_from_a_running_plateau_when_max_num_seqs_is_unknown() -> None:
@@ -124,3 +132,106 @@ def test_false_full_needs_low_usage_and_a_non_kv_verdict() -> None:
     assert not false_full_condition(obs(KV), Verdict.KV_FULL, T)
     assert not false_full_condition(obs(SLOTS, usage=0.3), Verdict.KV_FULL, T)  # true capacity, not false-full
     assert not false_full_condition(obs(SLOTS, waiting=0), Verdict.SLOTS_FULL, T)
+
+
+# -- issue 19: what binds now, over the values an unknown input may have --------------------------------------------
+CPU_GPU = (Candidate(128, "CPU"), Candidate(256, "a GPU under 70 GiB"), Candidate(1024, "a GPU from 70 GiB"))
+
+
+def test_a_queue_the_next_step_cannot_admit_is_bound_by_what_runs_out_first() -> None:
+    # 7 of 8 running (a request finished since the last step), 92 waiting, 23 free blocks for 1-block heads: the
+    # next step fills the one free slot; the slots bind (a cap met within one step's turnover).
+    j = classify(obs(SLOTS, running=7), History(), T)
+    assert (j.verdict, j.binds, j.admits) == (Verdict.SLOTS_FULL, Limit.SLOTS, 1)
+    # 1 of 8 running: the 7 free slots run out before the free blocks' 23 heads of 1 block: still the slots.
+    assert classify(obs(SLOTS, running=1), History(), T).binds is Limit.SLOTS
+    # The queue fits the next step: nothing binds yet.
+    j = classify(obs(SLOTS, running=7, waiting=1), History(one_shot=True), T)
+    assert (j.verdict, j.binds) == (Verdict.TRANSIENT, Limit.NONE)
+
+
+def test_blocks_that_hold_fewer_heads_than_wait_bind_before_free_slots() -> None:
+    # kv-full's 3 running, 27 waiting, 3 free blocks (92 % used): the 11-block head does not fit (whatever the usage).
+    assert classify(obs(KV), History(), T).binds is Limit.HEAD_PROMPT
+    # With 25 blocks free (2 heads) and 5 free slots: the next step admits 2 and the pool binds the rest.
+    roomy = obs(KV, headroom=replace(KV.headroom, kv_free_blocks=25, kv_used_blocks=13, head_admissible=True,
+                                      kv_admission_headroom_requests=2), usage=0.33)
+    j = classify(roomy, History(one_shot=True), T)
+    assert (j.verdict, j.binds, j.admits) == (Verdict.KV_FULL, Limit.BLOCKS, 2)
+
+
+def test_an_unknown_cap_is_undecided_unless_every_value_it_may_have_agrees() -> None:
+    unknown = obs(SLOTS, max_num_seqs=None, max_num_seqs_candidates=CPU_GPU)
+    j = classify(unknown, History(one_shot=True), T)
+    # 92 waiting, room for 23: at 8 (the running count) the slots bind, at vLLM's defaults the pool does.
+    assert (j.verdict, j.binds) == (Verdict.UNDECIDED, Limit.UNDECIDED)
+    assert [(c.value, c.limit) for c in j.decided_by] == [(8, Limit.SLOTS), (128, Limit.BLOCKS), (256, Limit.BLOCKS),
+                                                          (1024, Limit.BLOCKS)]
+    assert not false_full_condition(unknown, j.verdict, T)
+    # A queue the free blocks hold: at 8 the slots bind, at the defaults vLLM admits it at its next step.
+    small = classify(replace(unknown, waiting=5), History(one_shot=True), T)
+    assert small.verdict is Verdict.TRANSIENT and {c.limit for c in small.decided_by} == {Limit.SLOTS, Limit.NONE}
+
+
+def test_an_assumed_budget_decides_only_if_it_binds_at_every_default() -> None:
+    budgets = (Candidate(2048, "CPU"), Candidate(8192, "a GPU from 70 GiB"), Candidate(16384, "a GPU from 160 GiB"))
+    # 2 running, 6 free slots, 23 free blocks, typical prompts of 3,072 tokens: the budget lets 0.7, 2.7 or 5.3
+    # prefills start per step. 4 waiting: at 16,384 the next step admits them all, at 2,048 the budget binds.
+    wait = obs(SLOTS, running=2, waiting=4, budget_candidates=budgets, prompt_tokens=3072)
+    j = classify(wait, History(), T)
+    assert j.verdict is Verdict.UNDECIDED
+    assert {(c.value, c.limit) for c in j.decided_by} == {(2048, Limit.TOKEN_BUDGET), (8192, Limit.TOKEN_BUDGET),
+                                                          (16384, Limit.NONE)}
+    # 7 waiting: more than even 16,384 tokens let start (5.3, the sixth with a partial chunk): the budget binds at
+    # every default.
+    filled = classify(replace(wait, waiting=7), History(), T)
+    assert (filled.verdict, filled.binds) == (Verdict.BUDGET_FULL, Limit.TOKEN_BUDGET)
+    # 16-token prompts: the slots run out first whatever the budget.
+    assert classify(replace(wait, waiting=60, prompt_tokens=16), History(), T).binds is Limit.SLOTS
+
+
+def test_risk_never_vetoes_the_flag_nor_makes_memory_bind() -> None:
+    pressed = obs(SLOTS, memory_pressure=True, thin_profile=False)
+    j = classify(pressed, History(), T)
+    assert j.verdict is Verdict.SLOTS_FULL and false_full_condition(pressed, j.verdict, T)
+
+
+def test_a_producer_holding_blocks_is_ok_never_a_leak() -> None:
+    held = obs(SLOTS, running=0, waiting=0, kv_role="kv_producer")
+    j = classify(held, History(idle_with_blocks_for=600.0), T)
+    assert (j.verdict, j.producer_holding) == (Verdict.OK, True)
+    leak = classify(replace(held, kv_role="kv_consumer"), History(idle_with_blocks_for=600.0), T)
+    assert leak.verdict is Verdict.LEAK
+
+
+def test_stuck_is_the_last_reading() -> None:
+    stalled = History(no_progress_for=600.0)
+    assert classify(obs(SLOTS, running=0, deferred=92), stalled, T).verdict is Verdict.DEFERRED
+    assert classify(obs(SLOTS), stalled, T).verdict is Verdict.STUCK  # running requests that make no step
+
+
+def test_gauges_that_read_idle_while_unfinished_requests_generate_are_unreliable() -> None:
+    tracker = Tracker(T)
+    busy = obs(SLOTS, finished_total=100.0, finished_any=100.0)
+    j, _ = tracker.update(0.0, busy, 0.0, (10.0, 1000.0))
+    assert j.verdict is Verdict.SLOTS_FULL and j.gauges_reliable
+    zero = replace(obs(IDLE), finished_total=100.0, finished_any=100.0)
+    # 512 tokens over 500 steps (one request decoding: no load the step counter shows), none of them by a request
+    # that finished: it is in flight now, whatever the gauges say.
+    j, _ = tracker.update(0.5, replace(zero, unfinished_tokens=512.0), 0.0, (510.0, 1512.0))
+    assert (j.verdict, j.gauges_reliable) == (Verdict.SLOTS_FULL, False)
+    # A real drain: every request in flight finished, their tokens accounted for: consistent, ok.
+    drained = Tracker(T)
+    drained.update(0.0, busy, 0.0, (10.0, 1000.0))
+    j, _ = drained.update(0.5, replace(zero, finished_total=200.0, finished_any=200.0, unfinished_tokens=-40.0),
+                          0.0, (510.0, 1512.0))
+    assert (j.verdict, j.gauges_reliable) == (Verdict.OK, True)
+
+
+def test_with_no_request_seen_the_head_is_taken_at_max_model_len_for_headroom_never_for_a_kv_claim() -> None:
+    # The idle recording: nothing has run or finished. The admission headroom takes a prompt as long as
+    # max_model_len (16 blocks: 39 // 16 = 2 more now, never 39 one-block prompts, issue 11); a queue beside that
+    # guess is not kv_full (issue 19): no request backs the size.
+    assert (IDLE.headroom.prompt_blocks, IDLE.headroom.admission_headroom_requests) == (16, 39 // 16)
+    queued = classify(obs(IDLE, waiting=3, profile_backed=False), History(one_shot=True), T)
+    assert queued.verdict is Verdict.TRANSIENT

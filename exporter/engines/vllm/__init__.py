@@ -4,6 +4,7 @@
 - `read`: the readers (a parsed exposition → `EngineSample` per engine, `CacheInfo` per engine);
 - `releases`: the release rules (null block, usage formula, admission gate, data-parallel sums) per version;
 - `args`: vLLM's command-line flags and the types vLLM parses them with;
+- `batch_defaults`: max_num_seqs and max_num_batched_tokens when nobody sets them, per device class;
 - `startup_log`: what a pasted start-up log states about capacity; `capacity`: the block counts its figures allow;
 - `model_len`: the max_model_len vLLM derives from a model's config.json.
 """
@@ -12,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..base import LogFacts, MetricNames, Samples, Snapshot
-from . import args, capacity, metrics, model_len, read, startup_log
+from ..base import BatchDefaults, LogFacts, MetricNames, Samples, Snapshot
+from . import args, batch_defaults, capacity, metrics, model_len, read, startup_log
 
 
 class VllmEngine:
@@ -42,6 +43,10 @@ class VllmEngine:
 
     def parse_startup_log(self, text: str) -> LogFacts:
         return startup_log.parse(text)
+
+    def batch_defaults(self, version: str | None, world_size: int | None,
+                       performance_mode: str | None) -> BatchDefaults:
+        return batch_defaults.batch_defaults(version, world_size, performance_mode)
 
     def blocks_from_log_figures(self, facts: LogFacts, block_size: int, per_request: int) -> tuple[int, int] | None:
         return capacity.blocks_from_figures(facts, block_size, per_request)

@@ -26,7 +26,7 @@ _INT_FLAGS = ("max_model_len", "max_num_seqs", "max_num_batched_tokens", "block_
 _INT_FLAGS_ALSO = ("tensor_parallel_size", "data_parallel_size", "pipeline_parallel_size",
                    "num_gpu_blocks_override", "max_num_active_seqs", "prefill_schedule_interval",
                    "kv_cache_memory_bytes")
-_STR_FLAGS = ("model", "served_model_name", "kv_cache_dtype", "host", "gpu_memory_utilization")
+_STR_FLAGS = ("model", "served_model_name", "kv_cache_dtype", "host", "gpu_memory_utilization", "performance_mode")
 _FLOAT_FLAGS = ("watermark",)
 _BOOL_FLAGS = ("enable_chunked_prefill", "enable_prefix_caching", "scheduler_reserve_full_isl")
 _JSON_FLAGS = ("speculative_config", "kv_transfer_config")

@@ -67,6 +67,9 @@ PROMPT_HIST = "vllm:request_prompt_tokens"  # observed when a request finishes
 MAX_TOKENS_HIST = "vllm:request_params_max_tokens"
 GENERATION_HIST = "vllm:request_generation_tokens"
 HISTOGRAMS = (PROMPT_HIST, MAX_TOKENS_HIST, GENERATION_HIST)  # the length histograms the sidecar reads
+# Seconds from arrival to finish (V0 and V1): requests finished since the last scrape that lived longer than the
+# interval were in flight at that scrape, whatever its gauges said (pipeline/verdict.py checks the gauges with it).
+E2E_LATENCY_HIST = "vllm:e2e_request_latency_seconds"
 QUEUE_TIME_HIST = "vllm:request_queue_time_seconds"
 TTFT_HIST = "vllm:time_to_first_token_seconds"
 
@@ -94,7 +97,7 @@ WANTED: frozenset[str] = frozenset(
         *(name for name, _c, _r in CONNECTOR_COUNTERS),
         *(name for name, _c in CONNECTOR_TRANSFERS),
     }
-    | {h + suffix for h in HISTOGRAMS for suffix in ("_bucket", "_count", "_sum")}
+    | {h + suffix for h in (*HISTOGRAMS, E2E_LATENCY_HIST) for suffix in ("_bucket", "_count", "_sum")}
 )
 
 # The same table by role, as the engine-neutral interface hands it to the generator and the messages.

@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass
 
 from ..base import (
+    E2E_LATENCY,
     GENERATION_LENGTHS,
     MAX_TOKENS_LENGTHS,
     PROMPT_LENGTHS,
@@ -28,7 +29,7 @@ from .releases import rules, usage_counts_null_block
 
 # The length histograms by the role the pipeline reads them in.
 ROLES = ((m.PROMPT_HIST, PROMPT_LENGTHS), (m.MAX_TOKENS_HIST, MAX_TOKENS_LENGTHS),
-         (m.GENERATION_HIST, GENERATION_LENGTHS))
+         (m.GENERATION_HIST, GENERATION_LENGTHS), (m.E2E_LATENCY_HIST, E2E_LATENCY))
 
 
 @dataclass(frozen=True)

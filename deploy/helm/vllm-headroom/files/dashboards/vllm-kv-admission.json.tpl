@@ -120,6 +120,11 @@
                   "color": "light-blue",
                   "index": 11,
                   "text": "transient"
+                },
+                "undecided": {
+                  "color": "light-blue",
+                  "index": 13,
+                  "text": "undecided"
                 }
               },
               "type": "value"
@@ -318,6 +323,21 @@
                 "id": "color",
                 "value": {
                   "fixedColor": "blue",
+                  "mode": "fixed"
+                }
+              }
+            ]
+          },
+          {
+            "matcher": {
+              "id": "byName",
+              "options": "undecided"
+            },
+            "properties": [
+              {
+                "id": "color",
+                "value": {
+                  "fixedColor": "light-blue",
                   "mode": "fixed"
                 }
               }
@@ -979,7 +999,7 @@
         "type": "prometheus",
         "uid": "${datasource}"
       },
-      "description": "The sidecar's verdict per scrape (ok, kv_full, slots_full, preempting, head_of_line, deferred, stuck, leak, target_down, budget_full, never_fits, transient, sleeping), coloured by severity; below it, the limit that binds a new request (slots or blocks). Needs the vllm-headroom sidecar (vllm_headroom_* metrics).",
+      "description": "The sidecar's verdict per scrape (ok, kv_full, slots_full, preempting, head_of_line, deferred, stuck, leak, target_down, budget_full, never_fits, transient, sleeping, undecided), coloured by severity; below it, the limit that binds a new request (slots or blocks). Needs the vllm-headroom sidecar (vllm_headroom_* metrics).",
       "fieldConfig": {
         "defaults": {
           "custom": {
@@ -1053,6 +1073,11 @@
                   "color": "light-blue",
                   "index": 11,
                   "text": "transient"
+                },
+                "undecided": {
+                  "color": "light-blue",
+                  "index": 13,
+                  "text": "undecided"
                 }
               },
               "type": "value"
@@ -1250,6 +1275,21 @@
                 "id": "color",
                 "value": {
                   "fixedColor": "blue",
+                  "mode": "fixed"
+                }
+              }
+            ]
+          },
+          {
+            "matcher": {
+              "id": "byName",
+              "options": "undecided"
+            },
+            "properties": [
+              {
+                "id": "color",
+                "value": {
+                  "fixedColor": "light-blue",
                   "mode": "fixed"
                 }
               }

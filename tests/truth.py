@@ -608,7 +608,13 @@ def render_engine(scores: list[engine_score.EngineScore]) -> list[str]:
              "Recordings with `engine-steps.jsonl.gz`: vLLM's scheduler wrote, every step, why its admission scan "
              "stopped (tests/e2e/truth_plugin); each frame is judged by the step that starts from the state it shows "
              "(tests/engine_score.py). Admission: for frames with a waiting head, min(our admission headroom, waiting) "
-             f"against what the engine admitted in that step, within ±{engine_score.ADMISSION_TOLERANCE}. False-full: "
+             "against what the engine admitted from that step on until its scan stopped on capacity (KV refused, slots "
+             "taken, queue empty, deferral) rather than on the token budget: the budget is the loop's first test "
+             "(vllm/v1/core/sched/scheduler.py:334 @0.10.2, :912 @0.32.0) and running prefill chunks take it first, "
+             "so a budget-stopped step says how fast the queue goes in, not how many fit (`capacity_admitted`); within "
+             f"±{engine_score.ADMISSION_TOLERANCE}. Where a completion or preemption came before that stop, the count "
+             "is a lower bound and only under-counting is a miss; `exact` counts the frames whose count is not a "
+             "bound. False-full: "
              "flagged although the engine refused the head for KV, preempted, or admitted everything (forbidden), and "
              "flagged where a non-KV reason held for the hold time (found). Safe headroom: frames saying > 0 after "
              f"which the engine preempted within {engine_score.SAFE_WINDOW_S:.0f} s.", "",
@@ -619,10 +625,12 @@ def render_engine(scores: list[engine_score.EngineScore]) -> list[str]:
     b, _ = engine_share(scores, "one-shot")
     c, _ = engine_share(scores, "one-shot-noflags")
     adm, adm_n = engine_admission(scores)
+    side_all = [s for s in scores if s.mode == "sidecar"]
+    ex, ex_n = sum(s.adm_within_exact for s in side_all), sum(s.adm_frames_exact for s in side_all)
     lines += [f"All: {n} frames; sidecar {_pct(a, n)}, one-shot {_pct(b, n)}, one-shot without flags {_pct(c, n)}, "
-              f"admission ±1 {_pct(adm, adm_n)} of {adm_n}.", ""]
+              f"admission ±1 {_pct(adm, adm_n)} of {adm_n} (exact counts: {_pct(ex, ex_n)} of {ex_n}).", ""]
     lines += ["| release | shape | frames | sidecar | one-shot | one-shot no flags | admission ±1 | admission ±1, "
-              "steps the budget did not stop | false-full forbidden (sidecar / one-shot / no flags) | false-full found "
+              "exact counts | false-full forbidden (sidecar / one-shot / no flags) | false-full found "
               "(sidecar) | safe > 0, then preempted |",
               "|---|---|---|---|---|---|---|---|---|---|---|"]
     groups = sorted({(s.release, s.shape) for s in scores})
@@ -635,8 +643,8 @@ def render_engine(scores: list[engine_score.EngineScore]) -> list[str]:
         lines.append(f"| {rel} | {shape} | {n} | " + " | ".join(agree)
                      + f" | {_pct(sum(s.adm_within for s in side), sum(s.adm_frames for s in side))} of "
                        f"{sum(s.adm_frames for s in side)} | "
-                       f"{_pct(sum(s.adm_within_free for s in side), sum(s.adm_frames_free for s in side))} of "
-                       f"{sum(s.adm_frames_free for s in side)} | "
+                       f"{_pct(sum(s.adm_within_exact for s in side), sum(s.adm_frames_exact for s in side))} of "
+                       f"{sum(s.adm_frames_exact for s in side)} | "
                      + " / ".join(str(sum(s.ff_flagged_kv for s in by[m])) for m in engine_score.MODES)
                      + f" | {sum(s.ff_found for s in side)} of {sum(s.ff_true for s in side)} | "
                        f"{sum(s.safe_bad for s in side)} of {sum(s.safe_frames for s in side)} |")

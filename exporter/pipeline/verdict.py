@@ -152,8 +152,8 @@ def pool_exhausted(o: Observation) -> bool:
 
 def suspected_preemption(o: Observation) -> bool:
     """One observation, requests waiting, vLLM counted preemptions since it started, the running requests leave
-    no room for one more of the profile's worst case (or already hold more than it: a workload the profile has
-    not seen), and the free blocks are within two worst-case requests of running out. One frame cannot date the
+    no room for one more of the profile's worst case while the free blocks are within two such requests of
+    running out, or they already hold more than it (a workload the profile has not seen). One frame cannot date the
     preemptions; the sidecar sees them as the counter rises."""
     if not o.preemptions_total or o.waiting <= 0 or o.running <= 0:
         return False
@@ -166,7 +166,7 @@ def suspected_preemption(o: Observation) -> bool:
     near = hr.kv_free_blocks < 2 * hr.worst_case_blocks_profile
     no_room = o.profile_backed and not o.thin_profile and (o.running + 1) * hr.worst_case_blocks_profile > \
         hr.kv_capacity_blocks
-    return near and (no_room or o.stale_profile)
+    return (near and no_room) or o.stale_profile
 
 
 def next_step(free_slots: int | None, kv_room: int, waiting: int, budget_room: float | None = None) -> Limit:

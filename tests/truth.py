@@ -45,6 +45,8 @@ FULL_USAGE = 0.8
 SIDECAR_MIN, ONE_SHOT_MIN, ONE_SHOT_NOFLAGS_MIN = 0.98, 0.95, 0.90
 MODES = ("sidecar", "one-shot", "one-shot-noflags")  # the last: `diagnose FILE` with no flag at all
 LEAD_UP = 10.0  # s before a preemption counter rise in which no scrape may advise raising max_num_seqs
+ANY_VERDICT = frozenset({"ok", "kv_full", "slots_full", "preempting", "head_of_line", "budget_full", "deferred",
+                         "never_fits", "stuck", "sleeping", "leak", "transient", "undecided"})
 NO_FALSE_FULL = frozenset({"ok", "kv_full", "preempting", "transient", "never_fits"})
 # Scenarios replayed without the server's flags: the sidecar must infer max_num_seqs (kind 6).
 WITHOUT_FLAGS = frozenset({"false-full-inferred"})
@@ -178,9 +180,11 @@ class Truth:
     # whole queue (`fits_one_step`).
     config_decides: bool = False
     fits_one_step: bool = False
+    undetermined: bool = False  # the recording cannot tell the truth of this frame: not scored
 
 
-def judge(frames: list[Frame], i: int, srv: Server, sent: list[Sent], exact: bool) -> Truth:
+def judge(frames: list[Frame], i: int, srv: Server, sent: list[Sent], exact: bool,
+          gauges_lie: bool = False) -> Truth:
     f = frames[i]
     prev = frames[i - 1] if i else None
     nxt = frames[i + 1] if i + 1 < len(frames) else None
@@ -189,6 +193,19 @@ def judge(frames: list[Frame], i: int, srv: Server, sent: list[Sent], exact: boo
     storm = any(frames[j].preemptions > frames[j - 1].preemptions
                 for j in range(max(1, i - 6), min(len(frames), i + 2)))  # a rise within 3 s before, 0.5 s after
     free = srv.blocks - round(f.usage * srv.blocks)
+    # The nearest scrapes at another time (the recorder sometimes scrapes twice within milliseconds).
+    before = next((g for g in reversed(frames[:i]) if g.t < f.t - 0.1), None)
+    after = next((g for g in frames[i + 1:] if g.t > f.t + 0.1), None)
+    stepping = (before is not None and f.steps > before.steps) or (after is not None and after.steps > f.steps)
+    if gauges_lie and stepping and f.running == 0 and f.waiting == 0 and f.usage == 0:
+        # Issue 19 kind 6: the engine steps around this scrape (its step counter rose into it or out of it) while
+        # its gauges read idle (vLLM 0.32.0's Rust frontend under load: meta.json `gauges_while_progressing`; its
+        # step counter rises steadily through the load window). The gauges cannot give the truth here; the
+        # engine's own e2e latency says few requests were inside it at once, so whether the gauges lie or the
+        # requests queue in the frontend, outside the engine, is not decided by the recording: the frame is not
+        # scored (`Score.undetermined`); tests/unit/test_issue19_kinds.py kind 6 holds the sidecar to "never ok".
+        return Truth("gauges_unreliable", ANY_VERDICT, ANY_VERDICT, "steps rose while running, waiting, usage read 0",
+                     undetermined=True)
     if f.waiting <= 0:
         if f.running == 0 and f.usage > 0:
             return Truth("leak", frozenset({"leak", "ok"}), frozenset({"leak", "ok"}), "blocks held, nothing to do")
@@ -341,6 +358,8 @@ def score_timeline(name: str, meta: dict[str, Any], timeline: list[tuple[float, 
     argv = [str(a) for a in meta["server_argv"]]
     srv = server_of(argv)
     frames = [read_frame(t, text) for t, text in timeline]
+    # The recorder counted frames that made progress while running, waiting and usage all read 0 (kind 6).
+    gauges_lie = (meta.get("gauges_while_progressing") or {}).get("of_which_running_waiting_usage_all_0", 0) > 0
     storm = lead_up(frames)
     interval = float(meta.get("interval", 0.5))
     settings = Settings("recorded", vllm_args=given, discover_cmdline=False,
@@ -351,7 +370,7 @@ def score_timeline(name: str, meta: dict[str, Any], timeline: list[tuple[float, 
     slots_since: float | None = None  # since when the truth has been slots_full without a break
     for i, (t, text) in enumerate(timeline):
         sent, exact = sent_of[i]
-        truth = judge(frames, i, srv, sent, exact)
+        truth = judge(frames, i, srv, sent, exact, gauges_lie)
         slots_since = (slots_since if slots_since is not None else t) if truth.label == "slots_full" else None
         # An engine whose capacity cannot be derived (e.g. a pool vLLM does not export, without flags) is
         # undetermined: the report says so, the frame is not judged.
@@ -365,7 +384,7 @@ def score_timeline(name: str, meta: dict[str, Any], timeline: list[tuple[float, 
         once_accept = truth.accept_one_shot if given is not None else bare_accept
         for s, maybe, accept in ((out[0], ours_live, truth.accept), (out[1], ours_once, once_accept),
                                  (out[2], ours_bare, bare_accept)):
-            if maybe is None:
+            if maybe is None or truth.undetermined:
                 s.undetermined += 1
                 continue
             ours = maybe

@@ -267,8 +267,14 @@ def _undecided(e: EngineReport) -> str:
 def _ok(e: EngineReport) -> str:
     h = e.headroom
     if e.producer_holding:
+        if e.config.kv_role is None:
+            return (f"Nothing waits and nothing runs; {h.kv_used_blocks} blocks stay in use, and the engine exports "
+                    "vLLM's NIXL connector series but nobody stated its kv_role: if it is a P/D producer (kv_producer "
+                    "or kv_both), these are finished prefills it keeps until its decode side reads them (freed then, "
+                    "or when their lease expires), held on purpose; if not, they may be leaked. Give vLLM's command "
+                    "line (--kv-transfer-config) to decide.")
         return (f"Nothing waits and nothing runs; the {h.kv_used_blocks} blocks in use are finished prefills this "
-                f"P/D producer (kv_role {e.config.kv_role.value if e.config.kv_role else '?'}) keeps until its decode "
+                f"P/D producer (kv_role {e.config.kv_role.value}) keeps until its decode "
                 "side reads them (vLLM's NIXL connector frees them then, or when their lease expires): held on "
                 "purpose, not leaked.")
     return (f"Nothing is held back: {_used(e)}, {e.running} running, {e.waiting} waiting; room for "
@@ -338,7 +344,8 @@ def actions(e: EngineReport, engines: list[EngineReport] | None = None) -> list[
     shown = e.consistent if not e.gauges_reliable and e.consistent is not None else e
     given = advice.advise_server(e, engines or [e])
     out = [a.text() for a in given]
-    out += ACTIONS[catalogue.entry(shown.verdict).actions]
+    fixed = ACTIONS[catalogue.entry(shown.verdict).actions]
+    out += deferral_actions(shown) if str(shown.verdict) == "deferred" else list(fixed)
     known = e.config.max_num_seqs
     if (known is None or known.source == "inferred") and not any(
             a.setting == "max_num_seqs" and a.direction == "state" for a in given):
@@ -347,6 +354,22 @@ def actions(e: EngineReport, engines: list[EngineReport] | None = None) -> list[
     if wrong:
         out.append(wrong)
     return out
+
+
+REMOTE_KV_ACTION = ("check the prefill side this decode instance loads KV from: is it up and reachable, and does "
+                    "the connector report transfer failures (vllm:nixl_num_failed_transfers) or expired KV on the "
+                    "prefill instance? The requests wait for remote KV on purpose, the engine is not hung")
+LORA_ACTION = "raise max_loras (--max-loras) or route fewer adapters to this pod; the engine waits on purpose"
+
+
+def deferral_actions(e: EngineReport) -> list[str]:
+    """The actions for deferred requests, by the cause the exposition shows (`EngineReport.deferred_causes`): a
+    remote-KV wait is the prefill side's to fix, a LoRA wait max_loras'; with no cause in sight, the verdict's
+    fixed actions (LoRA, grammar or a connector)."""
+    causes = e.deferred_causes
+    out = [LORA_ACTION for c in causes if c.startswith("LoRA")][:1]
+    out += [REMOTE_KV_ACTION for c in causes if c.startswith("remote KV")][:1]
+    return out or list(ACTIONS["deferred"])
 
 
 CAP_DOUBT_FRAMES = 6  # scrapes with requests waiting before a stated cap far above the running count is doubted

@@ -596,7 +596,8 @@ def judge(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, histo
         prompt_tokens=None if budget is None or budget.prefill_tokens is None else int(budget.prefill_tokens),
         preemptions_total=e.preemptions_total,
         profile_backed=prompt is not None and prompt.basis in advice.SIZED_BASES, stale_profile=stale,
-        kv_role=value(cfg.kv_role), latency_since=None if gauges_only else history.latency_since(now, e),
+        kv_role=value(cfg.kv_role), connector_series=bool(e.connector_counters),
+        latency_since=None if gauges_only else history.latency_since(now, e),
         unfinished_tokens=None if gauges_only else history.unfinished_tokens(e),
         tokens_per_step=None if gauges_only else history.tokens_per_step(
             e, used_grew=running > 0 and pool.kv_used_blocks > history.used_before(pool.kv_used_blocks)),

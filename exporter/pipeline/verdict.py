@@ -51,6 +51,11 @@ CONCURRENT = 2.0
 # of idle readings whose L add up to `IDLE_EVIDENCE` has odds of e^-12 (about 6 in a million): the gauges are stale.
 # The first interval after a busy reading may hold a drain and is not counted.
 IDLE_EVIDENCE = 12.0
+# s of scrapes with no step, no generated token and no finished request after which idle gauges are believed again:
+# an engine serving load steps many times a second (a decode step takes milliseconds; vLLM 0.32.0's Rust frontend
+# in tests/fixtures/vllm-0.32.0-rust/*-unpinned steps 300-500 times a second under load), so half a second of none
+# is an engine with nothing to do. Scrapes a few milliseconds apart add almost nothing.
+QUIET_IDLE = 0.5
 
 
 @dataclass(frozen=True)
@@ -92,6 +97,8 @@ class Observation:
     profile_backed: bool = True  # the head's size comes from finished requests (not the in-flight floor)
     stale_profile: bool = False  # requests in flight already hold more blocks than the profile's worst case
     kv_role: str | None = None  # --kv-transfer-config's kv_role (P/D)
+    # The engine exports a KV connector's own series (vllm:nixl_*): it takes part in P/D whatever its unstated role
+    connector_series: bool = False
     # Of the requests finished since the last scrape: (how many lived longer than the interval, their summed
     # latency in seconds, the interval in seconds); None without vLLM's e2e latency histogram (sidecar only).
     latency_since: tuple[int, float, float] | None = None
@@ -204,10 +211,13 @@ def classify(o: Observation, h: History, t: Thresholds) -> Judgement:
         return Judgement(Verdict.PREEMPTING, Limit.BLOCKS, preemption_inferred=True, suspected=h.one_shot)
     if o.waiting <= 0:
         idle_with_blocks = hr.kv_used_blocks > 0 and o.running == 0
-        if idle_with_blocks and o.kv_role in PRODUCER_ROLES:
+        producer = o.kv_role in PRODUCER_ROLES or (o.kv_role is None and o.connector_series)
+        if idle_with_blocks and producer:
             # A P/D prefill instance keeps finished prefills' blocks until its decode side reads them (a lease,
             # `kv_lease_duration` renewed by heartbeats in 0.32.0; VLLM_NIXL_ABORT_REQUEST_TIMEOUT, 480 s, before):
-            # held on purpose, not leaked.
+            # held on purpose, not leaked. With no role stated, a connector's own series (vLLM exports
+            # vllm:nixl_* only with a NIXL connector) say the instance may be that producer: a leak then needs
+            # the role, which decides it.
             return Judgement(Verdict.OK, Limit.NONE, producer_holding=True)
         if idle_with_blocks and (h.one_shot or (h.idle_with_blocks_for is not None
                                                 and h.idle_with_blocks_for >= t.leak_after)):
@@ -438,6 +448,7 @@ class Tracker:
         self.unreliable_scrapes = 0  # scrapes whose gauges contradicted the counters, since start (or a restart)
         self._last_gauges: tuple[int, int] | None = None  # running, waiting of the last scrape, consistent or not
         self._idle_evidence = 0.0  # the run of idle readings' summed L (requests in flight on average, Little)
+        self._quiet = 0.0  # s of scrapes with idle gauges and no step, token or finished request (`QUIET_IDLE`)
         self._last_used: int | None = None  # blocks in use at the last scrape
 
     def restart_if_reset(self, o: Observation, preemptions_total: float | None,
@@ -499,6 +510,13 @@ class Tracker:
             self._idle_evidence += lat[1] / lat[2]  # an interval between two idle readings
         elif not idle:
             self._idle_evidence = 0.0
+        quiet = idle and not rose and lat is not None and lat[1] == 0
+        self._quiet = self._quiet + lat[2] if quiet and lat is not None else 0.0
+        if self._quiet >= QUIET_IDLE:
+            # No step, no token and no request finished for `QUIET_IDLE` seconds of scrapes: the engine is idle
+            # as its gauges say (the load has ended); the evidence of a run of idle readings under load ends.
+            self._idle_evidence = 0.0
+            return False
         if self.one_shot or last is None or c is None or not idle:
             return False
         if self._idle_evidence >= IDLE_EVIDENCE:

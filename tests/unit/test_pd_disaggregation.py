@@ -17,7 +17,7 @@ text and labels copied from vLLM's source, cited per family; tests/rewrite.py `a
   request hangs until its lease expires while holding blocks over a half-written cache."
 
 The producer and consumer verdicts are the judgement's (issue 19: `producer_holding`, a remote-KV wait with its own
-advice); those tests are strict xfails until it lands. The inputs they need (role, connector, lease, the connector's
+advice). The inputs they need (role, connector, lease, the connector's
 counters, remote-KV loads by stage) are read now and tested here without xfail.
 """
 
@@ -188,11 +188,6 @@ def test_an_offload_tier_is_shown_and_never_counted_as_free_gpu_blocks() -> None
 
 
 # -- the behaviour the issue wants: the judgement's, issue 19 --------------------------------------------------------
-def xfail19(reason: str) -> pytest.MarkDecorator:
-    return pytest.mark.xfail(strict=True, reason=f"issue 19 (the judgement): {reason}")
-
-
-@xfail19("a kv_producer holding finished prefills' blocks is a leak with 'restart the pod' today")
 @pytest.mark.parametrize("role", ["kv_producer", "kv_both"])
 def test_pr_38027_a_producer_holding_blocks_within_its_lease_is_neither_a_leak_nor_a_restart(role: str) -> None:
     r, frames = producer_frames()
@@ -202,7 +197,6 @@ def test_pr_38027_a_producer_holding_blocks_within_its_lease_is_neither_a_leak_n
     assert not any("restart" in a for e in seen for a in diagnosis.actions(e))
 
 
-@xfail19("with NIXL's series exported and no --kv-transfer-config the held blocks are a leak today")
 def test_pr_38027_the_nixl_series_alone_mark_a_producer() -> None:
     """The design (docs/design/judgement.md): "unknown role: the leak verdict needs none (P/D exports nixl series)"."""
     r, frames = producer_frames()
@@ -210,7 +204,6 @@ def test_pr_38027_the_nixl_series_alone_mark_a_producer() -> None:
     assert not [e for e in seen if e.verdict == "leak"]
 
 
-@xfail19("a consumer waiting for remote KV gets the generic deferred advice today, then `stuck` with a restart")
 @pytest.mark.parametrize("stage", ["in_progress", "waiting_to_start"])
 def test_pr_50754_a_consumer_waiting_for_remote_kv_is_told_to_check_the_prefill_side(stage: str) -> None:
     r, frames = consumer_frames(stage)

@@ -3,7 +3,16 @@
 A recording with `engine-steps.jsonl.gz` (tests/e2e/production.py; the recorder is tests/e2e/truth_plugin) is
 judged from what vLLM's scheduler did, not from what the gauges suggest. Each frame is aligned to the scheduler
 step that starts from the state it shows (tests/e2e/engine_truth.py `align`): that step's admission scan is the
-engine's answer to "why do these requests wait" at that frame. Per frame:
+engine's answer to "why do these requests wait" at that frame. Our verdicts say what binds the next step
+(exporter/pipeline/verdict.py `next_step`), so the step is the label, not a vote over the frame's interval. vLLM
+tests the token budget first (`while self.waiting and token_budget > 0`, vllm/v1/core/sched/scheduler.py:334
+@0.10.2; `while token_budget > 0`, :912 @0.32.0) after the running requests' prefill chunks took their share
+(:208 @0.10.2, :659 @0.32.0), before the slot test and allocate_slots: a budget stop masks KV. `Label.also` keeps
+what is masked: the head's last refusal needing more blocks than are free at this step (kv_full/head_of_line),
+every slot taken (slots_full). Read against the recorded steps, the budget stops are real where they dominate
+(0.10.2 prod-kv: 28k-token prompts, one admitted every ~4 steps while thousands of blocks stay free, the first
+KV refusal 90 s in; prod-never-fits on 0.10.2: no full-prompt gate before 0.19, so the head that never fits is
+admitted chunk by chunk and its prefill holds the budget). Per frame:
 
 * the verdict (sidecar, one-shot with the server's flags, one-shot with none) against the step's stop reason
   (`ACCEPT`: the accepted verdicts per reason, `ONE_SHOT_ALSO` the wider set one observation is allowed);

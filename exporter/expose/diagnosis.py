@@ -357,7 +357,7 @@ def actions(e: EngineReport, engines: list[EngineReport] | None = None) -> list[
 
 
 REMOTE_KV_ACTION = ("check the prefill side this decode instance loads KV from: is it up and reachable, and does "
-                    "the connector report transfer failures (vllm:nixl_num_failed_transfers) or expired KV on the "
+                    "the connector report transfer failures or expired KV (its counters, under kv_transfer) on the "
                     "prefill instance? The requests wait for remote KV on purpose, the engine is not hung")
 LORA_ACTION = "raise max_loras (--max-loras) or route fewer adapters to this pod; the engine waits on purpose"
 

@@ -97,7 +97,7 @@ class Observation:
     profile_backed: bool = True  # the head's size comes from finished requests (not the in-flight floor)
     stale_profile: bool = False  # requests in flight already hold more blocks than the profile's worst case
     kv_role: str | None = None  # --kv-transfer-config's kv_role (P/D)
-    # The engine exports a KV connector's own series (vllm:nixl_*): it takes part in P/D whatever its unstated role
+    # The engine exports a KV connector's own counters (NIXL's): it takes part in P/D whatever its unstated role
     connector_series: bool = False
     # Of the requests finished since the last scrape: (how many lived longer than the interval, their summed
     # latency in seconds, the interval in seconds); None without vLLM's e2e latency histogram (sidecar only).
@@ -215,8 +215,8 @@ def classify(o: Observation, h: History, t: Thresholds) -> Judgement:
         if idle_with_blocks and producer:
             # A P/D prefill instance keeps finished prefills' blocks until its decode side reads them (a lease,
             # `kv_lease_duration` renewed by heartbeats in 0.32.0; VLLM_NIXL_ABORT_REQUEST_TIMEOUT, 480 s, before):
-            # held on purpose, not leaked. With no role stated, a connector's own series (vLLM exports
-            # vllm:nixl_* only with a NIXL connector) say the instance may be that producer: a leak then needs
+            # held on purpose, not leaked. With no role stated, a connector's own counters (vLLM exports
+            # NIXL's only with a NIXL connector) say the instance may be that producer: a leak then needs
             # the role, which decides it.
             return Judgement(Verdict.OK, Limit.NONE, producer_holding=True)
         if idle_with_blocks and (h.one_shot or (h.idle_with_blocks_for is not None

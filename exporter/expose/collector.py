@@ -33,7 +33,8 @@ _ENGINE_GAUGES: list[tuple[str, str, Callable[[EngineReport], float | None]]] = 
      lambda e: e.headroom.kv_free_blocks),
     ("block_size_tokens", "Tokens per KV-cache block.", lambda e: e.headroom.block_size_tokens),
     ("admission_headroom_requests",
-     "Requests vLLM would admit now: min(max_num_seqs - running, floor(free / prompt blocks)).",
+     "Requests vLLM would admit now: min(max_num_seqs - running, floor(free / prompt blocks)), no more than its "
+     "LoRA cap or a deferral lets through (the fewest when the exposition shows only a range).",
      lambda e: e.headroom.admission_headroom_requests),
     ("safe_headroom_requests",
      "More requests that fit if every request reaches max_tokens; negative means oversubscribed.",

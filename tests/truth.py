@@ -653,8 +653,10 @@ def render_engine(scores: list[engine_score.EngineScore]) -> list[str]:
     adm, adm_n = engine_admission(scores)
     side_all = [s for s in scores if s.mode == "sidecar"]
     ex, ex_n = sum(s.adm_within_exact for s in side_all), sum(s.adm_frames_exact for s in side_all)
+    ranged = sum(s.adm_ranged for s in side_all)
     lines += [f"All: {n} frames; sidecar {_pct(a, n)}, one-shot {_pct(b, n)}, one-shot without flags {_pct(c, n)}, "
-              f"admission ±1 {_pct(adm, adm_n)} of {adm_n} (exact counts: {_pct(ex, ex_n)} of {ex_n}).", ""]
+              f"admission ±1 {_pct(adm, adm_n)} of {adm_n} (exact counts: {_pct(ex, ex_n)} of {ex_n}; "
+              f"{ranged} answered with a range, the LoRA cap's).", ""]
     lines += ["| release | shape | frames | sidecar | one-shot | one-shot no flags | admission ±1 | admission ±1, "
               "exact counts | false-full forbidden (sidecar / one-shot / no flags) | false-full found "
               "(sidecar) | safe > 0, then preempted |",

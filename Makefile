@@ -3,7 +3,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 # e.g. make fixtures SCENARIOS="false-full kv-full"; empty = all scenarios
 SCENARIOS ?=
 
-.PHONY: test test-fast golden vllm-venv fixtures demo-data e2e generate
+.PHONY: test test-fast golden vllm-venv fixtures demo-data e2e generate docs
 
 # Everything: installs what is missing (scripts/bootstrap), then ruff, mypy --strict, unit and e2e tests.
 test:
@@ -19,8 +19,13 @@ golden:
 
 # Every generated file of the monitoring bundle: dashboards, rules, promtool tests, PrometheusRule, Alertmanager
 # inhibit rules, and their kustomize and Helm copies (tests/monitoring and tests/deploy fail when one is stale).
-generate:
+generate: docs
 	$(PYTHON) -m grafana.generate
+
+# The reference pages docs/reference/*.md (CLI flags, /metrics families, verdicts), generated from the argument parser,
+# the collector and the verdict catalogue (tests/unit/test_docs_reference.py fails when one is stale).
+docs:
+	$(PYTHON) -m exporter.cli.docs
 
 # Verdicts against the engine's own truth on every recorded timeline: tests/fixtures/SCORE.md (issues 11, 22).
 # First the randomized sweep (issue 22): SWEEP_SEEDS drawn workloads on a production-shaped vLLM 0.32.0 with the

@@ -557,7 +557,8 @@ def render(scores: list[Score]) -> str:
                   f"{bad} false-full on KV-bound/preempting/transient frames, "
                   + (f"{missed} slots-bound frames past the hold not flagged, " if mode == "sidecar" else "") +
                   f"{sum(s.raises for s in ss)} of {sum(s.lead_up for s in ss)} lead-up frames advise an unconditional "
-                  "max_num_seqs raise" + (f", {und} frames undetermined (capacity not derivable, not scored)"
+                  "max_num_seqs raise" + (f", {und} frames undetermined (capacity not derivable, or gauges "
+                                          "reading 0 while the engine steps: not scored)"
                                           if (und := sum(s.undetermined for s in ss)) else ""), "",
                   "| recording | frames | agree | false-full where forbidden |", "|---|---|---|---|"]
         lines += [f"| {s.scenario} | {s.frames} | {100 * s.agreement:.1f} % | {s.bad_false_full} |" for s in ss]

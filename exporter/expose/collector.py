@@ -97,10 +97,16 @@ class HeadroomCollector(Collector):
     def __init__(self, targets: Sequence[Target]) -> None:
         self.targets = targets
 
-    def describe(self) -> Iterable[GaugeMetricFamily]:
-        return []  # collect() is cheap but needs live targets; skip registration-time collection
+    def describe(self) -> Iterable[GaugeMetricFamily | CounterMetricFamily]:
+        """Every family collect() may yield, without samples (prometheus_client's describe): those it yields only
+        while they have samples included. Registration checks names with it; docs/reference/metrics.md is
+        generated from it (`python -m exporter.cli.docs`)."""
+        return list(HeadroomCollector([])._families(describing=True))
 
     def collect(self) -> Iterable[GaugeMetricFamily | CounterMetricFamily]:
+        return self._families(describing=False)
+
+    def _families(self, describing: bool) -> Iterable[GaugeMetricFamily | CounterMetricFamily]:
         # Every per-target series names the vLLM URL it is about, one target or several: the alert rules take vLLM's
         # host:port from it (the sidecar's own `instance` does not say which port, and two vLLMs on one machine
         # differ by nothing else).
@@ -215,12 +221,12 @@ class HeadroomCollector(Collector):
                 info_rows.append((row, 1.0))
         yield up
         yield seen_up
-        if down_since.samples:  # only while down: a family without samples would only advertise a name
+        if describing or down_since.samples:  # only while down: a family without samples would only advertise a name
             yield down_since
         yield duration
         yield errors
         # A family with no samples (e.g. byte figures without --model-config) would only advertise a name.
-        yield from (g for g in gauges.values() if g.samples)
+        yield from (g for g in gauges.values() if describing or g.samples)
         yield worst
         yield concurrency
         yield profile
@@ -229,12 +235,12 @@ class HeadroomCollector(Collector):
         yield risk
         yield undecided
         yield provenance
-        if ranges.samples:
+        if describing or ranges.samples:
             yield ranges
-        if undetermined.samples:
+        if describing or undetermined.samples:
             yield undetermined
-        if info_rows:
-            names = sorted({k for row, _ in info_rows for k in row})
+        if describing or info_rows:
+            names = sorted({k for row, _ in info_rows for k in row}) or el
             info = GaugeMetricFamily(P + "config_info",
                                      "Serving config of the engine; each <key>_source label names where it came from.",
                                      labels=names)

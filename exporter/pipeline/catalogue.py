@@ -1,6 +1,6 @@
 """The verdict catalogue: every verdict the sidecar can give, and everything said or drawn about it, once.
 
-One `Entry` per `Verdict`: what it means (the rule, as the README's table states it), its severity (the
+One `Entry` per `Verdict`: what it means (the rule, as the verdict table states it), its severity (the
 severity of the alert that speaks for it), its colour (a Grafana colour name; the status page maps each name to
 its own shade), whether it belongs to the false-full family (requests wait although the pool has room) and to the
 waiting family (a first look at a wait beside room keeps it), its alert and runbook section, and the keys of its
@@ -8,8 +8,9 @@ explanation and fixed actions (`exporter.expose.diagnosis.EXPLANATIONS` / `ACTIO
 
 Readers: `pipeline/verdict.py` (the families), `expose/diagnosis.py` (explanations, actions), `expose/page.py`
 (colours), `grafana/dashboards.py` (colours, the verdict list), the rules (alert names, the false-full family),
-the README's verdict table (`markdown_table`). `tests/unit/test_catalogue.py` fails when a verdict lacks an entry
-or an entry a field, and when a reader has no text for a key.
+the verdict table of docs/reference/verdicts.md (`markdown_table`, written by `python -m exporter.cli.docs`).
+`tests/unit/test_catalogue.py` fails when a verdict lacks an entry or an entry a field, and when a reader has no
+text for a key.
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ COLOURS = ("green", "light-blue", "blue", "yellow", "orange", "red", "dark-red")
 class Entry:
     """What the product says and draws for one verdict."""
 
-    meaning: str  # the rule that gives it, for operators (the README's verdict table)
+    meaning: str  # the rule that gives it, for operators (docs/reference/verdicts.md)
     severity: str  # one of SEVERITIES: its alert's severity
     colour: str  # one of COLOURS
     false_full: bool  # requests wait although the pool has room: `false_full` may be raised (verdict.py)
@@ -199,7 +200,7 @@ ALERT_BY_VERDICT: dict[str, str | None] = {str(v): e.alert for v, e in CATALOGUE
 
 
 def markdown_table() -> str:
-    """The README's verdict table, generated (tests/unit/test_catalogue.py keeps the README's copy equal)."""
+    """The verdict table of docs/reference/verdicts.md (tests/unit/test_docs_reference.py keeps the page equal)."""
     rows = ["| verdict | when | false-full | kept | alert |", "|---|---|---|---|---|"]
     for v, e in CATALOGUE.items():
         alert = f"`{e.alert}` ({e.severity})" if e.alert else f"none: {e.no_alert}"

@@ -207,8 +207,9 @@ def test_post_renderer_follows_the_charts_container_port(tools: Tools) -> None:
 
 
 def documented_post_renderer(section: str) -> tuple[str, list[str]]:
-    """The --post-renderer and its --post-renderer-args that the README's sh block for `section` tells Helm 4 users."""
-    text = (DEPLOY.parent / "README.md").read_text().split(section, 1)[1]
+    """The --post-renderer and its --post-renderer-args that docs/platforms.md's sh block for `section` tells Helm 4
+    users."""
+    text = (DEPLOY.parent / "docs" / "platforms.md").read_text().split(section, 1)[1]
     block = re.search(r"```sh\n(.*?)```", text, re.S)
     assert block, f"no sh block after {section}"
     line = " ".join(ln.split("#", 1)[0].rstrip(" \\") for ln in block.group(1).splitlines())
@@ -245,7 +246,7 @@ def helm4_install(tools: Tools, tmp: Path, post_renderer: str, args: list[str]) 
 
 def test_helm4_runs_the_documented_post_renderer(tools: Tools, tmp_path: Path) -> None:
     """Helm 4 takes a plugin name for --post-renderer (a script path is refused: "plugin ... not found"); the
-    README's command, run by Helm 4.2's own post-renderer code, gives what the recipe renders."""
+    documented command (docs/platforms.md), run by Helm 4.2's own post-renderer code, gives what the recipe renders."""
     post_renderer, args = documented_post_renderer("## Where people already run vLLM")
     out = helm4_install(tools, tmp_path, post_renderer, args)
     assert out["error"] is None, out["error"]

@@ -68,9 +68,10 @@ def test_the_status_page_and_the_dashboards_draw_each_verdict_in_its_catalogue_c
     assert page.VERDICT_COLOURS["never_fits"] != page.VERDICT_COLOURS["undetermined"]
 
 
-def test_the_readme_table_is_the_generated_one() -> None:
-    """The README's verdict table is `catalogue.markdown_table()` verbatim (run it and paste after a change)."""
-    text = (ROOT / "README.md").read_text()
+def test_the_verdict_reference_is_the_generated_table() -> None:
+    """docs/reference/verdicts.md holds `catalogue.markdown_table()` verbatim (`python -m exporter.cli.docs` writes
+    it; tests/unit/test_docs_reference.py checks the whole page)."""
+    text = (ROOT / "docs" / "reference" / "verdicts.md").read_text()
     m = re.search(r"<!-- verdicts: generated[^\n]*-->\n(.*?)<!-- end of verdicts -->", text, re.S)
     assert m is not None
     assert m.group(1) == catalogue.markdown_table()

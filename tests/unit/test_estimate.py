@@ -177,8 +177,10 @@ def test_the_readmes_worked_examples(capsys: pytest.CaptureFixture[str]) -> None
     assert (doc["kv_bytes_per_token_per_layer"], doc["kv_bytes_per_token"], doc["num_blocks"]) == (1152, 31104, 91386)
 
 
-def test_the_readmes_hybrid_and_pipeline_examples_are_what_estimate_prints(capsys: pytest.CaptureFixture[str]) -> None:
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
+def test_the_documented_hybrid_and_pipeline_examples_are_what_estimate_prints(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/capacity-planning.md's `estimate` examples, run: every figure row they show is in what it prints."""
+    readme = (Path(__file__).parents[2] / "docs" / "capacity-planning.md").read_text()
     blocks = re.findall(r"```\n\$ vllm-headroom estimate (.*?)\n(?=model:)(.*?)```", readme, re.S)
     assert len(blocks) >= 2
     for command, shown in blocks:

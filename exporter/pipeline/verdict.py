@@ -338,9 +338,10 @@ def lora_admissible(max_lora: int | None, waiting_adapters: tuple[str, ...], run
     vLLM skips a waiting request whose adapter is not among the step's adapters once they number max_loras
     (`len(scheduled_loras) == max_loras and lora_int_id not in scheduled_loras`: skip, and the scan goes on to
     the next request: vllm/v1/core/sched/scheduler.py:364-372 @0.10.2, :941-952 @0.32.0); the step's adapters
-    start as the running requests' and grow by each admitted one (:320-326/:522-523 @0.10.2). The exposition
-    (`vllm:lora_requests_info`) names the adapters with requests waiting and running, not how many requests each
-    has nor whether base-model requests wait: each adapter named has at least one. So: an adapter that runs lets
+    start as the running requests' and grow by each admitted one (:320-326/:522-523 @0.10.2). The exposition (its
+    LoRA info series, engines/vllm/metrics.py) names the adapters with requests waiting and running, not how many
+    requests each has nor whether base-model requests wait: each adapter named has at least one. So: an adapter
+    that runs lets
     at least one of its requests through, an adapter that can still be loaded too, and each adapter beyond
     max_loras holds at least one back."""
     if max_lora is None or waiting <= 0:

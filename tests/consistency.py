@@ -30,6 +30,7 @@ from typing import Any
 
 from exporter.core import defaults
 from exporter.expose import diagnosis
+from exporter.pipeline.advice import seqs_range
 from exporter.pipeline.target import EngineReport, Settings, Target, one_shot
 from exporter.pipeline.verdict import Thresholds
 from exporter.replay import recording
@@ -148,9 +149,11 @@ def _when(when: str, answer: dict[str, Any]) -> bool:
     if when == ALWAYS:
         return True
     if when == POOL_HOLDS_MORE:
+        # The pool holds more requests than the cap within the advice's safe share of its worst-case concurrency
+        # (a cap already above that share is kept: more slots would preempt once requests reach the worst case).
         fits = (answer.get("max_concurrency_requests") or {}).get("profile")
         current = answer.get("max_num_seqs")
-        return fits is not None and current is not None and int(fits) > int(current)
+        return fits is not None and current is not None and seqs_range(int(fits))[1] > int(current)
     raise ValueError(when)
 
 

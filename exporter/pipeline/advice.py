@@ -192,7 +192,10 @@ def max_num_seqs(e: EngineReport, advisable: bool | None = None) -> Advice | Non
     if e.profile is not None and e.profile.stale:
         return None  # the workload changed under the profile: a raise sized on it is issue 11's raise before a storm
     if current >= high:
-        return Advice(setting, "keep", current, src, [low, high], margin, "it is inside the safe range")
+        return Advice(setting, "keep", current, src, [low, high], margin,
+                      f"slots bind, but {current} slots are already {100 * current // max(fits, 1)} % of the {fits} "
+                      f"requests of the observed worst case ({w} blocks) the pool holds, above the "
+                      f"{int(100 * SHARE_HIGH)} % a raise may reach: more slots would preempt once requests reach it")
     # A raise is sized by finished requests of a workload that may change: it says what keeps it safe (issue 11's
     # storm followed a raise sized on the previous workload; once requests in flight outgrow the profile, the
     # raise is withdrawn above).

@@ -627,8 +627,21 @@ def render_engine(scores: list[engine_score.EngineScore]) -> list[str]:
     lines = ["## From the engine's own truth", "",
              "Recordings with `engine-steps.jsonl.gz`: vLLM's scheduler wrote, every step, why its admission scan "
              "stopped (tests/e2e/truth_plugin); each frame is judged by the step that starts from the state it shows "
-             "(tests/engine_score.py). Admission: for frames with a waiting head, min(our admission headroom, waiting) "
-             f"against what the engine admitted in that step, within ±{engine_score.ADMISSION_TOLERANCE}. False-full: "
+             "(tests/engine_score.py): our verdict says what binds the next step, and that step's scan is the engine's "
+             "answer. The token budget is the loop's first test and running prefill chunks are scheduled before it "
+             "(vllm/v1/core/sched/scheduler.py:208/:334 @0.10.2, :659/:912 @0.32.0), so a budget stop masks what "
+             "allocate_slots would say: it also accepts kv_full/head_of_line when the head's last refusal needed more "
+             "blocks than are free at that step, and slots_full when every slot is taken. Read against the steps, the "
+             "budget stops are the engine's real limit where they dominate (0.10.2 prod-kv: one 28k-token prompt "
+             "admitted every ~4 steps of 8,192 tokens while 19,744 to 4,375 blocks stayed free, no KV refusal for 90 "
+             "s). Admission: for frames with a waiting head, min(our admission headroom, waiting) "
+             "against what the engine admitted from that step on until its scan stopped on capacity (KV refused, slots "
+             "taken, queue empty, deferral) rather than on the token budget: the budget is the loop's first test "
+             "(vllm/v1/core/sched/scheduler.py:334 @0.10.2, :912 @0.32.0) and running prefill chunks take it first, "
+             "so a budget-stopped step says how fast the queue goes in, not how many fit (`capacity_admitted`); within "
+             f"±{engine_score.ADMISSION_TOLERANCE}. Where a completion or preemption came before that stop, the count "
+             "is a lower bound and only under-counting is a miss; `exact` counts the frames whose count is not a "
+             "bound. False-full: "
              "flagged although the engine refused the head for KV, preempted, or admitted everything (forbidden), and "
              "flagged where a non-KV reason held for the hold time (found). Safe headroom: frames saying > 0 after "
              f"which the engine preempted within {engine_score.SAFE_WINDOW_S:.0f} s.", "",
@@ -639,10 +652,14 @@ def render_engine(scores: list[engine_score.EngineScore]) -> list[str]:
     b, _ = engine_share(scores, "one-shot")
     c, _ = engine_share(scores, "one-shot-noflags")
     adm, adm_n = engine_admission(scores)
+    side_all = [s for s in scores if s.mode == "sidecar"]
+    ex, ex_n = sum(s.adm_within_exact for s in side_all), sum(s.adm_frames_exact for s in side_all)
+    ranged = sum(s.adm_ranged for s in side_all)
     lines += [f"All: {n} frames; sidecar {_pct(a, n)}, one-shot {_pct(b, n)}, one-shot without flags {_pct(c, n)}, "
-              f"admission ±1 {_pct(adm, adm_n)} of {adm_n}.", ""]
+              f"admission ±1 {_pct(adm, adm_n)} of {adm_n} (exact counts: {_pct(ex, ex_n)} of {ex_n}; "
+              f"{ranged} answered with a range, the LoRA cap's).", ""]
     lines += ["| release | shape | frames | sidecar | one-shot | one-shot no flags | admission ±1 | admission ±1, "
-              "steps the budget did not stop | false-full forbidden (sidecar / one-shot / no flags) | false-full found "
+              "exact counts | false-full forbidden (sidecar / one-shot / no flags) | false-full found "
               "(sidecar) | safe > 0, then preempted |",
               "|---|---|---|---|---|---|---|---|---|---|---|"]
     groups = sorted({(s.release, s.shape) for s in scores})
@@ -655,8 +672,8 @@ def render_engine(scores: list[engine_score.EngineScore]) -> list[str]:
         lines.append(f"| {rel} | {shape} | {n} | " + " | ".join(agree)
                      + f" | {_pct(sum(s.adm_within for s in side), sum(s.adm_frames for s in side))} of "
                        f"{sum(s.adm_frames for s in side)} | "
-                       f"{_pct(sum(s.adm_within_free for s in side), sum(s.adm_frames_free for s in side))} of "
-                       f"{sum(s.adm_frames_free for s in side)} | "
+                       f"{_pct(sum(s.adm_within_exact for s in side), sum(s.adm_frames_exact for s in side))} of "
+                       f"{sum(s.adm_frames_exact for s in side)} | "
                      + " / ".join(str(sum(s.ff_flagged_kv for s in by[m])) for m in engine_score.MODES)
                      + f" | {sum(s.ff_found for s in side)} of {sum(s.ff_true for s in side)} | "
                        f"{sum(s.safe_bad for s in side)} of {sum(s.safe_frames for s in side)} |")

@@ -38,7 +38,8 @@ _ENGINE_GAUGES: list[tuple[str, str, Callable[[EngineReport], float | None]]] = 
      lambda e: e.headroom.kv_free_blocks),
     ("block_size_tokens", "Tokens per KV-cache block.", lambda e: e.headroom.block_size_tokens),
     ("admission_headroom_requests",
-     "Requests vLLM would admit now: min(max_num_seqs - running, floor(free / prompt blocks)).",
+     "Requests vLLM would admit now: min(max_num_seqs - running, floor(free / prompt blocks)), no more than its "
+     "LoRA cap or a deferral lets through (the fewest when the exposition shows only a range).",
      lambda e: e.headroom.admission_headroom_requests),
     ("safe_headroom_requests",
      "More requests that fit if every request reaches max_tokens; negative means oversubscribed.",
@@ -63,7 +64,7 @@ _ENGINE_GAUGES: list[tuple[str, str, Callable[[EngineReport], float | None]]] = 
      "steps and tokens rose): the judgement repeats the last consistent scrape's.",
      lambda e: 1.0 if e.gauges_reliable else 0.0),
     ("admits_next_step_requests", "Requests the next engine step can admit: min(free slots, free blocks // the "
-     "head's blocks); absent when max_num_seqs is unknown.",
+     "head's blocks), under a deferral those vLLM does not skip; absent when max_num_seqs is unknown.",
      lambda e: e.admits if e.max_num_seqs is not None else None),
     ("producer_holding", "1 while a P/D producer (kv_role kv_producer or kv_both) keeps finished prefills' blocks "
      "for its decode side, with nothing running or waiting: held on purpose, never a leak.",

@@ -180,6 +180,16 @@ def _head_of_line(e: EngineReport) -> str:
 def _deferred(e: EngineReport) -> str:
     role = "" if e.config.kv_role is None else (f" (this instance is a P/D {e.config.kv_role.value}: requests "
                                                 "waiting for remote KV are deferred until the transfer completes)")
+    if "deferred" not in e.waiting_by_reason:
+        # A release without the deferred count (before 0.20): vLLM's LoRA info shows an adapter held back.
+        h = e.headroom
+        most = h.admission_headroom_requests_max
+        admits = (f"between {h.admission_headroom_requests} and {most}" if most is not None
+                  else f"{h.admission_headroom_requests}")
+        return (f"{_used(e)}; {e.waiting} requests wait and vLLM's LoRA cap skips those whose adapter is not loaded "
+                f"({'; '.join(e.deferred_causes)}): the next step admits {admits} of them (the exposition does not "
+                "say how many ask for a running adapter), not short of memory. The engine makes no step for the "
+                "others meanwhile: that is the deferral, not a hang.")
     return (f"{_used(e)}; {int(e.waiting_by_reason.get('deferred', 0))} of {e.waiting} waiting requests are deferred "
             f"by vLLM (LoRA adapter budget, grammar compilation or a KV transfer), not short of memory{role}. The "
             "engine makes no step for them meanwhile: that is the deferral, not a hang.")
@@ -508,6 +518,8 @@ def engine_json(e: EngineReport, engines: list[EngineReport] | None = None) -> d
         "prefix_cache_boundary_loss_ratio": _waste_json(e.prefix_boundary_loss),
         "slot_headroom_requests": h.slot_headroom_requests,
         "admission_headroom_requests": h.admission_headroom_requests,
+        # the most vLLM may admit when only a range is known (the LoRA cap); null: the figure above is exact
+        "admission_headroom_requests_max": h.admission_headroom_requests_max,
         "safe_headroom_requests": h.safe_headroom_requests,
         "worst_case_headroom_requests": derive.worst_case_headroom(h.slot_headroom_requests, h.safe_headroom_requests),
         "max_concurrency_requests": {

@@ -95,6 +95,7 @@ def limit_words(limit: Limit, admits: int | None) -> str:
                        if admits is not None else "the pool binds"),
         Limit.HEAD_PROMPT: "the head's prompt does not fit in the free blocks",
         Limit.NONE: "vLLM admits the queue at its next step",
+        Limit.DEFERRAL: "vLLM skips the rest (their LoRA adapter waits for a slot under max_loras)",
     }.get(limit, f"{limit} binds")
 
 

@@ -256,6 +256,9 @@ class Headroom(Pool):
     effective_usage_ratio: float
     slot_headroom_requests: int | None
     admission_headroom_requests: int
+    # The most requests vLLM may admit now when the exposition gives only a range (the LoRA cap: `with_lora`);
+    # `admission_headroom_requests` is then the fewest. None: the figure is exact.
+    admission_headroom_requests_max: int | None = None
 
 
 def is_hybrid(num_gpu_blocks: int, block_size: int, kv_size_tokens: int | None, max_conc: float | None,
@@ -374,6 +377,20 @@ def with_slots(p: Pool, max_num_seqs: int | None, running: int) -> Headroom:
         slot_headroom_requests=slots,
         admission_headroom_requests=admission_headroom(slots, p.kv_admission_headroom_requests),
     )
+
+
+def with_lora(h: Headroom, lora_admits: tuple[int, int] | None) -> Headroom:
+    """`h` under vLLM's LoRA cap: of the waiting requests it lets through (fewest, most: verdict.lora_admissible;
+    None: it holds none back) the next step admits no more than the slots and blocks allow. The admission headroom
+    becomes the fewest, `admission_headroom_requests_max` the most: the exposition does not say how many waiting
+    requests ask for a running adapter."""
+    if lora_admits is None:
+        return h
+    fewest, most = lora_admits
+    adm = h.admission_headroom_requests
+    hi = min(adm, most)
+    return replace(h, admission_headroom_requests=min(adm, fewest),
+                   admission_headroom_requests_max=hi if hi != min(adm, fewest) else None)
 
 
 def derive(x: Inputs) -> Headroom:

@@ -39,7 +39,7 @@ from .derive import Headroom, Pool
 from .inputs import Input, Provenance, provenance
 from .profile import Lengths, Quantile, Window, delta, histogram_quantile, lengths, profile_value
 from .report import BudgetUse, EngineGap, EngineReport, KvTransfer, ProfileQuality, Risk
-from .verdict import Judgement, Observation, Thresholds, Tracker
+from .verdict import Judgement, Observation, Thresholds, Tracker, Verdict, lora_admissible
 
 WORK_SCRAPES = 5  # intervals the engine's tokens per step are averaged over (vLLM adds a prompt when it completes)
 
@@ -60,8 +60,8 @@ class EngineHistory:
     """What one engine's judgement remembers across scrapes: its verdict tracker, its profile windows (one per
     length histogram) and the counters' values at the last scrape."""
 
-    __slots__ = ("consistent", "generated", "latency", "prefix", "rate", "steps", "tracker", "used", "windows",
-                 "work")
+    __slots__ = ("consistent", "generated", "interval", "latency", "prefix", "rate", "steps", "tracker", "used",
+                 "windows", "work")
 
     def __init__(self, thresholds: Thresholds, one_shot: bool) -> None:
         self.tracker = Tracker(thresholds, one_shot=one_shot)
@@ -74,6 +74,7 @@ class EngineHistory:
         self.work: deque[tuple[float, float]] = deque(maxlen=WORK_SCRAPES)  # (steps, tokens) per recent interval
         self.used: int | None = None  # blocks in use at the last scrape
         self.rate: float | None = None  # the last tokens-per-step estimate
+        self.interval: tuple[float, float] | None = None  # (steps, tokens) since the last scrape, when counted
 
     def window(self, now: float, e: EngineSample, role: str, seconds: float) -> Window | None:
         """The window of the length histogram `role`, fed this scrape's sample; None when the engine exports none."""
@@ -114,6 +115,7 @@ class EngineHistory:
         prefills): an interval in which the blocks in use grew while no step or token was counted is all prefill
         (infinite). None without the counters or a previous scrape."""
         now = (e.steps_total, e.prompt_tokens_total, e.generation_tokens_total, e.prefix_hits_total or 0.0)
+        self.interval = None
         if None in now[:3]:
             self.steps = self.rate = None
             return None
@@ -131,6 +133,7 @@ class EngineHistory:
             self.rate = math.inf
             return self.rate
         self.work.append((steps, tokens))
+        self.interval = (steps, tokens)
         total = sum(s for s, _t in self.work)
         self.rate = math.inf if total == 0 else sum(t for _s, t in self.work) / total
         return self.rate
@@ -390,7 +393,10 @@ def deferred_causes(e: EngineSample, cfg: ServingConfig) -> tuple[str, ...]:
     LoRA info series) and the remote-KV loads by stage (its KV-fetch series, kv_consumer only; the names are in
     engines/vllm/metrics.py) say whether a cause of skipping is still there."""
     deferred = e.waiting_by_reason.get("deferred")
-    if not deferred:
+    # Releases without the deferred count (before 0.20): the LoRA info alone shows an adapter held back.
+    held = e.lora is not None and lora_admissible(e.lora.max_lora, e.lora.waiting, e.lora.running,
+                                                  int(e.waiting or 0)) is not None
+    if not deferred and not held:
         return ()
     out: list[str] = []
     if e.lora is not None and e.lora.waiting:
@@ -402,7 +408,7 @@ def deferred_causes(e: EngineSample, cfg: ServingConfig) -> tuple[str, ...]:
         out.append("remote KV: " + ", ".join(f"{int(v)} {k.replace('_', ' ')}" for k, v in sorted(loads.items())))
     elif value(cfg.kv_role) in ("kv_consumer", "kv_both"):
         out.append("remote KV: a kv_consumer (its loads by stage are not exported by this release)")
-    if not out:
+    if not out and deferred:
         out.append(f"{int(deferred)} counted as deferred with no LoRA adapter waiting and no remote-KV load in "
                    "flight: requests skipped once (grammar, streaming input, stale output) stay counted until "
                    "admitted, so they may now wait for a slot or blocks")
@@ -629,7 +635,12 @@ def judge(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, histo
         unfinished_tokens=None if gauges_only else history.unfinished_tokens(e),
         tokens_per_step=None if gauges_only else history.tokens_per_step(
             e, used_grew=running > 0 and pool.kv_used_blocks > history.used_before(pool.kv_used_blocks)),
-        finished_any=(e.histograms[GENERATION_LENGTHS].count if GENERATION_LENGTHS in e.histograms else finished))
+        finished_any=(e.histograms[GENERATION_LENGTHS].count if GENERATION_LENGTHS in e.histograms else finished),
+        lora_admits=None if e.lora is None else lora_admissible(e.lora.max_lora, e.lora.waiting, e.lora.running,
+                                                                waiting))
+    if not gauges_only and history.interval is not None:
+        steps_since, tokens_since = history.interval
+        obs = replace(obs, step_tokens_since=tokens_since / steps_since if steps_since else math.inf)
     progress = (e.steps_total, e.generation_tokens_total)
     if tracker.restart_if_reset(obs, e.preemptions_total, progress):
         # vLLM restarted: its counters began again at 0; the prefix-hit and prefill baselines go too.
@@ -650,7 +661,11 @@ def judge(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, histo
         # slots_full judged with the cap unknown: the running count is the cap this answer uses throughout.
         max_num_seqs = inferred_cap = running
         cfg = replace(cfg, max_num_seqs=Known(running, Source.INFERRED))
-    headroom = derive.with_slots(pool, max_num_seqs, running)
+    headroom = derive.with_lora(derive.with_slots(pool, max_num_seqs, running), obs.lora_admits)
+    if judgement.verdict is Verdict.DEFERRED and obs.lora_admits is None and judgement.admits is not None:
+        # vLLM's own count: the requests it counts deferred are skipped by its scan while the verdict holds.
+        headroom = replace(headroom, admission_headroom_requests=min(headroom.admission_headroom_requests,
+                                                                     judgement.admits))
     quality = ProfileQuality(
         samples=samples, basis="none" if prompt is None else prompt.basis,
         span=None if prompt is None else prompt.span, thin=thin,

@@ -105,6 +105,12 @@ class Observation:
     unfinished_tokens: float | None = None  # tokens generated since the last scrape by requests not finished yet
     tokens_per_step: float | None = None  # tokens the engine scheduled per step lately (sidecar only; inf: all prefill)
     finished_any: float | None = None  # requests finished since start, aborted ones included where vLLM counts them
+    # The waiting requests vLLM's LoRA cap lets through at the next step, (fewest, most) (`lora_admissible`); None:
+    # LoRA off, or the cap holds no waiting request back.
+    lora_admits: tuple[int, int] | None = None
+    # Tokens the engine scheduled per step over the interval since the last scrape alone (sidecar only; inf: all
+    # prefill): whether those steps used the token budget.
+    step_tokens_since: float | None = None
 
 
 @dataclass(frozen=True)
@@ -122,6 +128,9 @@ class History:
     preempted_now: bool = False  # the counter rose at this scrape
     one_shot: bool = False  # a single observation (diagnose): nothing can be confirmed by a second look
     pool_empty_before: bool = False  # the previous scrape also showed nothing running, requests waiting
+    # The previous scrape counted every waiting request deferred and the count fell since: skipped requests are
+    # being admitted (vLLM counts a request deferred from its first skip until it is admitted)
+    deferred_fell: bool = False
 
 
 @dataclass(frozen=True)
@@ -158,15 +167,22 @@ def pool_exhausted(o: Observation) -> bool:
 
 
 def suspected_preemption(o: Observation) -> bool:
-    """One observation, requests waiting, vLLM counted preemptions since it started, and the running requests
-    leave no room for one more of the profile's worst case (or already hold more than it: a workload the profile
-    has not seen). One frame cannot date the preemptions; the sidecar sees them as the counter rises."""
+    """One observation, requests waiting, vLLM counted preemptions since it started, the running requests leave
+    no room for one more of the profile's worst case while the free blocks are within two such requests of
+    running out, or they already hold more than it (a workload the profile has not seen). One frame cannot date the
+    preemptions; the sidecar sees them as the counter rises."""
     if not o.preemptions_total or o.waiting <= 0 or o.running <= 0:
         return False
     hr = o.headroom
+    # vLLM preempts only when allocate_slots fails for a running request (vllm/v1/core/sched/scheduler.py:253-280
+    # @0.10.2, :778-836 @0.32.0): free blocks that still hold two more worst-case requests leave the running ones
+    # room to grow for many steps, whatever their count says at the worst case (that is risk: safe headroom).
+    # Engine truth (tests/fixtures/SCORE.md, prod-burst / prod-mixed): 256 short requests beside 16,000 free
+    # blocks and a profile worst case of 1,024 preempted nothing.
+    near = hr.kv_free_blocks < 2 * hr.worst_case_blocks_profile
     no_room = o.profile_backed and not o.thin_profile and (o.running + 1) * hr.worst_case_blocks_profile > \
         hr.kv_capacity_blocks
-    return no_room or o.stale_profile
+    return (near and no_room) or o.stale_profile
 
 
 def next_step(free_slots: int | None, kv_room: int, waiting: int, budget_room: float | None = None) -> Limit:
@@ -220,10 +236,15 @@ def classify(o: Observation, h: History, t: Thresholds) -> Judgement:
     if stalled and o.running > 0:
         # Running requests make no step: nothing but the engine explains that.
         return Judgement(Verdict.STUCK, Limit.ENGINE)
-    if o.deferred is not None and o.deferred > 0 and o.deferred >= o.waiting:
+    if o.deferred is not None and o.deferred > 0 and o.deferred >= o.waiting and not h.deferred_fell:
         # Every waiting request is deferred (LoRA, grammar, KV transfer): a free slot would not admit any of them.
-        # An engine with nothing else to do makes no step meanwhile: that is the deferral, not a hang.
-        return Judgement(Verdict.DEFERRED, Limit.DEFERRAL)
+        # An engine with nothing else to do makes no step meanwhile: that is the deferral, not a hang. vLLM counts
+        # a request deferred from its first skip until it is admitted (`skip_request` adds it to
+        # `deferred_waiting`, discarded only at admission: vllm/v1/core/sched/scheduler.py:903-910, :1344
+        # @0.32.0), so a count that fell while it covered the whole queue says skipped requests are being admitted
+        # (the adapter they waited for runs now): the others are judged by what else binds. The next step admits
+        # at most the requests vLLM does not count deferred.
+        return Judgement(Verdict.DEFERRED, Limit.DEFERRAL, admits=max(0, o.waiting - o.deferred))
     if o.running == 0 and hr.kv_used_blocks == 0 and o.max_model_len_exceeds_pool:
         # Nothing runs, the whole pool is free, yet the head is not admitted: it needs more than the pool
         # (possible only when max_model_len exceeds the pool). vLLM >= 0.19 admits the head only if its whole
@@ -274,6 +295,10 @@ def classify(o: Observation, h: History, t: Thresholds) -> Judgement:
         free_slots = cap - o.running
         outs = {c: step_limit(o, free_slots, kv_room, c) for c in budgets}
         limit = resolve_budget(outs)
+        if o.lora_admits is not None:
+            lora = _lora(o, h, free_slots, kv_room, budgets, limit)
+            if lora is not None:
+                return lora
         if limit is Limit.SLOTS:
             return _slots(o, h, free_slots, kv_room, budgets)
         if limit is Limit.TOKEN_BUDGET:
@@ -303,6 +328,90 @@ def classify(o: Observation, h: History, t: Thresholds) -> Judgement:
         return Judgement(Verdict.TRANSIENT, Limit.UNDECIDED, head_of_line_candidate=True, suspected=h.one_shot,
                          first_look=True, decided_by=tuple(cases), admits=kv_room)
     return _undecided(h, cases + by_budget, kv_room)
+
+
+def lora_admissible(max_lora: int | None, waiting_adapters: tuple[str, ...], running_adapters: tuple[str, ...],
+                    waiting: int) -> tuple[int, int] | None:
+    """How many of the `waiting` requests vLLM's LoRA cap lets through at the next step: (fewest, most); None when
+    it holds none back (LoRA off, max_lora unknown, or every waiting adapter runs or can be loaded).
+
+    vLLM skips a waiting request whose adapter is not among the step's adapters once they number max_loras
+    (`len(scheduled_loras) == max_loras and lora_int_id not in scheduled_loras`: skip, and the scan goes on to
+    the next request: vllm/v1/core/sched/scheduler.py:364-372 @0.10.2, :941-952 @0.32.0); the step's adapters
+    start as the running requests' and grow by each admitted one (:320-326/:522-523 @0.10.2). The exposition (its
+    LoRA info series, engines/vllm/metrics.py) names the adapters with requests waiting and running, not how many
+    requests each has nor whether base-model requests wait: each adapter named has at least one. So: an adapter
+    that runs lets
+    at least one of its requests through, an adapter that can still be loaded too, and each adapter beyond
+    max_loras holds at least one back."""
+    if max_lora is None or waiting <= 0:
+        return None
+    running = set(running_adapters)
+    names = tuple(dict.fromkeys(waiting_adapters))
+    held = [a for a in names if a not in running]
+    loadable = max(0, max_lora - len(running))
+    if len(held) <= loadable:
+        return None
+    most = max(0, waiting - (len(held) - loadable))
+    fewest = min(most, sum(1 for a in names if a in running) + loadable)
+    return fewest, most
+
+
+def budget_used_since(o: Observation) -> bool | None:
+    """Whether the engine's steps since the last scrape used the token budget: on average they left no room for
+    one more typical prefill (True), or did (False); None when unknown (one observation, no step counted, the
+    budget or the prompt unknown, or the budget's possible values disagree)."""
+    spent = o.step_tokens_since
+    if spent is None or o.prompt_tokens is None or not o.budget_candidates:
+        return None
+    if math.isinf(spent):
+        return True
+    used = {spent + o.prompt_tokens > c.value for c in o.budget_candidates}
+    return used.pop() if len(used) == 1 else None
+
+
+def _step_room(o: Observation, free_slots: int, kv_room: int, budget: Candidate | None) -> float | None:
+    """Requests the next step could admit but for the LoRA cap: min(free slots, free blocks' heads, the token
+    budget's prefills (`step_limit`'s)); None when the budget is known but not what a prefill takes of it."""
+    room = float(min(free_slots, kv_room))
+    saturated = o.tokens_per_step is not None and math.isinf(o.tokens_per_step)
+    if budget is None:
+        return room
+    taken = float(o.running) if o.tokens_per_step is None else max(float(o.running), o.tokens_per_step)
+    if saturated or math.isinf(taken):
+        return 0.0
+    if o.prompt_tokens is None:
+        return None
+    return min(room, derive.budget_admissions(budget.value, taken, o.prompt_tokens))
+
+
+def _lora(o: Observation, h: History, free_slots: int, kv_room: int, budgets: tuple[Candidate | None, ...],
+          other: Limit | None) -> Judgement | None:
+    """The LoRA cap holds some waiting requests back (`o.lora_admits`): it binds when the requests it lets through
+    are fewer than the next step could admit (every one admitted, the rest skipped: the scan ends on the queue, not
+    the budget); None when another limit binds whatever their number. In between, what the exposition does not
+    show decides (how many waiting requests ask for a running adapter or none): the sidecar reads it from the
+    steps since its last scrape (the budget left room for another prefill while the queue stood: the deferral;
+    used up: the other limit), one observation says it is undecided."""
+    assert o.lora_admits is not None
+    fewest, most = o.lora_admits
+    rooms = [_step_room(o, free_slots, kv_room, b) for b in budgets]
+
+    def binds(n: int) -> bool:  # surely: every room known and larger
+        return all(r is not None and n < o.waiting and n < r for r in rooms)
+
+    if binds(most):
+        return Judgement(Verdict.DEFERRED, Limit.DEFERRAL, admits=most)
+    if not any(fewest < o.waiting and (r is None or fewest < r) for r in rooms):
+        return None
+    used = budget_used_since(o) if h.waiting_on_previous else None
+    if used is False:
+        return Judgement(Verdict.DEFERRED, Limit.DEFERRAL, admits=fewest)
+    if used is True:
+        return None
+    rule = "waiting requests for a running adapter (or none) and for the adapters max_lora still loads"
+    return _undecided(h, [Case("lora_admissible_requests", fewest, f"fewest {rule}", Limit.DEFERRAL),
+                          Case("lora_admissible_requests", most, f"most {rule}", other or Limit.UNDECIDED)], kv_room)
 
 
 def step_limit(o: Observation, free_slots: int | None, kv_room: int, budget: Candidate | None) -> Limit:
@@ -432,6 +541,7 @@ class Tracker:
         self._previous: Verdict | None = None
         self._room_before = False
         self._pool_empty_before = False
+        self._deferred_prev: tuple[int, int] | None = None  # (deferred, waiting) at the last scrape
         self._consistent: _Consistent | None = None
         self.preemptions_per_second: float | None = None
         self.seconds_without_progress = 0.0
@@ -623,6 +733,7 @@ class Tracker:
             preempted_now=rose,
             one_shot=self.one_shot,
             pool_empty_before=self._pool_empty_before,
+            deferred_fell=self._deferred_fell(o),
         )
         judgement = classify(o, history, self.t)
         if judgement.verdict is Verdict.PREEMPTING and not judgement.preemption_inferred and not judgement.suspected:
@@ -634,6 +745,7 @@ class Tracker:
         self._room_before = judgement.head_of_line_candidate
         self._pool_empty_before = o.running == 0 and o.waiting > 0 and o.headroom.kv_used_blocks == 0
         self._waiting_prev = o.waiting > 0
+        self._deferred_prev = None if o.deferred is None else (o.deferred, o.waiting)
         self._prev = (o.running, o.waiting, o.finished_total)
         self._last_time = now
         self._consistent = _Consistent(now, o.running, o.waiting, o.finished_any, judgement)
@@ -653,6 +765,11 @@ class Tracker:
         held = (self._false_full_since is not None and now - self._false_full_since >= self.t.false_full_hold
                 and judgement.verdict in FALSE_FULL_VERDICTS)
         return judgement, held
+
+    def _deferred_fell(self, o: Observation) -> bool:
+        """The previous scrape counted every waiting request deferred and this one counts fewer deferred."""
+        prev = self._deferred_prev
+        return prev is not None and o.deferred is not None and 0 < prev[1] <= prev[0] and o.deferred < prev[0]
 
     def _unreliable(self, now: float, preemptions_total: float | None,
                     progress: tuple[float | None, float | None]) -> tuple[Judgement, bool]:

@@ -143,3 +143,16 @@ def test_admission_headroom_is_judged_on_frames_with_a_waiting_head() -> None:
     assert sum(s.adm_frames for s in side) >= 100
     slots = next(s for s in side if s.scenario.endswith("/prod-slots"))
     assert slots.adm_frames >= 10  # 256 running, a queue behind: what the engine admits per step is known
+
+
+def test_a_budget_stopped_step_counts_what_the_engine_admitted_until_capacity_answered() -> None:
+    # vllm-0.10.2/prod-kv: 28k-token prompts, 8192 tokens a step: every step that a prefill chunk fills stops on
+    # the budget, and one request goes in every ~4 steps while 20,000 blocks hold ~22 of them.
+    folder = next(f for f in RECORDED if f"{f.parent.name}/{f.name}" == "vllm-0.10.2/prod-kv")
+    steps = engine_score.load(folder).steps.steps
+    first = next(j for j, s in enumerate(steps) if s["w0"] and s["stop"] == "token_budget")
+    got, exact = engine_score.capacity_admitted(steps, first)
+    assert len(steps[first].adm) <= 1 < 20 <= got <= steps[first]["w0"]  # the step alone says ~0, the pool ~22
+    assert not exact  # a completion came before the scan stopped on KV: the count is a lower bound
+    kv = next(j for j, s in enumerate(steps) if s["w0"] and s["stop"] == "kv")
+    assert engine_score.capacity_admitted(steps, kv) == (len(steps[kv].adm), True)  # KV answered at this step

@@ -31,6 +31,7 @@ from ..engines.base import (
     Snapshot,
 )
 from ..engines.vllm import VLLM
+from ..engines.vllm.args import NIXL_LONGEST_HOLD
 from ..model.kv_layout import bytes_per_block, drafter_of, resolve_kv_dtype, served_kv_bytes_per_token
 from ..model.shape import ModelShape
 from . import advice, derive
@@ -445,11 +446,27 @@ def _version(snap: Snapshot) -> str | None:
     return snap.rules.release if snap.rules is not None and snap.rules.source == "version" else None
 
 
+def argv_known(cfg: ServingConfig) -> bool:
+    """vLLM's command line is known (--vllm-args or read from the process): a flag it lacks has vLLM's default."""
+    return cfg.model is not None and str(cfg.model.source) in (Source.VLLM_ARGS, Source.CMDLINE)
+
+
+def producer_hold_limit(cfg: ServingConfig) -> float | None:
+    """Seconds a stated P/D producer may hold a finished prefill's blocks: its stated kv_lease_duration; with the
+    lease only assumed (NIXL's default), the longest hold of any release (480 s), so a leak verdict holds over the
+    lease's whole range. None: not a stated producer, or no lease known."""
+    lease = cfg.kv_lease_duration
+    if value(cfg.kv_role) not in ("kv_producer", "kv_both") or lease is None:
+        return None
+    if str(lease.source) == Source.DEFAULT:
+        return float(max(lease.value, NIXL_LONGEST_HOLD))
+    return float(lease.value)
+
+
 def _batch_defaults(how: Judging, cfg: ServingConfig, snap: Snapshot) -> BatchDefaults:
     tp, pp = value(cfg.tensor_parallel_size), value(cfg.pipeline_parallel_size)
     world = None if tp is None and pp is None else (tp or 1) * (pp or 1)
-    known_argv = cfg.model is not None and str(cfg.model.source) in (Source.VLLM_ARGS, Source.CMDLINE)
-    mode = value(cfg.performance_mode) or ("default" if known_argv else None)
+    mode = value(cfg.performance_mode) or ("default" if argv_known(cfg) else None)
     return how.engine.batch_defaults(_version(snap), world, mode)
 
 
@@ -630,7 +647,11 @@ def judge(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, histo
         prompt_tokens=None if budget is None or budget.prefill_tokens is None else int(budget.prefill_tokens),
         preemptions_total=e.preemptions_total,
         profile_backed=prompt is not None and prompt.basis in advice.SIZED_BASES, stale_profile=stale,
-        kv_role=value(cfg.kv_role), connector_series=bool(e.connector_counters),
+        kv_role=value(cfg.kv_role),
+        # A known command line without --kv-transfer-config has no connector: its NIXL series (vllm-rs exports
+        # them regardless) say nothing of a role.
+        connector_series=bool(e.connector_counters) and not (argv_known(cfg) and cfg.kv_connector is None),
+        producer_hold_limit=producer_hold_limit(cfg),
         latency_since=None if gauges_only else history.latency_since(now, e),
         unfinished_tokens=None if gauges_only else history.unfinished_tokens(e),
         tokens_per_step=None if gauges_only else history.tokens_per_step(

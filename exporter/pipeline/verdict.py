@@ -97,8 +97,11 @@ class Observation:
     profile_backed: bool = True  # the head's size comes from finished requests (not the in-flight floor)
     stale_profile: bool = False  # requests in flight already hold more blocks than the profile's worst case
     kv_role: str | None = None  # --kv-transfer-config's kv_role (P/D)
-    # The engine exports a KV connector's own counters (NIXL's): it takes part in P/D whatever its unstated role
+    # The engine exports a KV connector's own counters (NIXL's) and no command line says it has none: it may take
+    # part in P/D whatever its unstated role (vllm-rs exports NIXL's series without a connector)
     connector_series: bool = False
+    # Seconds a P/D producer holds a finished prefill's blocks at most (its kv_lease_duration); None: unknown
+    producer_hold_limit: float | None = None
     # Of the requests finished since the last scrape: (how many lived longer than the interval, their summed
     # latency in seconds, the interval in seconds); None without vLLM's e2e latency histogram (sidecar only).
     latency_since: tuple[int, float, float] | None = None
@@ -221,7 +224,10 @@ def classify(o: Observation, h: History, t: Thresholds) -> Judgement:
     if o.waiting <= 0:
         idle_with_blocks = hr.kv_used_blocks > 0 and o.running == 0
         producer = o.kv_role in PRODUCER_ROLES or (o.kv_role is None and o.connector_series)
-        if idle_with_blocks and producer:
+        # A hold longer than the producer's lease (plus the leak hold) is no longer explained by the decode side.
+        past_lease = (o.producer_hold_limit is not None and h.idle_with_blocks_for is not None
+                      and h.idle_with_blocks_for >= o.producer_hold_limit + t.leak_after)
+        if idle_with_blocks and producer and not past_lease:
             # A P/D prefill instance keeps finished prefills' blocks until its decode side reads them (a lease,
             # `kv_lease_duration` renewed by heartbeats in 0.32.0; VLLM_NIXL_ABORT_REQUEST_TIMEOUT, 480 s, before):
             # held on purpose, not leaked. With no role stated, a connector's own counters (vLLM exports

@@ -198,10 +198,42 @@ def test_pr_38027_a_producer_holding_blocks_within_its_lease_is_neither_a_leak_n
 
 
 def test_pr_38027_the_nixl_series_alone_mark_a_producer() -> None:
-    """The design (docs/design/judgement.md): "unknown role: the leak verdict needs none (P/D exports nixl series)"."""
+    """The design (docs/design/judgement.md): "unknown role: the leak verdict needs none (P/D exports nixl series)":
+    with no command line at all, NIXL's series say the instance may be a producer."""
     r, frames = producer_frames()
+    seen = sidecar(r, frames, None)  # type: ignore[arg-type]
+    assert seen and not [e for e in seen if e.verdict == "leak"]
+    assert all(e.producer_holding for e in seen[-3:])
+
+
+def test_a_known_command_line_without_a_connector_is_no_producer_whatever_series_it_exports() -> None:
+    """vllm-rs (the Rust frontend, 0.32.0) exports vLLM's NIXL series with no KV connector (66 lines in each of its
+    recordings). The recorded idle Rust frontend, its usage rewritten to 20 of 39 blocks and stretched past the
+    leak hold, with its recorded command line (no --kv-transfer-config): a leak, not a P/D producer's hold."""
+    r = rec("vllm-0.32.0-rust/idle")
+    assert "vllm:nixl_" in r.frames[-1][1]
+    frames = [(t, rewrite.set_sample(text, "vllm:kv_cache_usage_perc", 20 / 39)) for t, text in stretch(r.frames, 150.0)]
     seen = sidecar(r, frames, argv(r))
-    assert not [e for e in seen if e.verdict == "leak"]
+    assert seen and not any(e.producer_holding for e in seen)
+    assert seen[-1].verdict == "leak"
+
+
+@pytest.mark.parametrize(("lease", "held", "leak"), [("30", 140.0, False), ("30", 160.0, True), (None, 400.0, False),
+                                                     (None, 620.0, True)])
+def test_a_producer_holding_blocks_past_its_lease_is_a_leak(lease: str | None, held: float, leak: bool) -> None:
+    """A stated producer's hold is explained by its decode side only within its lease: past the lease plus the leak
+    hold (120 s) it is a leak. A stated lease of 30 s: leak from 150 s. The lease only assumed (NIXL's default of
+    30 s in 0.32-0.33; VLLM_NIXL_ABORT_REQUEST_TIMEOUT held 480 s before): leak only past 480 + 120 s, so the
+    verdict holds over the lease's whole range."""
+    r, frames = producer_frames()
+    start = frames[0][0]
+    frames = stretch(frames, start + held)
+    cfg = {**json.loads(NIXL_PRODUCER)}
+    if lease is not None:
+        cfg["kv_connector_extra_config"] = {"kv_lease_duration": int(lease)}
+    seen = sidecar(r, frames, argv(r, kv_transfer_config=json.dumps(cfg)))
+    assert (seen[-1].verdict == "leak") is leak
+    assert seen[-1].producer_holding is (not leak)
 
 
 @pytest.mark.parametrize("stage", ["in_progress", "waiting_to_start"])

@@ -50,6 +50,9 @@ KV_ROLES = ("kv_producer", "kv_consumer", "kv_both")  # KVTransferConfig.kv_role
 # (nixl/base_scheduler.py:82-88 @0.32.0 and @0.33.0; renewed by the decode side's heartbeats every lease // 6 s;
 # VLLM_NIXL_ABORT_REQUEST_TIMEOUT, 480 s since PR#25897, is gone from vllm/envs.py in both releases).
 NIXL_DEFAULT_LEASE = 30
+# The longest a producer held blocks for its decode side in any release (VLLM_NIXL_ABORT_REQUEST_TIMEOUT, PR#25897):
+# the hold a leak verdict waits out when the lease is vLLM's default rather than stated.
+NIXL_LONGEST_HOLD = 480
 
 
 def parse_token_count(text: str) -> int | None:

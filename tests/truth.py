@@ -382,6 +382,11 @@ def score_timeline(name: str, meta: dict[str, Any], timeline: list[tuple[float, 
         bare_accept = truth.accept_one_shot | ({"undecided"} if truth.config_decides else set()) | (
             {"transient"} if truth.config_decides and truth.fits_one_step else set())
         once_accept = truth.accept_one_shot if given is not None else bare_accept
+        # Behind vLLM's Rust frontend (its /version says so) gauges reading 0 running, 0 waiting and 0 usage may
+        # be idle or a loaded engine's zero reading: one observation cannot tell, `undecided` is its honest answer.
+        f = frames[i]
+        if meta.get("frontend") == "rust" and f.running == 0 and f.waiting == 0 and f.usage == 0:
+            once_accept, bare_accept = once_accept | {"undecided"}, bare_accept | {"undecided"}
         for s, maybe, accept in ((out[0], ours_live, truth.accept), (out[1], ours_once, once_accept),
                                  (out[2], ours_bare, bare_accept)):
             if maybe is None or truth.undetermined:

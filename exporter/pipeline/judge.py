@@ -544,8 +544,12 @@ def risks_of(headroom: Headroom, running: int, thin: bool, stale: bool) -> tuple
 
 
 def judge(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, history: EngineHistory, how: Judging,
-          gauges_only: bool, found: FoundCmdline | None = None) -> EngineReport | EngineGap:
+          gauges_only: bool, found: FoundCmdline | None = None,
+          idle_gauges_trusted: bool = True) -> EngineReport | EngineGap:
     """The report of engine `e` at `now` (seconds, monotonic), or why its capacity cannot be derived.
+
+    `idle_gauges_trusted` False: this server's gauges may read 0 under load (vLLM 0.32's Rust frontend), so one
+    observation of idle gauges cannot tell an idle server from a loaded one (a one-shot answer is then undecided).
 
     `gauges_only` marks a one-shot diagnosis (one observation: no rates, no inferred cap); `found` is the vLLM
     process whose command line gave config values (named in the report).
@@ -648,6 +652,7 @@ def judge(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, histo
         preemptions_total=e.preemptions_total,
         profile_backed=prompt is not None and prompt.basis in advice.SIZED_BASES, stale_profile=stale,
         kv_role=value(cfg.kv_role),
+        idle_gauges_unverifiable=gauges_only and not idle_gauges_trusted,
         # A known command line without --kv-transfer-config has no connector: its NIXL series (vllm-rs exports
         # them regardless) say nothing of a role.
         connector_series=bool(e.connector_counters) and not (argv_known(cfg) and cfg.kv_connector is None),

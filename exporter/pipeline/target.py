@@ -263,7 +263,8 @@ class Target:
             key = (e.model_name, e.engine)
             history = self.histories.get(key) or self.histories.setdefault(
                 key, EngineHistory(self.settings.thresholds, one_shot=gauges_only))
-            item = judge(now, e, cfg, snap, history, self.judging, gauges_only, found)
+            item = judge(now, e, cfg, snap, history, self.judging, gauges_only, found,
+                         idle_gauges_trusted=not (self.frontend or "").startswith("rust"))
             if isinstance(item, EngineGap):
                 if not snap.cache_info and ("num_gpu_blocks" in item.missing or "block_size" in item.missing):
                     item = replace(item, hint=(

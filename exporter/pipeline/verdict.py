@@ -102,6 +102,9 @@ class Observation:
     connector_series: bool = False
     # Seconds a P/D producer holds a finished prefill's blocks at most (its kv_lease_duration); None: unknown
     producer_hold_limit: float | None = None
+    # One observation of a server whose gauges may read 0 under load (vLLM 0.32's Rust frontend): idle gauges
+    # cannot be checked against counters, so they do not show an idle server
+    idle_gauges_unverifiable: bool = False
     # Of the requests finished since the last scrape: (how many lived longer than the interval, their summed
     # latency in seconds, the interval in seconds); None without vLLM's e2e latency histogram (sidecar only).
     latency_since: tuple[int, float, float] | None = None
@@ -221,6 +224,11 @@ def classify(o: Observation, h: History, t: Thresholds) -> Judgement:
         return Judgement(Verdict.PREEMPTING, Limit.BLOCKS)
     if h.preemption_inferred or pool_exhausted(o):
         return Judgement(Verdict.PREEMPTING, Limit.BLOCKS, preemption_inferred=True, suspected=h.one_shot)
+    if o.idle_gauges_unverifiable and o.running == 0 and o.waiting == 0 and hr.kv_used_blocks == 0:
+        # vLLM 0.32.0's Rust frontend reads 0 on most scrapes under load (tests/fixtures/vllm-0.32.0-rust,
+        # false-full-unpinned: 47 of 47 loaded frames): one such reading proves nothing; `serve` checks the
+        # gauges against the token counters across scrapes.
+        return Judgement(Verdict.UNDECIDED, Limit.UNDECIDED, gauges_reliable=False)
     if o.waiting <= 0:
         idle_with_blocks = hr.kv_used_blocks > 0 and o.running == 0
         producer = o.kv_role in PRODUCER_ROLES or (o.kv_role is None and o.connector_series)

@@ -138,3 +138,31 @@ def test_zero_gauges_under_load_come_with_cpu_contention_not_with_every_loaded_s
         g = meta(ROOT / name)["gauges_while_progressing"]
         assert g["frames_with_progress"] >= 20  # type: ignore[index]
         assert g["of_which_running_waiting_usage_all_0"] >= 0.8 * g["frames_with_progress"]  # type: ignore[index]
+
+
+def test_one_observation_of_zero_gauges_behind_the_rust_frontend_is_undecided_never_ok() -> None:
+    """Issue 23's review: `diagnose URL` of a loaded Rust-frontend server said `ok`, "room for 8 more requests", on
+    every try. One observation cannot check the gauges against the counters: behind the Rust frontend (its /version
+    says so) zero gauges are undecided, with no advice and no false-full; the same frames behind the Python frontend
+    (no `rust_frontend_version`) keep their answer. The recording's loaded frames with every gauge 0 (47 of 47)."""
+    from exporter.expose import diagnosis
+    from exporter.pipeline.target import Settings, one_shot
+    from tests.fixtures import as_recorded
+
+    d = ROOT / "false-full-unpinned"
+    m = meta(d)
+    window = m["load"]["window"]  # type: ignore[index]
+    argv = [str(a) for a in m["server_argv"]]  # type: ignore[union-attr]
+    zero = [text for t, text in frames(d) if window["start_t"] <= t <= window["end_t"]
+            and not any(engine_state(text)[k] for k in ("running", "waiting", "kv_cache_usage_perc"))]
+    assert len(zero) >= 20
+    python_frontend = {**m, "version": {"version": "0.32.0"}}
+    for text in zero:
+        rust = as_recorded(one_shot(Settings("http://vllm:8000", vllm_args=argv, discover_cmdline=False)), m)
+        (e,) = rust.observe(0.0, text, gauges_only=True).engines
+        assert (str(e.verdict), e.false_full, e.advice) == ("undecided", False, ())
+        assert "cannot tell an idle server from a loaded one" in diagnosis.explain(e)
+        py = as_recorded(one_shot(Settings("http://vllm:8000", vllm_args=argv, discover_cmdline=False)),
+                         python_frontend)
+        (p,) = py.observe(0.0, text, gauges_only=True).engines
+        assert str(p.verdict) == "ok"

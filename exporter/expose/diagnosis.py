@@ -300,8 +300,8 @@ def _unreliable(e: EngineReport, inner: Callable[[EngineReport], str]) -> str:
         return ("vLLM's gauges read 0 running, 0 waiting and no block in use, but this server is vLLM's Rust "
                 "frontend (its /version says so), whose gauges read 0 on most scrapes under load: one observation "
                 "cannot tell an idle server from a loaded one. Undecided: run `vllm-headroom serve` (it checks the "
-                "gauges against the token counters across scrapes) or diagnose again while watching "
-                "vllm:generation_tokens_total.")
+                f"gauges against the token counters across scrapes) or diagnose again while watching "
+                f"{VLLM.names.generation_tokens}.")
     lead = (f"vLLM's gauges read {e.running} running, {e.waiting} waiting and {_pct(e.headroom.panel_usage_ratio)} "
             "usage although the engine decoded several requests per step since the last scrape")
     if e.unreliable_scrapes > 1:

@@ -283,8 +283,10 @@ class Outcome:
     steps: tuple[Step, ...] = ()
     sent: int = 0
     failed: int = 0
-    stopped: str | None = None  # None, "max_requests" or "interrupted"
+    stopped: str | None = None  # None, "max_requests", "interrupted" or "failed" (the server kept failing)
     notes: tuple[str, ...] = field(default=())
+    void_from: int | None = None  # "failed": the concurrency of the step from which the result is void
+    void_error: str | None = None  # "failed": the error, one sentence
 
     @property
     def observed_max_concurrency(self) -> int | None:
@@ -364,6 +366,9 @@ def render(o: Outcome) -> str:
         lines.append(f"  stopped: the budget of --max-requests {o.plan.max_requests} was spent")
     elif o.stopped == "interrupted":
         lines.append("  stopped: interrupted (Ctrl-C); the requests in flight were cancelled")
+    elif o.stopped == "failed":
+        lines.append(f"  stopped: the result is void from the step of {o.void_from} clients on: {o.void_error}"
+                     + ("; the steps above were seen before it" if o.steps else ""))
     queue = o.observed_queue_point
     tried = o.steps[-1].concurrency if o.steps else 0
     lines.append(("queue formed at concurrency " + str(queue)) if queue is not None else
@@ -376,7 +381,7 @@ def render(o: Outcome) -> str:
     ledger = o.ledger
     if ledger is not None:
         lines.append(f"  theoretical {ledger.theoretical} beside {ledger.observed} that ran: {ledger.sentence()}")
-    elif o.steps:
+    elif o.steps and o.stopped is None:
         lines.append(f"  the ramp stayed below the limit (top step {tried}): raise --concurrency to reach it")
     lines += [f"note: {n}" for n in o.notes]
     return "\n".join(lines)
@@ -390,6 +395,7 @@ def as_json(o: Outcome) -> dict[str, Any]:
         "prompt_tokens": p.prompt_tokens, "max_tokens": p.max_tokens, "ramp": list(o.ramp),
         "requests_sent": o.sent, "requests_failed": o.failed, "max_requests": o.plan.max_requests,
         "stopped": o.stopped,
+        "void": None if o.void_from is None else {"from_concurrency": o.void_from, "error": o.void_error},
         "steps": [{"concurrency": s.concurrency, "running": s.running, "waiting": s.waiting,
                    "free_blocks": s.free_blocks, "preemptions": s.preemptions, "queued": s.queued,
                    "held": s.held, "verdict": s.verdict,

@@ -203,3 +203,84 @@ def test_dry_run_against_a_replayed_recording_prints_the_plan_and_sends_nothing(
     doc = json.loads(out.stdout)
     assert doc["dry_run"] and doc["requests_sent"] == 0 and doc["ramp"] == [1, 2, 3, 4, 5]
     assert doc["predicted"]["queue_point"] == 4 and doc["prompt_kind"] == "token_ids"
+
+
+class _Failing(http.server.BaseHTTPRequestHandler):
+    """A recorded vLLM 0.32.0 (idle: its exposition, /v1/models, /version) that starts failing: `mode` "http500"
+    answers HTTP 500 to completions after the 10th, "dies" drops every connection after the 10th completion,
+    "metrics503" answers /metrics with 503 after its 3rd read. Fault injection only: the load it takes is fake."""
+
+    mode: ClassVar[str] = "http500"
+    completions: ClassVar[list[int]] = []
+    metric_reads: ClassVar[list[int]] = []
+    exposition = (FIXTURES / "idle" / "snapshot.prom").read_bytes()
+    meta = json.loads((FIXTURES / "idle" / "meta.json").read_text())
+
+    def _dead(self) -> bool:
+        if self.mode == "dies" and len(self.completions) >= 10:
+            self.close_connection = True
+            return True
+        return False
+
+    def _send(self, status: int, body: bytes, kind: str = "application/json") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        if self._dead():
+            return
+        if self.path == "/metrics":
+            self.metric_reads.append(1)
+            if self.mode == "metrics503" and len(self.metric_reads) > 3:
+                self._send(503, b"unavailable", "text/plain")
+            else:
+                self._send(200, self.exposition, "text/plain; version=0.0.4")
+        elif self.path == "/v1/models":
+            self._send(200, json.dumps(self.meta["v1_models"]).encode())
+        elif self.path == "/version":
+            self._send(200, json.dumps({"version": self.meta["vllm_version"]}).encode())
+        else:
+            self._send(404, b"{}")
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        self.rfile.read(length)
+        if self._dead():
+            return
+        if self.path != "/v1/completions":
+            self._send(404, b"{}")
+            return
+        self.completions.append(1)
+        time.sleep(0.02)
+        if self.mode == "http500" and len(self.completions) > 10:
+            self._send(500, b'{"error": {"message": "EngineCore died"}}')
+        else:
+            self._send(200, b'{"choices": [{"text": "x"}]}')
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize("mode", ["http500", "dies", "metrics503"])
+def test_a_server_that_keeps_failing_voids_the_probe_and_exits_1(mode: str) -> None:
+    handler = type("Handler", (_Failing,), {"mode": mode, "completions": [], "metric_reads": []})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        out = subprocess.run([sys.executable, "-m", "exporter", "probe", url, "--prompt-tokens", "16",
+                              "--max-tokens", "100", "--max-num-seqs", "8", "--concurrency", "2:10", "--yes",
+                              "--step.scrapes", "2", "--step.interval", "0.05s", "--step.settle", "0.3s"],
+                             cwd=REPO, capture_output=True, text=True, timeout=120)
+    finally:
+        server.shutdown()
+    assert out.returncode == 1, (out.stdout, out.stderr)
+    assert "result is void from the step of" in out.stdout and "Traceback" not in out.stderr
+    assert "raise --concurrency" not in out.stdout
+    error = {"http500": "HTTP 500", "dies": "in a row failed", "metrics503": "/metrics in a row"}[mode]
+    assert error in out.stdout and error in out.stderr, out.stdout
+    # Stopped within a few failures, not after spending the budget on a failing server.
+    assert len(handler.completions) < 60, len(handler.completions)

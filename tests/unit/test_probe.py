@@ -268,6 +268,7 @@ class _Failing(http.server.BaseHTTPRequestHandler):
 def test_a_server_that_keeps_failing_voids_the_probe_and_exits_1(mode: str) -> None:
     handler = type("Handler", (_Failing,), {"mode": mode, "completions": [], "metric_reads": []})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), handler)
+    server.handle_error = lambda *_: None  # type: ignore[method-assign]  # the probe hangs up on a dying server
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}"
@@ -284,3 +285,48 @@ def test_a_server_that_keeps_failing_voids_the_probe_and_exits_1(mode: str) -> N
     assert error in out.stdout and error in out.stderr, out.stdout
     # Stopped within a few failures, not after spending the budget on a failing server.
     assert len(handler.completions) < 60, len(handler.completions)
+
+
+def test_the_dry_plan_says_when_the_budget_cannot_reach_the_predicted_point() -> None:
+    # idle recording, max_num_seqs unknown: 39 usable blocks, 16 + 16 tokens = 1 block each, 39 at once.
+    p = predict(_report("idle", "vllm serve m"), 16, 16)
+    ramp = auto_ramp(p.max_concurrency)
+    to_point = sum(c for c in ramp if c <= 40)
+
+    def plan_text(budget: int) -> str:
+        plan = probe_plan.Plan("http://vllm:8000", None, 16, 16, None, max_requests=budget)
+        return probe_plan.render_plan(plan, ramp, p, "tiny-llama", "token_ids")
+
+    assert p.queue_point == 40 and to_point < 500 < sum(ramp)
+    text = plan_text(300)
+    assert f"{to_point} to reach the predicted queue point 40 and {sum(ramp)} for the whole ramp" in text
+    assert f"runs out before the predicted queue point unless requests outlast a step: raise --max-requests to " \
+           f"at least {to_point}" in text
+    assert f"may run out before the top step (51 clients), and before the predicted queue point if requests are " \
+           f"shorter than a step: raise --max-requests to {sum(ramp)}" in plan_text(500)
+    assert "raise --max-requests" not in plan_text(5000)
+
+
+def test_a_probe_stopped_by_its_budget_names_max_requests_not_concurrency() -> None:
+    p = predict(_report("idle", "vllm serve m"), 16, 16)
+    ramp = auto_ramp(p.max_concurrency)
+    plan = probe_plan.Plan(url="http://vllm:8000", model=None, prompt_tokens=16, max_tokens=16, ramp=None)
+    steps = tuple(_step(c, (c, 0), (c, 0)) for c in ramp[:12])
+    o = probe_plan.Outcome(plan, ramp, p, "tiny-llama", "token_ids", steps, sent=500, stopped="max_requests")
+    text = probe_plan.render(o)
+    assert "raise --max-requests to about" in text and "raise --concurrency" not in text
+    assert f"ran out after 12 of {len(ramp)} steps" in text
+
+
+def test_with_max_num_seqs_unknown_the_ledger_does_not_call_a_gap_misconfigured() -> None:
+    p = predict(_report("idle", "vllm serve m"), 16, 64)  # blocks alone: 13 at once, max_num_seqs unknown
+    plan = probe_plan.Plan(url="http://vllm:8000", model=None, prompt_tokens=16, max_tokens=64, ramp=(4, 6, 8))
+    steps = (_step(4, (4, 0)), _step(6, (5, 1), (5, 1)), _step(8, (5, 3), (5, 3)))
+    o = probe_plan.Outcome(plan, (4, 6, 8), p, "tiny-llama", "token_ids", steps, sent=40)
+    ledger = o.ledger
+    assert ledger is not None and ledger.judgement == "undecided"
+    text = probe_plan.render(o)
+    assert "max_num_seqs decides it" in text and "misconfigured" not in text and "if it is 5" in text
+    assert probe_plan.as_json(o)["ledger"]["gap_ratio"] is None
+    # Known max_num_seqs: the gap judges as before.
+    assert Ledger(13, 5).judgement == "misconfigured"

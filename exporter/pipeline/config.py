@@ -333,6 +333,17 @@ def _typed(key: str, raw: object) -> int | float | str | bool | None:
     return str(raw)
 
 
+def _log_block_size(log: LogFacts | None) -> int | None:
+    """The block size a start-up log states vLLM ran with, not the one it asked (nor a hybrid's raised attention
+    block size, which `attention_block_size` carries); None when the log does not say."""
+    a = None if log is None else log.attention
+    if a is None or a.block_size is None or a.block_size_source is None:
+        return None
+    if a.block_size_source.startswith(("--block-size", "Setting attention block size")):
+        return None
+    return a.block_size
+
+
 def resolve(
     overrides: Overrides,
     vllm_args: dict[str, Any] | None,
@@ -357,6 +368,12 @@ def resolve(
         # The block size vLLM exports wins over our flag: its num_gpu_blocks are blocks of that size, so another
         # size would rescale the pool (`contradictions` notes the flag).
         offer("block_size", cache.block_size, Source.CACHE_CONFIG_INFO)
+    effective = _log_block_size(log)
+    if effective is not None:
+        # Where vLLM exports none (the Rust frontend), the block size its start-up log says it ran beats the
+        # size asked (ours or its command line's): a backend's "Setting kv cache block size to N", a forced size,
+        # the capacity lines.
+        offer("block_size", effective, Source.STARTUP_LOG)
     for key, v in overrides.items().items():
         offer(key, v, Source.FLAG)
     if cache is not None:

@@ -198,3 +198,19 @@ def test_the_block_size_the_log_says_vllm_set_is_the_one_computed_with(tmp_path:
     assert log["kv_tokens"] == {"log": 2560, "ours": 2560} and log["max_concurrency"] == {"log": 5.0, "ours": 5.0}
     chosen = [r for r in doc["block_size_what_if"] if r.get("chosen")]  # type: ignore[union-attr]
     assert [r["block_size"] for r in chosen] == [64]
+
+
+def test_without_cache_config_info_the_sidecar_takes_the_block_size_the_log_says_vllm_ran() -> None:
+    # The Rust frontend exports no cache_config_info: its command line (and ours) asks 32, the log says vLLM set 64.
+    from exporter.engines.vllm.startup_log import parse
+    from exporter.pipeline.config import Overrides, Source, resolve
+
+    text = (FIXTURES / "vllm-0.32.0-rust" / "idle" / "startup.log").read_text(errors="replace")
+    text += ("\n(EngineCore pid=1) INFO 11-29 13:32:36 [interface.py:777] Setting kv cache block size to 64 for "
+             "CPU_ATTN backend.\n")
+    cfg = resolve(Overrides(block_size=32), {"block_size": 32}, Source.CMDLINE, None, 1, None, parse(text))
+    assert cfg.block_size is not None and (cfg.block_size.value, cfg.block_size.source) == (64, Source.STARTUP_LOG)
+    # A log that does not say what ran leaves the stated size.
+    plain = parse((FIXTURES / "vllm-0.32.0-rust" / "idle" / "startup.log").read_text(errors="replace"))
+    cfg = resolve(Overrides(block_size=32), None, Source.CMDLINE, None, 1, None, plain)
+    assert cfg.block_size is not None and cfg.block_size.value == 32

@@ -221,7 +221,8 @@ def attention(text: str) -> AttentionFacts:
         block, source = _block_size_from_capacity(text)
     if block is None and block_asked is not None:
         block, source = block_asked, "--block-size (no line of the log says otherwise)"
-    if block is None and _CPU_POOL.search(text):
+    if block is None and _CPU_POOL.search(text) and "non-default args:" in text:
+        # (Only where the log prints vLLM's non-default args: they show no --block-size was given.)
         # vLLM's CPU build sets the block size itself when --block-size is not given: 16 for its MLA backend,
         # 128 for every other model (vllm/platforms/cpu.py:273-293 @0.32.0), and logs no line about it.
         mla = backend is not None and "MLA" in backend

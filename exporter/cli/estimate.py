@@ -16,7 +16,7 @@ from ..core import defaults
 from ..engines.vllm import VLLM
 from ..planning import blocks, memory, startup_log
 from ..planning import estimate as est
-from .flags import UsageError, add, fraction, params, positive_int, tokens
+from .flags import UsageError, add, block_size, fraction, params, positive_int, tokens
 
 DESCRIPTION = (
     "Estimate vLLM 0.32.0's KV cache from a Hugging Face config.json: pages, KV-cache groups, blocks, max "
@@ -101,7 +101,7 @@ def register(sub: Any) -> None:
     add(g, "--pipeline-parallel-size", positive_int, 1,
         help="pipeline stages; each holds its layers' KV, the pool is the smallest stage's")
     add(g, "--data-parallel-size", positive_int, 1, help="data-parallel engines, each with its own pool")
-    add(g, "--block-size", positive_int, defaults.ESTIMATE_BLOCK_SIZE,
+    add(g, "--block-size", block_size, defaults.ESTIMATE_BLOCK_SIZE,
         help="KV block size in tokens (hybrids: vLLM raises it until a page holds one state)")
     add(g, "--max-model-len", tokens, help="context length, e.g. 32k (default: the config's max_position_embeddings)")
     add(g, "--max-num-seqs", positive_int, defaults.ESTIMATE_MAX_NUM_SEQS, help="max_num_seqs to check against "

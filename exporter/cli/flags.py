@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
 from ..core import defaults, units
-from ..engines.vllm import VLLM
+from ..engines.vllm import VLLM, attention
 
 ENV_PREFIX = "VLLM_HEADROOM_"
 # Environment variables of ours that are no flag: the API key itself, and the scripts' cache folder.
@@ -153,6 +153,15 @@ hold = _arg_type(units.parse_duration)  # a hold time: 0s means "at once"
 size = _arg_type(units.parse_size)
 tokens = _arg_type(_tokens)
 positive_int = _arg_type(_positive_int)
+
+
+def _block_size(text: str) -> int:
+    n = _positive_int(text)
+    attention.check_block_size(n)  # the one rule estimate, recommend, diagnose and serve refuse by
+    return n
+
+
+block_size = _arg_type(_block_size)
 blocks = _arg_type(_blocks)
 fraction = _arg_type(_fraction)
 multiple = _arg_type(_multiple)
@@ -367,7 +376,8 @@ def add_config_flags(p: argparse.ArgumentParser, verdict: bool = True) -> None:
     add(g, "--max-num-seqs", positive_int, help="vLLM's max_num_seqs; not exported by vLLM")
     add(g, "--max-num-batched-tokens", tokens, help="vLLM's max_num_batched_tokens")
     add(g, "--max-model-len", tokens, help="vLLM's max_model_len, e.g. 32k (else from /v1/models)")
-    add(g, "--block-size", positive_int, help=f"KV block size in tokens (else from {_CACHE_CONFIG})")
+    add(g, "--block-size", block_size, help=f"KV block size in tokens, a multiple of 16; where vLLM exports "
+        f"{_CACHE_CONFIG}, vLLM's own wins (the flag is noted as contradicting it)")
     add(g, "--num-gpu-blocks", blocks, help=f"KV blocks per engine, at least 2 (else from {_CACHE_CONFIG})")
     add(g, "--vllm-args", help="vLLM's command line as one string, e.g. \"vllm serve M --max-num-seqs 64\"")
     add(g, "--model-config", help="the model's config.json (or folder): adds KV bytes per token, bytes free and "

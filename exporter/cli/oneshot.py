@@ -124,5 +124,13 @@ def run_recommend(args: argparse.Namespace) -> int:
         advice = [recommend(e, args.min_requests) for e in report.engines]
     except ValueError as exc:  # the traffic cannot support a recommendation: not a usage error
         raise RuntimeFailure(str(exc)) from None
-    print(json.dumps(advice, indent=2) if args.json else render_text(advice))
+    # What the flags contradict (a --block-size vLLM's own overrides, an ignored --vllm-args value): said beside the
+    # advice, never dropped; on stderr with --json, which stays the list of recommendations.
+    notes = [f"{report.url}  note: {n}" for n in report.notes]
+    if args.json:
+        print(json.dumps(advice, indent=2))
+        for n in notes:
+            print(n, file=sys.stderr)
+    else:
+        print("\n".join([*notes, render_text(advice)]))
     return 0

@@ -33,8 +33,9 @@ DESCRIPTION = (
     "which the queue formed beside the one predicted from the capacity ledger (blocks, block size, "
     "max_model_len, max_num_seqs and the lengths), the most that ran at once beside the theory, and the gap. "
     "Without --yes nothing is sent: the plan and the prediction are printed. Ctrl-C stops and cancels every "
-    "request sent. Exit codes: 0 done (also when stopped at --max-requests), 1 the target cannot be read or "
-    "refused the requests, 2 a usage mistake or a target that is not vLLM, 130 interrupted."
+    "request sent. Exit codes: 0 done (also when stopped at --max-requests), 1 the target cannot be read, "
+    "refused the requests or kept failing them (the steps from the failure on are void), 2 a usage mistake or a "
+    "target that is not vLLM, 130 interrupted."
 )
 
 EPILOG = """examples:
@@ -109,4 +110,8 @@ def run(args: argparse.Namespace) -> int:
     if outcome.stopped == "interrupted":
         sys.stdout.flush()
         return 130
+    if outcome.stopped == "failed":
+        print(f"vllm-headroom: the probe's result is void from the step of {outcome.void_from} clients on: "
+              f"{outcome.void_error}", file=sys.stderr)
+        return 1
     return 0

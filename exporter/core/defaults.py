@@ -79,6 +79,9 @@ PROBE_STEP_SCRAPES: Final = 6  # /metrics scrapes recorded per concurrency step,
 PROBE_STEP_INTERVAL: Final = 0.5  # s between those scrapes
 PROBE_STEP_SETTLE: Final = 30.0  # s at most to wait for the engine to hold every request of a step
 PROBE_AUTO_STEPS: Final = 24  # the automatic ramp steps one by one up to this many clients, then spreads them
+# Consecutive failures (a request answered 5xx/429 or lost its connection; a /metrics read failed) with no success
+# between them after which the probe stops: the server, not the configuration, decides what it sees from then on.
+PROBE_FAILURE_LIMIT: Final = 3
 # The capacity ledger: theoretical concurrency against what actually ran. Within 20 % is normal; beyond 50 %
 # something is misconfigured; in between, look at fragmentation or at what the metric counts.
 LEDGER_NORMAL_GAP: Final = 0.2

@@ -83,15 +83,16 @@ class Overrides:
 
 
 def contradictions(overrides: Overrides, cache: CapacityInfo | None, data_parallel_engines: int) -> list[str]:
-    """One note per flag of ours that contradicts what vLLM itself exports (its cache_config_info); the flag
-    still wins (it is the operator's word), but a typo must not pass silently."""
+    """One note per flag of ours that contradicts what vLLM itself exports (its cache_config_info): the block
+    size vLLM exports wins (its block counts are in it); --num-gpu-blocks still wins (the operator's word), but a
+    typo must not pass silently."""
     if cache is None:
         return []
     out = []
     exported_bs = cache.block_size
     if overrides.block_size is not None and exported_bs is not None and overrides.block_size != exported_bs:
         out.append(f"--block-size {overrides.block_size} contradicts vLLM's cache_config_info block_size "
-                   f"{exported_bs}; the flag is used")
+                   f"{exported_bs}; vLLM's is used (the blocks it exports are {exported_bs}-token blocks)")
     total = cache.num_gpu_blocks
     if overrides.num_gpu_blocks is not None and total is not None:
         exported = total // max(data_parallel_engines, 1)
@@ -332,6 +333,17 @@ def _typed(key: str, raw: object) -> int | float | str | bool | None:
     return str(raw)
 
 
+def _log_block_size(log: LogFacts | None) -> int | None:
+    """The block size a start-up log states vLLM ran with, not the one it asked (nor a hybrid's raised attention
+    block size, which `attention_block_size` carries); None when the log does not say."""
+    a = None if log is None else log.attention
+    if a is None or a.block_size is None or a.block_size_source is None:
+        return None
+    if a.block_size_source.startswith(("--block-size", "Setting attention block size")):
+        return None
+    return a.block_size
+
+
 def resolve(
     overrides: Overrides,
     vllm_args: dict[str, Any] | None,
@@ -352,6 +364,16 @@ def resolve(
         if typed is not None:
             values[key] = Known(typed, source)
 
+    if cache is not None:
+        # The block size vLLM exports wins over our flag: its num_gpu_blocks are blocks of that size, so another
+        # size would rescale the pool (`contradictions` notes the flag).
+        offer("block_size", cache.block_size, Source.CACHE_CONFIG_INFO)
+    effective = _log_block_size(log)
+    if effective is not None:
+        # Where vLLM exports none (the Rust frontend), the block size its start-up log says it ran beats the
+        # size asked (ours or its command line's): a backend's "Setting kv cache block size to N", a forced size,
+        # the capacity lines.
+        offer("block_size", effective, Source.STARTUP_LOG)
     for key, v in overrides.items().items():
         offer(key, v, Source.FLAG)
     if cache is not None:

@@ -26,6 +26,7 @@ from typing import Any
 from ..core import defaults
 from ..core.units import format_size
 from ..engines.vllm import args as VLLM_ARGS
+from ..engines.vllm import attention
 from ..model.kv_layout import Drafter, Plan, drafter_of, dtype_bytes, plan
 from ..model.shape import FULL, LINEAR, SLIDING, ModelShape, load_config, model_source, resolve_model, shape_from_config
 from . import memory
@@ -130,10 +131,7 @@ def check(x: Inputs) -> list[str]:
         memory.check_size("--kv-cache-memory", value)
     memory.check_params(x.params)
     memory.check_tensor_parallel(x.shape, x.tensor_parallel_size)
-    if x.block_size % 16:
-        raise ValueError(f"block size {x.block_size} is not a multiple of 16: vLLM's GPU attention backends refuse "
-                         "it (FlashAttention, Triton, FlexAttention: MultipleOf(16), "
-                         "vllm/v1/attention/backends/flash_attn.py:365; MLA backends take 64 or 128)")
+    attention.check_block_size(x.block_size)
     if x.pipeline_parallel_size > x.shape.num_layers:
         raise ValueError(f"pipeline parallel size {x.pipeline_parallel_size} exceeds the model's "
                          f"{x.shape.num_layers} layers")

@@ -46,6 +46,13 @@ def apply(facts: LogFacts, x: Inputs) -> Inputs:
             changes[key] = int(value)
     if facts.backend_block_size and not (f("block_size") or "").isdigit():
         changes["block_size"] = facts.backend_block_size
+    a = facts.attention
+    if a is not None and a.block_size is not None and not (a.block_size_source or "").startswith(
+            "Setting attention block size"):
+        # The block size vLLM ran with wins over the one asked (a backend's forced or set size, the capacity
+        # lines, the CPU platform's default); the asked one stays in `a.block_size_asked`, shown beside it. A
+        # hybrid's raised attention block size is not an input: the estimate raises it the way vLLM does.
+        changes["block_size"] = a.block_size
     kv = f("kv_cache_dtype")
     if kv:
         changes["kv_cache_dtype"] = kv

@@ -17,6 +17,8 @@ from typing import Any
 
 import httpx
 
+from ..core import defaults
+
 # Token ids 10..499: inside any vocabulary of at least 500 (the tiny test model's is 512) and clear of the
 # special ids at the bottom of most vocabularies (<unk>, <s>, </s>, padding).
 _LOW, _HIGH = 10, 500
@@ -96,6 +98,11 @@ class Load:
         self.tasks: list[asyncio.Task[None]] = []
         self.exhausted = asyncio.Event()  # the budget is spent (requests may still be in flight)
         self.fatal: str | None = None  # the server refused the request shape: no point in sending more
+        # The server failed `defaults.PROBE_FAILURE_LIMIT` requests in a row (5xx, 429, connection lost): what it
+        # shows from then on is its failure, not its capacity. The last error, in one sentence.
+        self.broken: str | None = None
+        self.failure_limit = defaults.PROBE_FAILURE_LIMIT
+        self._in_a_row = 0
 
     def body(self, seed: int) -> dict[str, Any]:
         prompt: Any = token_ids(len(self.prompt), seed) if isinstance(self.prompt, list) else self.prompt
@@ -109,13 +116,24 @@ class Load:
     def clients(self) -> int:
         return len(self.tasks)
 
+    @property
+    def stopped(self) -> bool:
+        """No more requests will be sent: the shape was refused or the server keeps failing."""
+        return self.fatal is not None or self.broken is not None
+
+    def _failed(self, error: str) -> None:
+        self.counts.failed += 1
+        self._in_a_row += 1
+        if self._in_a_row >= self.failure_limit and self.broken is None:
+            self.broken = f"{self._in_a_row} requests in a row failed, the last with {error}"
+
     def grow(self, n: int) -> None:
-        while len(self.tasks) < n and not self.exhausted.is_set() and self.fatal is None:
+        while len(self.tasks) < n and not self.exhausted.is_set() and not self.stopped:
             self.tasks.append(asyncio.create_task(self._client()))
 
     async def _client(self) -> None:
         c = self.counts
-        while self.fatal is None:
+        while not self.stopped:
             if c.sent >= self.budget:
                 self.exhausted.set()
                 return
@@ -123,17 +141,19 @@ class Load:
             try:
                 r = await self.client.post(f"{self.base}/v1/completions", json=self.body(c.sent),
                                            headers=self.headers)
-            except httpx.HTTPError:
-                c.failed += 1
+            except httpx.HTTPError as exc:
+                self._failed(f"{type(exc).__name__} ({exc or 'no message'}) from {self.base}/v1/completions")
                 await asyncio.sleep(0.2)
                 continue
             if r.status_code == 200:
                 c.finished += 1
+                self._in_a_row = 0
                 continue
-            c.failed += 1
             if 400 <= r.status_code < 500 and r.status_code != 429:
+                c.failed += 1
                 self.fatal = f"{self.base}/v1/completions answered HTTP {r.status_code}: {_message(r)}"
                 return
+            self._failed(f"HTTP {r.status_code} from {self.base}/v1/completions: {_message(r)}")
             await asyncio.sleep(0.2)
 
     async def cancel(self) -> None:

@@ -243,6 +243,13 @@ class Ledger:
 
     theoretical: int
     observed: int
+    slots_known: bool = True  # max_num_seqs known: else `theoretical` is the blocks' figure alone
+
+    @property
+    def undecided(self) -> bool:
+        """Fewer ran than the blocks allow while max_num_seqs is unknown: max_num_seqs may be exactly what bound
+        them (a gap of 0) or above the blocks' figure (the whole gap), so the gap judges nothing."""
+        return not self.slots_known and self.observed < self.theoretical
 
     @property
     def gap(self) -> float:
@@ -251,6 +258,8 @@ class Ledger:
 
     @property
     def judgement(self) -> str:
+        if self.undecided:
+            return "undecided"
         g = abs(self.gap)
         if g <= defaults.LEDGER_NORMAL_GAP:
             return "normal"
@@ -260,6 +269,10 @@ class Ledger:
 
     def sentence(self) -> str:
         pct = f"{100 * self.gap:+.0f} %"
+        if self.undecided:
+            return (f"undecided: max_num_seqs decides it and is unknown (not exported): if it is {self.observed}, "
+                    f"the slots bound what ran and the gap is 0 %; if it is {self.theoretical} or more, the gap is "
+                    f"{pct}; pass --max-num-seqs or --vllm-args")
         if self.judgement == "normal":
             return (f"gap {pct}: within {100 * defaults.LEDGER_NORMAL_GAP:.0f} %, normal: the configuration is "
                     "what limits")
@@ -283,8 +296,10 @@ class Outcome:
     steps: tuple[Step, ...] = ()
     sent: int = 0
     failed: int = 0
-    stopped: str | None = None  # None, "max_requests" or "interrupted"
+    stopped: str | None = None  # None, "max_requests", "interrupted" or "failed" (the server kept failing)
     notes: tuple[str, ...] = field(default=())
+    void_from: int | None = None  # "failed": the concurrency of the step from which the result is void
+    void_error: str | None = None  # "failed": the error, one sentence
 
     @property
     def observed_max_concurrency(self) -> int | None:
@@ -301,7 +316,55 @@ class Outcome:
         seen = self.observed_max_concurrency
         if self.observed_queue_point is None or seen is None:
             return None
-        return Ledger(self.prediction.max_concurrency, seen)
+        return Ledger(self.prediction.max_concurrency, seen, self.prediction.slots_known)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The requests a ramp needs beside --max-requests. Closed-loop clients send one request after another, so
+    what a step sends depends on how long a request takes, which nothing tells before the load: at least one per
+    client over the whole ramp (every request outlasts it), one per client per step when a request lasts about a
+    step, more when it is shorter."""
+
+    ramp: tuple[int, ...]
+    max_requests: int
+    queue_point: int
+
+    @property
+    def at_least(self) -> int:
+        return max(self.ramp, default=0)
+
+    @property
+    def to_point(self) -> int:
+        """One request per client per step up to the first step at or past the predicted queue point."""
+        total = 0
+        for c in self.ramp:
+            total += c
+            if c >= self.queue_point:
+                break
+        return total
+
+    @property
+    def whole(self) -> int:
+        """One request per client per step over the whole ramp."""
+        return sum(self.ramp)
+
+
+def budget_lines(plan: Plan, ramp: tuple[int, ...], prediction: Prediction) -> list[str]:
+    b = Budget(ramp, plan.max_requests, prediction.queue_point)
+    watch = plan.step_scrapes * plan.step_interval
+    lines = [f"  requests the ramp needs: at least {b.at_least} (one per client); at one request per client per "
+             f"step (a request lasting a step, {watch:g} s of scrapes or more) {b.to_point} to reach the predicted "
+             f"queue point {prediction.queue_point} and {b.whole} for the whole ramp; shorter requests need more"]
+    if plan.max_requests < b.to_point:
+        lines.append(f"  --max-requests {plan.max_requests} runs out before the predicted queue point unless "
+                     f"requests outlast a step: raise --max-requests to at least {b.to_point} ({b.whole} for the "
+                     "whole ramp)")
+    elif plan.max_requests < b.whole:
+        lines.append(f"  --max-requests {plan.max_requests} may run out before the top step ({max(ramp)} clients), "
+                     f"and before the predicted queue point if requests are shorter than a step: raise "
+                     f"--max-requests to {b.whole} or more")
+    return lines
 
 
 # -- presenting ----------------------------------------------------------------------------------------------
@@ -339,6 +402,7 @@ def render_plan(plan: Plan, ramp: tuple[int, ...], prediction: Prediction, model
         f"  per step: wait up to {plan.step_settle:g} s for the engine to hold every request, then "
         f"{plan.step_scrapes} scrapes of /metrics {plan.step_interval:g} s apart",
         f"  at most {plan.max_requests} requests in all (--max-requests); Ctrl-C stops and cancels what was sent",
+        *budget_lines(plan, ramp, prediction),
         "capacity ledger (before the load):",
         *_ledger_lines(prediction),
         f"  predicted: at most {prediction.max_concurrency} running at once; the queue forms at concurrency "
@@ -364,6 +428,9 @@ def render(o: Outcome) -> str:
         lines.append(f"  stopped: the budget of --max-requests {o.plan.max_requests} was spent")
     elif o.stopped == "interrupted":
         lines.append("  stopped: interrupted (Ctrl-C); the requests in flight were cancelled")
+    elif o.stopped == "failed":
+        lines.append(f"  stopped: the result is void from the step of {o.void_from} clients on: {o.void_error}"
+                     + ("; the steps above were seen before it" if o.steps else ""))
     queue = o.observed_queue_point
     tried = o.steps[-1].concurrency if o.steps else 0
     lines.append(("queue formed at concurrency " + str(queue)) if queue is not None else
@@ -376,7 +443,13 @@ def render(o: Outcome) -> str:
     ledger = o.ledger
     if ledger is not None:
         lines.append(f"  theoretical {ledger.theoretical} beside {ledger.observed} that ran: {ledger.sentence()}")
-    elif o.steps:
+    elif o.stopped == "max_requests":
+        done = len(o.steps)
+        need = round(o.sent * sum(o.ramp) / max(1, sum(o.ramp[:done + 1])))
+        lines.append(f"  the budget of --max-requests {o.plan.max_requests} ran out after {done} of {len(o.ramp)} "
+                     f"steps, before any queue formed (predicted at {p.queue_point}): raise --max-requests to about "
+                     f"{max(need, o.plan.max_requests + 1)} to finish the ramp")
+    elif o.steps and o.stopped is None:
         lines.append(f"  the ramp stayed below the limit (top step {tried}): raise --concurrency to reach it")
     lines += [f"note: {n}" for n in o.notes]
     return "\n".join(lines)
@@ -390,6 +463,7 @@ def as_json(o: Outcome) -> dict[str, Any]:
         "prompt_tokens": p.prompt_tokens, "max_tokens": p.max_tokens, "ramp": list(o.ramp),
         "requests_sent": o.sent, "requests_failed": o.failed, "max_requests": o.plan.max_requests,
         "stopped": o.stopped,
+        "void": None if o.void_from is None else {"from_concurrency": o.void_from, "error": o.void_error},
         "steps": [{"concurrency": s.concurrency, "running": s.running, "waiting": s.waiting,
                    "free_blocks": s.free_blocks, "preemptions": s.preemptions, "queued": s.queued,
                    "held": s.held, "verdict": s.verdict,
@@ -399,9 +473,16 @@ def as_json(o: Outcome) -> dict[str, Any]:
                                   for e in p.engines]},
         "observed": {"max_concurrency": o.observed_max_concurrency, "queue_point": o.observed_queue_point},
         "ledger": None if ledger is None else {"theoretical": ledger.theoretical, "observed": ledger.observed,
-                                               "gap_ratio": round(ledger.gap, 4), "judgement": ledger.judgement},
+                                               "gap_ratio": None if ledger.undecided else round(ledger.gap, 4),
+                                               "judgement": ledger.judgement, "sentence": ledger.sentence()},
+        "requests_needed": _needed(Budget(o.ramp, o.plan.max_requests, p.queue_point)),
         "notes": list(o.notes),
     }
+
+
+def _needed(b: Budget) -> dict[str, int]:
+    """At least one per client; one per client per step to the predicted queue point and over the whole ramp."""
+    return {"at_least": b.at_least, "to_queue_point_one_per_step": b.to_point, "whole_ramp_one_per_step": b.whole}
 
 
 def plan_json(plan: Plan, ramp: tuple[int, ...], prediction: Prediction, model: str,

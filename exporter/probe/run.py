@@ -17,6 +17,7 @@ from typing import TextIO
 
 import httpx
 
+from ..core import defaults
 from ..pipeline.report import TargetReport
 from ..pipeline.scrape import ScrapeError
 from ..pipeline.target import Settings, Target, one_shot
@@ -123,20 +124,40 @@ class Prober:
         self.stopped: str | None = None
         self.load: Load | None = None
         self.scrape_failures = 0
+        self._scrapes_in_a_row = 0
+        self._scrape_broken: str | None = None
+        self.void: tuple[int, str] | None = None  # (the concurrency of the step it happened in, the error)
 
     def outcome(self) -> Outcome:
         counts = self.load.counts if self.load is not None else load_mod.Counts()
         return Outcome(self.plan, self.ready.ramp, self.ready.prediction, self.ready.model, self.ready.prompt_kind,
-                       tuple(self.steps), counts.sent, counts.failed, self.stopped, tuple(self.notes))
+                       tuple(self.steps), counts.sent, counts.failed, self.stopped, tuple(self.notes),
+                       void_from=None if self.void is None else self.void[0],
+                       void_error=None if self.void is None else self.void[1])
 
     async def _frame(self, client: httpx.AsyncClient) -> Frame | None:
         try:
-            return _frame(await _observe(self.target, client))
+            frame = _frame(await _observe(self.target, client))
         except ScrapeError as exc:
             self.scrape_failures += 1
-            if self.scrape_failures == 1:
+            self._scrapes_in_a_row += 1
+            if self._scrapes_in_a_row >= defaults.PROBE_FAILURE_LIMIT and self._scrape_broken is None:
+                self._scrape_broken = f"{self._scrapes_in_a_row} reads of /metrics in a row failed, the last: {exc}"
+            elif self.scrape_failures == 1:
                 self.notes.append(f"a scrape failed under load and was skipped: {exc}")
             return None
+        self._scrapes_in_a_row = 0
+        return frame
+
+    def _failing(self, c: int) -> bool:
+        """The server keeps failing (requests or /metrics): record from which step the result is void."""
+        assert self.load is not None
+        error = self.load.broken or self._scrape_broken
+        if error is None:
+            return False
+        self.void = (c, error)
+        self.stopped = "failed"
+        return True
 
     def _show(self, index: int, c: int, phase: str, frame: Frame | None) -> None:
         assert self.load is not None
@@ -173,6 +194,8 @@ class Prober:
         assert load is not None
         last = await self._frame(scraper)
         for index, c in enumerate(self.ready.ramp):
+            if self._failing(c):
+                return
             if load.exhausted.is_set():
                 self.stopped = "max_requests"
                 return
@@ -180,7 +203,7 @@ class Prober:
             start_pre = None if last is None else last.preemptions_total
             held = False
             deadline = time.monotonic() + plan.step_settle
-            while time.monotonic() < deadline and load.fatal is None:
+            while time.monotonic() < deadline and not load.stopped and self._scrape_broken is None:
                 frame = await self._frame(scraper)
                 self._show(index, c, "settling", frame)
                 if frame is not None and frame.running + frame.waiting >= c:
@@ -188,18 +211,15 @@ class Prober:
                     break
                 await asyncio.sleep(plan.step_interval)
             frames: list[Frame] = []
-            while len(frames) < plan.step_scrapes and load.fatal is None:
+            while len(frames) < plan.step_scrapes and not load.stopped and self._scrape_broken is None:
                 await asyncio.sleep(plan.step_interval)
                 frame = await self._frame(scraper)
                 if frame is not None:
                     frames.append(frame)
                     last = frame
                     self._show(index, c, "watch", frame)
-                elif self.scrape_failures > 3 * plan.step_scrapes:
-                    self.notes.append("the target stopped answering /metrics: the probe ended early")
-                    return
-            if load.fatal is not None:
-                return
+            if load.fatal is not None or self._failing(c):
+                return  # the step in progress is dropped: its frames show the failure, not the capacity
             if load.exhausted.is_set():
                 self.stopped = "max_requests"
                 self.notes.append(f"step {c} was dropped: the --max-requests budget ran out during it, so its "

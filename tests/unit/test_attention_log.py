@@ -155,3 +155,62 @@ def test_the_sidecar_exports_what_the_start_up_log_names() -> None:
     text = generate_latest(registry).decode()
     assert ('vllm_headroom_attention_info{backend="CPU_ATTN",block_size="32",block_size_asked="32",'
             'kv_cache_dtype="bfloat16 (auto: the model dtype)",target="http://x"} 1.0') in text
+
+
+def _estimate_from(log_text: str, tmp_path: Path) -> dict[str, object]:
+    log = tmp_path / "startup.log"
+    log.write_text(log_text)
+    out = subprocess.run([sys.executable, "-m", "exporter", "estimate", str(REPO / "tests" / "e2e" / "tiny-llama"),
+                          "--from-log", str(log), "--json"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)  # type: ignore[no-any-return]
+
+
+def test_a_cpu_log_without_block_size_computes_with_vllms_cpu_default(tmp_path: Path) -> None:
+    # The real 0.32.0 CPU log with neither --block-size nor the override: vLLM's CPU platform then sets 128 for a
+    # model without MLA (vllm/platforms/cpu.py:292-293 @0.32.0), not the GPU's 16.
+    text = (FIXTURES / "vllm-0.32.0" / "idle" / "startup.log").read_text(errors="replace")
+    text = text.replace("'block_size': 32, ", "").replace("block_size=32, ", "")
+    text = "\n".join(line for line in text.splitlines() if "Overriding num_gpu_blocks" not in line)
+    assert "block_size" not in text and "CPU KV cache size" in text
+    doc = _estimate_from(text, tmp_path)
+    att = doc["from_log_attention"]
+    assert isinstance(att, dict) and att["block_size"] == 128 and att["block_size_asked"] is None
+    assert "cpu.py:292-293" in att["block_size_source"]
+    assert doc["block_size"] == 128 and doc["inputs"]["block_size"] == 128  # type: ignore[index]
+
+
+def test_the_block_size_the_log_says_vllm_set_is_the_one_computed_with(tmp_path: Path) -> None:
+    # --block-size 32 asked, "Setting kv cache block size to 64", capacity lines consistent with 40 blocks of 64.
+    text = (FIXTURES / "vllm-0.32.0" / "idle" / "startup.log").read_text(errors="replace")
+    text = text.replace("CPU KV cache size: 1,280 tokens, Maximum concurrency for 512 tokens per request: 2.50x",
+                        "CPU KV cache size: 2,560 tokens, Maximum concurrency for 512 tokens per request: 5.00x")
+    text = text.replace("(EngineCore pid=9858) INFO 11-29 13:32:36 [kv_cache_utils.py:2619] Overriding",
+                        "(EngineCore pid=9858) INFO 11-29 13:32:36 [interface.py:777] Setting kv cache block size "
+                        "to 64 for CPU_ATTN backend.\n(EngineCore pid=9858) INFO 11-29 13:32:36 "
+                        "[kv_cache_utils.py:2619] Overriding")
+    doc = _estimate_from(text, tmp_path)
+    att = doc["from_log_attention"]
+    assert isinstance(att, dict) and (att["block_size"], att["block_size_asked"]) == (64, 32)
+    assert doc["block_size"] == 64 and doc["inputs"]["block_size"] == 64  # type: ignore[index]
+    log = doc["from_log"]
+    assert isinstance(log, dict)
+    assert log["kv_tokens"] == {"log": 2560, "ours": 2560} and log["max_concurrency"] == {"log": 5.0, "ours": 5.0}
+    chosen = [r for r in doc["block_size_what_if"] if r.get("chosen")]  # type: ignore[union-attr]
+    assert [r["block_size"] for r in chosen] == [64]
+
+
+def test_without_cache_config_info_the_sidecar_takes_the_block_size_the_log_says_vllm_ran() -> None:
+    # The Rust frontend exports no cache_config_info: its command line (and ours) asks 32, the log says vLLM set 64.
+    from exporter.engines.vllm.startup_log import parse
+    from exporter.pipeline.config import Overrides, Source, resolve
+
+    text = (FIXTURES / "vllm-0.32.0-rust" / "idle" / "startup.log").read_text(errors="replace")
+    text += ("\n(EngineCore pid=1) INFO 11-29 13:32:36 [interface.py:777] Setting kv cache block size to 64 for "
+             "CPU_ATTN backend.\n")
+    cfg = resolve(Overrides(block_size=32), {"block_size": 32}, Source.CMDLINE, None, 1, None, parse(text))
+    assert cfg.block_size is not None and (cfg.block_size.value, cfg.block_size.source) == (64, Source.STARTUP_LOG)
+    # A log that does not say what ran leaves the stated size.
+    plain = parse((FIXTURES / "vllm-0.32.0-rust" / "idle" / "startup.log").read_text(errors="replace"))
+    cfg = resolve(Overrides(block_size=32), None, Source.CMDLINE, None, 1, None, plain)
+    assert cfg.block_size is not None and cfg.block_size.value == 32

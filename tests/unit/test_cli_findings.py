@@ -287,12 +287,13 @@ def test_ignored_vllm_args_and_contradicting_flags_are_noted_in_the_diagnosis(
                      "--block-size", "16", "--num-gpu-blocks", "2"]) == 0
     out = capsys.readouterr().out
     assert f"{SNAPSHOT}  note: --vllm-args --max-num-seqs 'eight' is ignored: vLLM expects a whole number" in out
-    assert "note: --block-size 16 contradicts vLLM's cache_config_info block_size 32; the flag is used" in out
+    assert "note: --block-size 16 contradicts vLLM's cache_config_info block_size 32; vLLM's is used" in out
     assert "note: --num-gpu-blocks 2 contradicts vLLM's cache_config_info num_gpu_blocks 40; the flag is used" in out
     assert cli.main(["diagnose", "--json", str(SNAPSHOT), "--block-size", "16"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["targets"][0]["notes"] == [
-        "--block-size 16 contradicts vLLM's cache_config_info block_size 32; the flag is used"]
+        "--block-size 16 contradicts vLLM's cache_config_info block_size 32; vLLM's is used (the blocks it exports "
+        "are 32-token blocks)"]
 
 
 def test_notes_are_logged_once(caplog: pytest.LogCaptureFixture) -> None:
@@ -320,7 +321,8 @@ def test_notes_are_logged_once(caplog: pytest.LogCaptureFixture) -> None:
         asyncio.run(ticks())
     assert [r.getMessage() for r in caplog.records] == [
         "http://vllm:8000/v1/models answered HTTP 404",  # once, while /metrics answers
-        "http://vllm:8000: --block-size 1 contradicts vLLM's cache_config_info block_size 32; the flag is used"]
+        "http://vllm:8000: --block-size 1 contradicts vLLM's cache_config_info block_size 32; vLLM's is used (the "
+        "blocks it exports are 32-token blocks)"]
 
 
 # -- 10: what a file that is no exposition is; stdin -----------------------------------------------------------

@@ -203,3 +203,130 @@ def test_dry_run_against_a_replayed_recording_prints_the_plan_and_sends_nothing(
     doc = json.loads(out.stdout)
     assert doc["dry_run"] and doc["requests_sent"] == 0 and doc["ramp"] == [1, 2, 3, 4, 5]
     assert doc["predicted"]["queue_point"] == 4 and doc["prompt_kind"] == "token_ids"
+
+
+class _Failing(http.server.BaseHTTPRequestHandler):
+    """A recorded vLLM 0.32.0 (idle: its exposition, /v1/models, /version) that starts failing: `mode` "http500"
+    answers HTTP 500 to completions after the 10th, "dies" drops every connection after the 10th completion,
+    "metrics503" answers /metrics with 503 after its 3rd read. Fault injection only: the load it takes is fake."""
+
+    mode: ClassVar[str] = "http500"
+    completions: ClassVar[list[int]] = []
+    metric_reads: ClassVar[list[int]] = []
+    exposition = (FIXTURES / "idle" / "snapshot.prom").read_bytes()
+    meta = json.loads((FIXTURES / "idle" / "meta.json").read_text())
+
+    def _dead(self) -> bool:
+        if self.mode == "dies" and len(self.completions) >= 10:
+            self.close_connection = True
+            return True
+        return False
+
+    def _send(self, status: int, body: bytes, kind: str = "application/json") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        if self._dead():
+            return
+        if self.path == "/metrics":
+            self.metric_reads.append(1)
+            if self.mode == "metrics503" and len(self.metric_reads) > 3:
+                self._send(503, b"unavailable", "text/plain")
+            else:
+                self._send(200, self.exposition, "text/plain; version=0.0.4")
+        elif self.path == "/v1/models":
+            self._send(200, json.dumps(self.meta["v1_models"]).encode())
+        elif self.path == "/version":
+            self._send(200, json.dumps({"version": self.meta["vllm_version"]}).encode())
+        else:
+            self._send(404, b"{}")
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        self.rfile.read(length)
+        if self._dead():
+            return
+        if self.path != "/v1/completions":
+            self._send(404, b"{}")
+            return
+        self.completions.append(1)
+        time.sleep(0.02)
+        if self.mode == "http500" and len(self.completions) > 10:
+            self._send(500, b'{"error": {"message": "EngineCore died"}}')
+        else:
+            self._send(200, b'{"choices": [{"text": "x"}]}')
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize("mode", ["http500", "dies", "metrics503"])
+def test_a_server_that_keeps_failing_voids_the_probe_and_exits_1(mode: str) -> None:
+    handler = type("Handler", (_Failing,), {"mode": mode, "completions": [], "metric_reads": []})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), handler)
+    server.handle_error = lambda *_: None  # type: ignore[method-assign]  # the probe hangs up on a dying server
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        out = subprocess.run([sys.executable, "-m", "exporter", "probe", url, "--prompt-tokens", "16",
+                              "--max-tokens", "100", "--max-num-seqs", "8", "--concurrency", "2:10", "--yes",
+                              "--step.scrapes", "2", "--step.interval", "0.05s", "--step.settle", "0.3s"],
+                             cwd=REPO, capture_output=True, text=True, timeout=120)
+    finally:
+        server.shutdown()
+    assert out.returncode == 1, (out.stdout, out.stderr)
+    assert "result is void from the step of" in out.stdout and "Traceback" not in out.stderr
+    assert "raise --concurrency" not in out.stdout
+    error = {"http500": "HTTP 500", "dies": "in a row failed", "metrics503": "/metrics in a row"}[mode]
+    assert error in out.stdout and error in out.stderr, out.stdout
+    # Stopped within a few failures, not after spending the budget on a failing server.
+    assert len(handler.completions) < 60, len(handler.completions)
+
+
+def test_the_dry_plan_says_when_the_budget_cannot_reach_the_predicted_point() -> None:
+    # idle recording, max_num_seqs unknown: 39 usable blocks, 16 + 16 tokens = 1 block each, 39 at once.
+    p = predict(_report("idle", "vllm serve m"), 16, 16)
+    ramp = auto_ramp(p.max_concurrency)
+    to_point = sum(c for c in ramp if c <= 40)
+
+    def plan_text(budget: int) -> str:
+        plan = probe_plan.Plan("http://vllm:8000", None, 16, 16, None, max_requests=budget)
+        return probe_plan.render_plan(plan, ramp, p, "tiny-llama", "token_ids")
+
+    assert p.queue_point == 40 and to_point < 500 < sum(ramp)
+    text = plan_text(300)
+    assert f"{to_point} to reach the predicted queue point 40 and {sum(ramp)} for the whole ramp" in text
+    assert f"runs out before the predicted queue point unless requests outlast a step: raise --max-requests to " \
+           f"at least {to_point}" in text
+    assert f"may run out before the top step (51 clients), and before the predicted queue point if requests are " \
+           f"shorter than a step: raise --max-requests to {sum(ramp)}" in plan_text(500)
+    assert "raise --max-requests" not in plan_text(5000)
+
+
+def test_a_probe_stopped_by_its_budget_names_max_requests_not_concurrency() -> None:
+    p = predict(_report("idle", "vllm serve m"), 16, 16)
+    ramp = auto_ramp(p.max_concurrency)
+    plan = probe_plan.Plan(url="http://vllm:8000", model=None, prompt_tokens=16, max_tokens=16, ramp=None)
+    steps = tuple(_step(c, (c, 0), (c, 0)) for c in ramp[:12])
+    o = probe_plan.Outcome(plan, ramp, p, "tiny-llama", "token_ids", steps, sent=500, stopped="max_requests")
+    text = probe_plan.render(o)
+    assert "raise --max-requests to about" in text and "raise --concurrency" not in text
+    assert f"ran out after 12 of {len(ramp)} steps" in text
+
+
+def test_with_max_num_seqs_unknown_the_ledger_does_not_call_a_gap_misconfigured() -> None:
+    p = predict(_report("idle", "vllm serve m"), 16, 64)  # blocks alone: 13 at once, max_num_seqs unknown
+    plan = probe_plan.Plan(url="http://vllm:8000", model=None, prompt_tokens=16, max_tokens=64, ramp=(4, 6, 8))
+    steps = (_step(4, (4, 0)), _step(6, (5, 1), (5, 1)), _step(8, (5, 3), (5, 3)))
+    o = probe_plan.Outcome(plan, (4, 6, 8), p, "tiny-llama", "token_ids", steps, sent=40)
+    ledger = o.ledger
+    assert ledger is not None and ledger.judgement == "undecided"
+    text = probe_plan.render(o)
+    assert "max_num_seqs decides it" in text and "misconfigured" not in text and "if it is 5" in text
+    assert probe_plan.as_json(o)["ledger"]["gap_ratio"] is None
+    # Known max_num_seqs: the gap judges as before.
+    assert Ledger(13, 5).judgement == "misconfigured"

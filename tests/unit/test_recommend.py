@@ -64,3 +64,25 @@ def test_model_config_adds_absolute_bytes(capsys: pytest.CaptureFixture[str]) ->
     assert engine["kv_bytes_per_token"] == 512
     assert engine["kv_free_bytes"] == engine["kv_free_blocks"] * 16384
     assert engine["worst_case_request_bytes"] == engine["worst_case_blocks_per_request"]["profile"] * 16384
+
+
+def test_a_block_size_flag_never_rescales_the_blocks_vllm_exports(capsys: pytest.CaptureFixture[str]) -> None:
+    """kv-full exports num_gpu_blocks 40 of block_size 32: --block-size 64 must not make it 40 blocks of 64 (a pool
+    twice as large, other advice); vLLM's size is used and the flag is said to contradict it."""
+    snapshot = "tests/fixtures/vllm-0.32.0/kv-full/snapshot.prom"
+    assert cli.main(["recommend", snapshot, "--json"]) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert cli.main(["recommend", snapshot, "--json", "--block-size", "64"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out) == plain
+    assert "--block-size 64 contradicts vLLM's cache_config_info block_size 32; vLLM's is used" in captured.err
+    assert cli.main(["recommend", snapshot, "--block-size", "64"]) == 0
+    assert "note: --block-size 64 contradicts" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", [["recommend", "tests/fixtures/vllm-0.32.0/kv-full/snapshot.prom"],
+                                     ["estimate", "tests/e2e/tiny-llama", "--kv-cache-memory", "1GiB"]])
+def test_recommend_and_estimate_refuse_the_same_block_sizes(capsys: pytest.CaptureFixture[str],
+                                                            command: list[str]) -> None:
+    assert cli.main([*command, "--block-size", "7"]) == 2
+    assert "block size 7 is not a multiple of 16" in capsys.readouterr().err

@@ -38,6 +38,16 @@ ALIASES = {"FLASH ATTENTION": "FLASH_ATTN", "FLASHATTENTION": "FLASH_ATTN", "FLA
            "PALLAS": "PALLAS", "IPEX": "IPEX"}
 
 
+def check_block_size(block_size: int) -> None:
+    """vLLM's refusal of a block size no attention backend takes, as one sentence (ValueError): every GPU backend
+    takes multiples of 16 at least (FlashAttention, Triton, FlexAttention: MultipleOf(16),
+    vllm/v1/attention/backends/flash_attn.py:365 @0.32.0), the CPU one multiples of 32 (cpu_attn.py:65-66)."""
+    if block_size < 1 or block_size % 16:
+        raise ValueError(f"block size {block_size} is not a multiple of 16: vLLM's GPU attention backends refuse "
+                         "it (FlashAttention, Triton, FlexAttention: MultipleOf(16), "
+                         "vllm/v1/attention/backends/flash_attn.py:365; MLA backends take 64 or 128)")
+
+
 def canonical(name: str) -> str:
     """A backend as vLLM's AttentionBackendEnum names it: `AttentionBackendEnum.FLASH_ATTN` and "Flash Attention"
     become FLASH_ATTN."""

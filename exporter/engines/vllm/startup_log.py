@@ -139,6 +139,7 @@ _CONFIG_LINE = re.compile(r"Initializing an? (?:V\d )?LLM engine \(v[^)]*\) with
 _CONFIG_KV = re.compile(r"\bkv_cache_dtype=(\w+)")
 _CONFIG_DTYPE = re.compile(r"\bdtype=(?:torch\.)?(\w+)")
 _FP8_STORE = re.compile(r"Using (fp8\w*) data type to store kv cache|Using DeepSeek's (\w+) KV cache format")
+_CPU_POOL = re.compile(r"\bCPU KV cache size: ")  # the CPU platform's pool line (kv_cache_utils.py @0.32.0)
 _V0_BLOCKS = re.compile(r"# (?:GPU|gpu|cpu|CPU) blocks: (\d+)")
 # vLLM's `--kv-cache-dtype fp8` is fp8_e4m3 (vllm/config/cache.py CacheDType @0.32.0).
 _SAME_DTYPE = {"fp8": "fp8_e4m3"}
@@ -220,6 +221,14 @@ def attention(text: str) -> AttentionFacts:
         block, source = _block_size_from_capacity(text)
     if block is None and block_asked is not None:
         block, source = block_asked, "--block-size (no line of the log says otherwise)"
+    if block is None and _CPU_POOL.search(text) and "non-default args:" in text:
+        # (Only where the log prints vLLM's non-default args: they show no --block-size was given.)
+        # vLLM's CPU build sets the block size itself when --block-size is not given: 16 for its MLA backend,
+        # 128 for every other model (vllm/platforms/cpu.py:273-293 @0.32.0), and logs no line about it.
+        mla = backend is not None and "MLA" in backend
+        block = 16 if mla else 128
+        source = (f"vLLM's CPU default without --block-size ({'MLA' if mla else 'not MLA'}: "
+                  f"vllm/platforms/cpu.py:{'273-280' if mla else '292-293'} @0.32.0)")
     if block is not None and block_asked is not None and block != block_asked:
         notes.append(f"--block-size {block_asked} was asked, vLLM runs {block}-token blocks: {source}")
     if (m := _PRECLUDED.search(text)) is not None:

@@ -42,7 +42,7 @@ _VERSION = re.compile(r"(?:LLM engine \(v|version )(\d+\.\d+[\w.+-]*)")
 _ARG = re.compile(r"'(model|max_model_len|tensor_parallel_size|pipeline_parallel_size|data_parallel_size|block_size|"
                   r"max_num_seqs|max_num_batched_tokens|kv_cache_dtype|dtype|gpu_memory_utilization|"
                   r"num_gpu_blocks_override|enable_prefix_caching|async_scheduling|mamba_ssm_cache_dtype|"
-                  r"kv_cache_memory_bytes)': "
+                  r"kv_cache_memory_bytes|watermark)': "
                   r"('[^']*'|[\d.]+|True|False)")
 _CONFIG = re.compile(r"\b(model|max_seq_len|tensor_parallel_size|pipeline_parallel_size|data_parallel_size|"
                      r"kv_cache_dtype|enable_prefix_caching)=('[^']*'|[\w.]+)")

@@ -786,5 +786,5 @@ def _report(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, jud
         kv_transfer=kv_transfer(cfg, e),
         deferred_causes=deferred_causes(e, cfg),
         cap_setting=cap_setting(cfg, snap),
-        watermark_decides=watermark_decides(cfg, snap, headroom, e.running),
+        watermark_decides=watermark_decides(cfg, snap, headroom, int(e.running or 0)),
     )

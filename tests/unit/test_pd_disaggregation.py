@@ -212,7 +212,8 @@ def test_a_known_command_line_without_a_connector_is_no_producer_whatever_series
     leak hold, with its recorded command line (no --kv-transfer-config): a leak, not a P/D producer's hold."""
     r = rec("vllm-0.32.0-rust/idle")
     assert "vllm:nixl_" in r.frames[-1][1]
-    frames = [(t, rewrite.set_sample(text, "vllm:kv_cache_usage_perc", 20 / 39)) for t, text in stretch(r.frames, 150.0)]
+    frames = [(t, rewrite.set_sample(text, "vllm:kv_cache_usage_perc", 20 / 39))
+              for t, text in stretch(r.frames, 150.0)]
     seen = sidecar(r, frames, argv(r))
     assert seen and not any(e.producer_holding for e in seen)
     assert seen[-1].verdict == "leak"

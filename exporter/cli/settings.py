@@ -125,12 +125,18 @@ def kv_pool(args: argparse.Namespace, shape: ModelShape | None, indexed: int | N
     0.20); the activation reserve as stated, else 0 to twice our estimate's default. Raises UsageError for a pool
     that cannot be used (no --model-config, no weights)."""
     stated, gpu = opt(args, "kv_cache_memory"), opt(args, "gpu_memory")
-    if stated is None and gpu is None:
+    exact = opt(args, "kv_cache_memory_bytes")
+    if exact is not None and stated is not None:
+        raise UsageError("give the KV pool once: --kv-cache-memory or vLLM's --kv-cache-memory-bytes, not both")
+    if stated is None and gpu is None and exact is None:
         return None
     if shape is None:
-        raise UsageError("--kv-cache-memory and --gpu-memory size the KV cache from the model's layout: "
-                         "give --model-config too")
+        raise UsageError("--kv-cache-memory, --kv-cache-memory-bytes and --gpu-memory size the KV cache from the "
+                         "model's layout: give --model-config too")
     try:
+        if exact is not None:
+            memory.check_size("--kv-cache-memory-bytes", exact)
+            return KvPool(exact, exact, f"--kv-cache-memory-bytes {exact:,}")
         if stated is not None:
             memory.check_size("--kv-cache-memory", stated)
             return KvPool(stated, stated, f"--kv-cache-memory {format_size(stated)}")

@@ -17,6 +17,7 @@ from ..engines.vllm import VLLM
 from ..planning import blocks, memory, startup_log
 from ..planning import estimate as est
 from .flags import UsageError, add, add_kv_cache_memory_bytes, fraction, params, positive_int, tokens
+from .settings import DRAFT_WITHOUT_SPEC
 
 DESCRIPTION = (
     "Estimate vLLM 0.32.0's KV cache from a Hugging Face config.json: pages, KV-cache groups, blocks, max "
@@ -164,6 +165,8 @@ def _inputs(args: argparse.Namespace) -> tuple[est.Inputs, startup_log.LogFacts 
     )
     if args.speculative_config:
         x = _with_drafter(x, args.speculative_config, args.draft_model_config)
+    elif args.draft_model_config:
+        raise ValueError(DRAFT_WITHOUT_SPEC.format(where="the command has"))
     if facts is not None:
         x = startup_log.apply(facts, x)
     return x, facts

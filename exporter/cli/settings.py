@@ -68,6 +68,11 @@ def ca_file(args: argparse.Namespace) -> str | None:
     return str(path)
 
 
+# vLLM sizes a drafter's KV only for the method --speculative-config names (vllm/config/speculative.py @0.33.0).
+DRAFT_WITHOUT_SPEC = ("--draft-model-config sizes a speculative drafter, but {where} no --speculative-config: "
+                      "vLLM runs no drafter without it; give vLLM's --speculative-config or drop --draft-model-config")
+
+
 def settings_for(url: str, args: argparse.Namespace) -> Settings:
     """How to watch `url`, from the parsed flags; raises UsageError for a value that cannot be used."""
     try:
@@ -87,7 +92,10 @@ def settings_for(url: str, args: argparse.Namespace) -> Settings:
             draft = load_model(Path(args.draft_model_config))[0]
         except ValueError as exc:
             raise UsageError(f"--draft-model-config: {exc}") from None
-    pool = kv_pool(args, shape, indexed, parse_vllm_args(vllm_args) if vllm_args else {})
+    given = parse_vllm_args(vllm_args) if vllm_args else {}
+    if draft is not None and vllm_args and given.get("speculative_method") is None:
+        raise UsageError(DRAFT_WITHOUT_SPEC.format(where="--vllm-args has"))
+    pool = kv_pool(args, shape, indexed, given)
     defaults = Settings(url=url)
     return Settings(
         url=url,

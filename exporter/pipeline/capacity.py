@@ -137,7 +137,7 @@ def estimate_blocks(lay: Plan, pool: KvPool, assumed: str = "") -> Known[int] | 
     low, high = pool.low // per_block, pool.high // per_block
     if high < 2:
         return None
-    basis = f"estimated: {pool.basis} ÷ {per_block:,} bytes per block"
+    basis = f"{pool.basis} ÷ {per_block:,} bytes per block"  # the source (estimated) is shown beside it
     if assumed:
         basis += f" ({assumed}: vLLM's defaults, no flag says otherwise)"
     return Known(low if low == high else (low + high) // 2, Source.ESTIMATED,

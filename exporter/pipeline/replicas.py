@@ -9,10 +9,12 @@ Per model served by the target:
   K = Σ floor(B / W) over the engines: the requests each engine's KV pool holds at once if every request reaches
       the profile's worst case W (the judgement's W, floored by the blocks requests in flight already hold when
       the profile is stale). While the profile is thin (fewer than 20 finished requests) W is not known: it lies
-      between the blocks the requests in flight hold on average (they only grow) and max_model_len. R scales out
-      only on what holds over that whole range, so K takes the range's upper end, floor(B / ceil(used / running))
-      (`worst_case="in_flight_thin"`): a max_model_len W is a risk, not a capacity, and would ask a 32k-context
-      server holding 256 short requests for 14 replicas where it runs them all. Nothing in flight and a thin
+      between the blocks the requests in flight hold on average (they only grow) and max_model_len, so R lies
+      between R_low (K at the range's upper end, floor(B / ceil(used / running))) and R_high (K at max_model_len).
+      The count moves only where the whole range agrees (`worst_case="in_flight_thin"`): R = R_low when R_low ≥ 1
+      (even the most the pool may hold needs more replicas: a 32k-context server running 256 short requests with
+      a queue of 952 asks for 5.9, not the 80 a max_model_len W would), R = R_high when R_high ≤ 1 (even at
+      max_model_len one replica is enough), else R = 1, held (`conservative`). Nothing in flight and a thin
       profile: K is unknown and R is held (below).
   S = max_num_seqs of the answer: stated (our flag, --vllm-args, vLLM's command line) or inferred by the
       judgement from the running plateau while requests waited beside room, which is a lower bound of the real
@@ -47,6 +49,7 @@ front of the engines (the router's or gateway's request count; deploy/autoscalin
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from .report import EngineReport, ReplicaSignal
@@ -86,6 +89,22 @@ def kv_capacity_requests(e: EngineReport) -> int | None:
         per_request = -(-h.kv_used_blocks // e.running)
         return max(h.max_concurrency_profile, h.kv_capacity_blocks // per_request)
     return h.max_concurrency_profile
+
+
+def _thin(group: Sequence[EngineReport], demand: int, u: float, low: float, limit: str) -> tuple[float, str, bool]:
+    """(R, limit, conservative) while a thin profile leaves W between the blocks in flight and max_model_len: R
+    lies between `low` (K at its upper end) and the R of K at max_model_len. A count the whole range agrees on
+    moves it: out to `low` when even the upper K needs more than this replica (low >= 1), in when even K at
+    max_model_len needs less (high <= 1); otherwise R is held at 1 (this replica stays, `conservative`)."""
+    caps = [0 if e.max_num_seqs is None else min(e.max_num_seqs, e.headroom.max_concurrency_profile) for e in group]
+    cap_low = sum(caps)
+    high = demand / (cap_low * u) if cap_low > 0 else math.inf
+    if low >= 1.0:
+        return low, limit, False
+    if high <= 1.0:
+        slots = all(e.max_num_seqs is not None and e.max_num_seqs <= e.headroom.max_concurrency_profile for e in group)
+        return high, (LIMIT_SLOTS if slots else LIMIT_KV), False
+    return 1.0, LIMIT_UNKNOWN, True
 
 
 def _source(e: EngineReport) -> str:
@@ -139,6 +158,8 @@ def replica_signal(engines: Sequence[EngineReport], target_utilization: float,
                              for e, k in zip(group, kvs, strict=True))
             needed = demand / (capacity * u)
             limit, conservative = (LIMIT_SLOTS if slots_bind else LIMIT_KV), False
+            if worst_case == WORST_THIN:
+                needed, limit, conservative = _thin(group, demand, u, needed, limit)
         else:
             # Unknown cap, or a pool that holds no worst-case request: hold, raised by the KV bound alone.
             held = 1.0 if demand > 0 or None in gap else 0.0

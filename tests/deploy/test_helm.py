@@ -289,3 +289,15 @@ NO_DEPLOYMENT = ("vllm.deploymentName is empty: set it to the name of the vLLM D
                  "vllm.deployment.create=true to let the chart run vLLM")
 NATIVE_ON_OLD = ("sidecar.native=true needs Kubernetes >= 1.29 (native sidecars), this cluster is {kube}: set "
                  "sidecar.native=false to run the sidecar as a plain second container")
+
+
+@pytest.mark.parametrize(("values", "forward"), [
+    ({"vllm": {"deploymentName": "llama"}, "sidecar": {"port": 9100}, "service": {"enabled": False}},
+     "deploy/llama 9478:9100"),
+    ({"vllm": {"deploymentName": "llama"}, "sidecar": {"port": 9100}, "service": {"port": 9200}}, ":9200"),
+])
+def test_the_notes_port_forward_reaches_the_sidecar(helm: Helm, values: dict[str, Any], forward: str) -> None:
+    """Issue 24's review: with the Service off, NOTES forwarded to service.port (9478) on the Deployment while the
+    sidecar listened on sidecar.port."""
+    line = next(ln for ln in notes(helm(values)).splitlines() if "port-forward" in ln)
+    assert line.rstrip().endswith(forward) or forward in line, line

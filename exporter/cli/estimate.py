@@ -16,7 +16,8 @@ from ..core import defaults
 from ..engines.vllm import VLLM
 from ..planning import blocks, memory, startup_log
 from ..planning import estimate as est
-from .flags import UsageError, add, block_size, fraction, params, positive_int, tokens
+from .flags import UsageError, add, add_kv_cache_memory_bytes, block_size, fraction, params, positive_int, tokens
+from .settings import DRAFT_WITHOUT_SPEC
 
 DESCRIPTION = (
     "Estimate vLLM 0.32.0's KV cache from a Hugging Face config.json: pages, KV-cache groups, blocks, max "
@@ -72,14 +73,6 @@ def _gib_sizes(text: str) -> int | tuple[int, ...]:
     return sizes if len(sizes) > 1 else sizes[0]
 
 
-def _vllm_bytes(text: str) -> int:
-    """vLLM's `--kv-cache-memory-bytes`, read as vLLM reads it."""
-    try:
-        return memory.parse_vllm_bytes("--kv-cache-memory-bytes", text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
 def register(sub: Any) -> None:
     p = sub.add_parser("estimate", help="KV memory and capacity of a model on given devices, vLLM's block math",
                        description=textwrap.fill(DESCRIPTION, width=100, break_on_hyphens=False),
@@ -133,8 +126,7 @@ def register(sub: Any) -> None:
         help="activations, non-torch memory and CUDA graphs per device (default 2GiB)")
     add(g, "--kv-cache-memory", _gib_sizes, help="KV pool per device, e.g. 6.51GiB, or one per pipeline stage "
         "(12.13GiB,11.33GiB): skip the budget math")
-    add(g, "--kv-cache-memory-bytes", _vllm_bytes, help="vLLM's own flag, read as vLLM reads it: bytes, or with "
-        "k/m/g/t (x1000) or K/M/G/T (x1024), e.g. 6990059274 or 7G; the same pool as --kv-cache-memory")
+    add_kv_cache_memory_bytes(g)
     p.set_defaults(run=run)
 
 
@@ -173,6 +165,8 @@ def _inputs(args: argparse.Namespace) -> tuple[est.Inputs, startup_log.LogFacts 
     )
     if args.speculative_config:
         x = _with_drafter(x, args.speculative_config, args.draft_model_config)
+    elif args.draft_model_config:
+        raise ValueError(DRAFT_WITHOUT_SPEC.format(where="the command has"))
     if facts is not None:
         x = startup_log.apply(facts, x)
     return x, facts

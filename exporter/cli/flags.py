@@ -168,6 +168,27 @@ multiple = _arg_type(_multiple)
 params = _arg_type(units.parse_params)
 
 
+def vllm_bytes(flag: str = "--kv-cache-memory-bytes") -> Callable[[str], int]:
+    """vLLM's `--kv-cache-memory-bytes` read as vLLM reads it (bytes, k/m/g/t ×1000, K/M/G/T ×1024), checked
+    against the pool's range under its own name."""
+    from ..planning.memory import check_size, parse_vllm_bytes
+
+    def read(text: str) -> int:
+        value = parse_vllm_bytes(flag, text)
+        check_size(flag, value)
+        return value
+
+    conv = _arg_type(read)
+    conv.__name__ = "bytes"
+    return conv
+
+
+def add_kv_cache_memory_bytes(group: Any) -> None:
+    """vLLM's own KV pool flag, one definition for every command that takes --kv-cache-memory."""
+    add(group, "--kv-cache-memory-bytes", vllm_bytes(), help="vLLM's own flag, read as vLLM reads it: bytes, or "
+        "with k/m/g/t (x1000) or K/M/G/T (x1024), e.g. 6990059274 or 7G; the same pool as --kv-cache-memory")
+
+
 def gib_size(flag: str) -> Callable[[str], int]:
     """`flag`'s size, a bare number read as GiB; one that cannot be GiB is refused as bytes, with the conversion."""
     from ..planning.memory import parse_gib_size
@@ -391,6 +412,7 @@ def add_config_flags(p: argparse.ArgumentParser, verdict: bool = True) -> None:
                              "(a bare number is GiB)")
     add(g, "--kv-cache-memory", gib_size("--kv-cache-memory"), help="the KV pool per device, as vLLM's "
         "'Available KV cache memory' (e.g. 6.51GiB)")
+    add_kv_cache_memory_bytes(g)
     add(g, "--gpu-memory", gib_size("--gpu-memory"), help="memory of one device; with the weights (the model "
         "folder's safetensors index, --weights-bytes or --params) and vLLM's gpu_memory_utilization")
     add(g, "--weights-bytes", gib_size("--weights-bytes"), help="the whole model's weights, e.g. 140GB")

@@ -87,8 +87,22 @@ def source(text: str) -> str:
 STDIN = "-"
 
 
+def _startup_log_readable(args: argparse.Namespace) -> None:
+    """A one-shot run ends with one sentence when its --vllm-startup-log cannot be read (the sidecar, which reads it
+    again every --models.interval, keeps a note instead and stays up)."""
+    path = getattr(args, "vllm_startup_log", None)
+    if not path:
+        return
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as exc:
+        raise UsageError(f"cannot read --vllm-startup-log {path}: {exc.strerror or exc}") from None
+
+
 def _observe(args: argparse.Namespace) -> TargetReport:
     args.source = source(args.source)
+    _startup_log_readable(args)
     try:
         if args.source == STDIN:  # `curl -s http://vllm:8000/metrics | vllm-headroom diagnose -`
             settings = settings_for("<stdin>", args)

@@ -68,6 +68,11 @@ def ca_file(args: argparse.Namespace) -> str | None:
     return str(path)
 
 
+# vLLM sizes a drafter's KV only for the method --speculative-config names (vllm/config/speculative.py @0.33.0).
+DRAFT_WITHOUT_SPEC = ("--draft-model-config sizes a speculative drafter, but {where} no --speculative-config: "
+                      "vLLM runs no drafter without it; give vLLM's --speculative-config or drop --draft-model-config")
+
+
 def settings_for(url: str, args: argparse.Namespace) -> Settings:
     """How to watch `url`, from the parsed flags; raises UsageError for a value that cannot be used."""
     try:
@@ -87,7 +92,10 @@ def settings_for(url: str, args: argparse.Namespace) -> Settings:
             draft = load_model(Path(args.draft_model_config))[0]
         except ValueError as exc:
             raise UsageError(f"--draft-model-config: {exc}") from None
-    pool = kv_pool(args, shape, indexed, parse_vllm_args(vllm_args) if vllm_args else {})
+    given = parse_vllm_args(vllm_args) if vllm_args else {}
+    if draft is not None and vllm_args and given.get("speculative_method") is None:
+        raise UsageError(DRAFT_WITHOUT_SPEC.format(where="--vllm-args has"))
+    pool = kv_pool(args, shape, indexed, given)
     defaults = Settings(url=url)
     return Settings(
         url=url,
@@ -125,12 +133,18 @@ def kv_pool(args: argparse.Namespace, shape: ModelShape | None, indexed: int | N
     0.20); the activation reserve as stated, else 0 to twice our estimate's default. Raises UsageError for a pool
     that cannot be used (no --model-config, no weights)."""
     stated, gpu = opt(args, "kv_cache_memory"), opt(args, "gpu_memory")
-    if stated is None and gpu is None:
+    exact = opt(args, "kv_cache_memory_bytes")
+    if exact is not None and stated is not None:
+        raise UsageError("give the KV pool once: --kv-cache-memory or vLLM's --kv-cache-memory-bytes, not both")
+    if stated is None and gpu is None and exact is None:
         return None
     if shape is None:
-        raise UsageError("--kv-cache-memory and --gpu-memory size the KV cache from the model's layout: "
-                         "give --model-config too")
+        raise UsageError("--kv-cache-memory, --kv-cache-memory-bytes and --gpu-memory size the KV cache from the "
+                         "model's layout: give --model-config too")
     try:
+        if exact is not None:
+            memory.check_size("--kv-cache-memory-bytes", exact)
+            return KvPool(exact, exact, f"--kv-cache-memory-bytes {exact:,}")
         if stated is not None:
             memory.check_size("--kv-cache-memory", stated)
             return KvPool(stated, stated, f"--kv-cache-memory {format_size(stated)}")

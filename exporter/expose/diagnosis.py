@@ -133,6 +133,15 @@ def _kv_full(e: EngineReport) -> str:
         return (f"{used}: {h.kv_free_blocks} blocks are free, enough for {e.admits} more requests of "
                 f"{h.prompt_blocks} blocks ({_profile_text(e)}), and {e.waiting} wait: the next step admits "
                 f"{e.admits} and the other {e.waiting - e.admits} wait for KV cache.{_risks(e)}")
+    need = h.admission
+    if need is not None and need.watermark_blocks and e.running > 0 and not h.head_admissible:
+        left = max(h.kv_free_blocks - need.watermark_blocks, 0)
+        w = e.config.watermark.value if e.config.watermark else None
+        n = e.config.num_gpu_blocks.value if e.config.num_gpu_blocks else h.kv_capacity_blocks
+        return (f"{used}: {h.kv_free_blocks} blocks are free, but --watermark {w:g} keeps {need.watermark_blocks} of "
+                f"the {n} blocks free beside running requests: "
+                f"{left} are left and the next request needs about {need.blocks} ({_profile_text(e)}); {e.waiting} "
+                f"requests wait for KV cache.{_risks(e)}")
     return (f"{used}: the pool is (nearly) exhausted ({h.kv_free_blocks} of {h.kv_capacity_blocks} blocks free); "
             f"{e.waiting} requests wait for KV cache.{_risks(e)}")
 
@@ -353,7 +362,19 @@ def explain(e: EngineReport) -> str:
     inner = EXPLANATIONS[catalogue.entry(e.verdict).explanation]
     if not e.gauges_reliable:
         return _unreliable(e, inner)
-    return inner(e)
+    return inner(e) + _watermark_decides(e)
+
+
+def _watermark_decides(e: EngineReport) -> str:
+    """What decides an admission figure read at vLLM's default watermark when nobody stated --watermark."""
+    share = e.watermark_decides
+    if share is None:
+        return ""
+    n = e.config.num_gpu_blocks.value if e.config.num_gpu_blocks else e.headroom.kv_capacity_blocks
+    return (f" The room to admit rests on vLLM's default --watermark 0.0, which nobody stated (vLLM takes 0.0 to "
+            f"below 1.0): from --watermark {share:.3g} on ({int(share * n)} of the {e.headroom.kv_free_blocks} free "
+            "blocks kept free beside running requests) the queue head no longer fits and none is admitted; state "
+            "--watermark to decide.")
 
 
 def actions(e: EngineReport, engines: list[EngineReport] | None = None) -> list[str]:
@@ -526,6 +547,8 @@ def engine_json(e: EngineReport, engines: list[EngineReport] | None = None) -> d
         "admission_headroom_requests": h.admission_headroom_requests,
         # the most vLLM may admit when only a range is known (the LoRA cap); null: the figure above is exact
         "admission_headroom_requests_max": h.admission_headroom_requests_max,
+        # nobody stated --watermark: the admission figure holds only below this share (null: over the whole range)
+        "admission_watermark_decides": e.watermark_decides,
         "safe_headroom_requests": h.safe_headroom_requests,
         "worst_case_headroom_requests": derive.worst_case_headroom(h.slot_headroom_requests, h.safe_headroom_requests),
         "max_concurrency_requests": {
@@ -722,7 +745,8 @@ def render_text(reports: list[TargetReport]) -> str:
                 f"blocks {h.kv_used_blocks} used / {h.kv_free_blocks} free / {h.kv_capacity_blocks} usable "
                 f"(block size {h.block_size_tokens})")
             lines.append(
-                f"  running {e.running}, waiting {e.waiting}; headroom: admission {h.admission_headroom_requests}, "
+                f"  running {e.running}, waiting {e.waiting}; headroom: admission {h.admission_headroom_requests}"
+                + ("" if e.watermark_decides is None else f" (0 from --watermark {e.watermark_decides:.3g})") + ", "
                 f"slots {slots}, safe {h.safe_headroom_requests}")
             wmax = h.worst_case_blocks_max_model_len
             lines.append(

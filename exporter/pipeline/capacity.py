@@ -137,7 +137,7 @@ def estimate_blocks(lay: Plan, pool: KvPool, assumed: str = "") -> Known[int] | 
     low, high = pool.low // per_block, pool.high // per_block
     if high < 2:
         return None
-    basis = f"estimated: {pool.basis} ÷ {per_block:,} bytes per block"
+    basis = f"{pool.basis} ÷ {per_block:,} bytes per block"  # the source (estimated) is shown beside it
     if assumed:
         basis += f" ({assumed}: vLLM's defaults, no flag says otherwise)"
     return Known(low if low == high else (low + high) // 2, Source.ESTIMATED,
@@ -148,9 +148,12 @@ def with_capacity(cfg: ServingConfig, facts: LogFacts | None, shape: ModelShape 
                   pool: KvPool | None, engine: Engine = VLLM,
                   draft: ModelShape | None = None) -> tuple[ServingConfig, str | None]:
     """`cfg` with num_gpu_blocks from the log or an estimate when nothing better gave it, and one sentence when
-    an estimate was possible in principle but failed (an unsupported layout)."""
-    if cfg.num_gpu_blocks is not None or cfg.block_size is None:
+    an estimate was possible in principle but failed (an unsupported layout), or when vLLM's command line and
+    its start-up log disagree on the count (`_log_versus_args`: the log wins)."""
+    if cfg.block_size is None:
         return cfg, None
+    if cfg.num_gpu_blocks is not None:
+        return _log_versus_args(cfg, facts, engine)
     lay: Plan | None = None
     assumed = ""
     problem = None
@@ -179,6 +182,31 @@ def with_capacity(cfg: ServingConfig, facts: LogFacts | None, shape: ModelShape 
         return cfg, problem
     found = estimate_blocks(lay, pool, assumed)
     return (_replace(cfg, found) if found is not None else cfg), problem
+
+
+def _log_versus_args(cfg: ServingConfig, facts: LogFacts | None, engine: Engine) -> tuple[ServingConfig, str | None]:
+    """The count vLLM's command line gave (`--num-gpu-blocks-override`) against the count of the start-up log's
+    last start-up. The log wins where they disagree: it is what vLLM printed when it last started and is re-read
+    every interval, while --vllm-args is fixed when the sidecar starts and a /proc command line may predate an
+    in-place restart. A count vLLM exports (cache_config_info) is never questioned here."""
+    given = cfg.num_gpu_blocks
+    assert given is not None
+    if facts is None or given.source not in (Source.VLLM_ARGS, Source.CMDLINE):
+        return cfg, None
+    bs = value(cfg.block_size)
+    assert bs is not None
+    logged = blocks_from_log(facts, bs, None, in_flight_candidates(cfg, facts), engine)
+    if logged is None:
+        return cfg, None
+    low, high = (logged.low, logged.high) if logged.uncertain else (logged.value, logged.value)
+    assert low is not None and high is not None
+    if low <= given.value <= high:
+        return cfg, None
+    where = "--vllm-args" if given.source == Source.VLLM_ARGS else "vLLM's command line"
+    shown = f"{logged.value:,}" if low == high else f"{low:,}-{high:,}"
+    note = (f"{where} gives {given.basis or f'{given.value:,} blocks'}, vLLM's start-up log {shown} blocks "
+            f"({logged.basis}): the start-up log wins (what vLLM printed when it last started)")
+    return _replace(cfg, logged), note
 
 
 def _replace(cfg: ServingConfig, found: Known[int]) -> ServingConfig:

@@ -333,6 +333,26 @@ def admission_inputs(cfg: ServingConfig, snap: Snapshot) -> tuple[str, int, floa
     return gate, lookahead, watermark
 
 
+def watermark_decides(cfg: ServingConfig, snap: Snapshot, h: derive.Headroom, running: int) -> float | None:
+    """The smallest `--watermark` share that keeps the queue head out, when nobody stated the flag, the release
+    applies one (0.24 on, or a release the exposition cannot tell) and the admission headroom (read at vLLM's
+    default 0.0) claims room: vLLM takes any share in [0.0, 1.0) (`watermark: float = Field(default=0.0, ge=0.0,
+    lt=1.0)`, vllm/config/scheduler.py:196 @0.32.0 and @0.33.0) and keeps int(share × num_blocks) blocks free
+    beside a running request (kv_cache_manager.py:209-210, 518-525 @0.33.0). None when the answer holds over the
+    whole range (stated, not applied, nothing runs, no room claimed)."""
+    rule = snap.rules.admission_rule if snap.rules is not None else None
+    listed = argv_known(cfg) or (cfg.model is not None and cfg.model.source == Source.STARTUP_LOG)
+    if cfg.watermark is not None or listed or (rule is not None and not rule.watermark) or running <= 0:
+        return None  # a known command line (or the log's "non-default args") without the flag runs vLLM's 0.0
+    need = h.admission
+    if need is None or h.kv_admission_headroom_requests <= 0 or h.kv_capacity_blocks <= 0:
+        return None
+    n = value(cfg.num_gpu_blocks) or h.kv_capacity_blocks
+    # int(w × n) > free − blocks keeps the head out: w >= (free − blocks + 1) / n.
+    share = (h.kv_free_blocks - need.blocks + 1) / n
+    return share if share < 1.0 else None
+
+
 def admission_notes(cfg: ServingConfig, snap: Snapshot) -> tuple[str, ...]:
     """What the admission headroom cannot show, one sentence each, from the flags and the release's rules
     (engines/vllm/releases.py `admission_rule_of` names the upstream lines)."""
@@ -766,4 +786,5 @@ def _report(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, jud
         kv_transfer=kv_transfer(cfg, e),
         deferred_causes=deferred_causes(e, cfg),
         cap_setting=cap_setting(cfg, snap),
+        watermark_decides=watermark_decides(cfg, snap, headroom, int(e.running or 0)),
     )

@@ -138,6 +138,9 @@ class EngineReport:
     deferred_causes: tuple[str, ...] = ()  # what the exposition shows behind waiting requests counted "deferred"
     # The vLLM setting `max_num_seqs` stands for: max_num_active_seqs where it caps admission below max_num_seqs.
     cap_setting: str = "max_num_seqs"
+    # Nobody stated --watermark where the release applies one, and the admission headroom (read at vLLM's default
+    # 0.0) holds only below this share: from it on the watermark keeps the head out beside running requests.
+    watermark_decides: float | None = None
 
 
 @dataclass(frozen=True)

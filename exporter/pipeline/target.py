@@ -188,6 +188,10 @@ class Target:
                                      self.settings.engine, self.settings.draft_shape)
         if problem:
             notes.append(problem)
+        if self.settings.draft_shape is not None and cfg.speculative_method is None:
+            known = "vLLM's command line has" if args is not None else "no command line of vLLM is known, so it shows"
+            notes.append(f"--draft-model-config is not used: {known} no --speculative-config, and vLLM runs no "
+                         "drafter without it")
         self._configs[engine] = (inputs, notes, cfg)
         return notes, cfg
 

@@ -14,6 +14,7 @@ Every function raises ValueError with one sentence.
 from __future__ import annotations
 
 import math
+import re
 
 from ..core.units import format_size, human_readable_int, parse_size
 from ..model.shape import ModelShape
@@ -25,7 +26,7 @@ TiB = 1024**4
 SIZE_RANGES = {
     "--gpu-memory": (GiB, 2 * TiB, "80GiB"),
     "--kv-cache-memory": (1024**2, 2 * TiB, "6.51GiB"),
-    "--kv-cache-memory-bytes": (1024**2, 2 * TiB, "6990059274"),
+    "--kv-cache-memory-bytes": (1024**2, 2 * TiB, "7G"),
     "--weights-bytes": (1024**2, 200 * TiB, "140GB"),
     "--activation-memory": (0, 2 * TiB, "2GiB"),
 }
@@ -48,14 +49,18 @@ def parse_gib_size(flag: str, text: str) -> int:
     A bare number that cannot be GiB (above the flag's ceiling, e.g. 6990059274 GiB for a KV pool) is a size in
     bytes pasted from vLLM (`--kv-cache-memory-bytes`, `kv_cache_memory_bytes` in cache_config_info): refused
     with the conversion, "6990059274 looks like bytes: 6.51 GiB; write 6990059274B".
+    A bare number that is neither (above the ceiling as GiB, below the floor as bytes: 2049 to 1048575 for a KV
+    pool) is ambiguous and refused as such, with no guessed unit.
     """
     value = parse_size(text, default_unit="GiB")
     raw = text.strip()
-    if flag in SIZE_RANGES and raw.isdigit():
-        low, high, _example = SIZE_RANGES[flag]
-        as_bytes = int(raw)
-        if value > high and low <= as_bytes <= high:
-            raise ValueError(f"{raw} looks like bytes: {as_bytes / GiB:.2f} GiB; write {raw}B")
+    if flag in SIZE_RANGES and re.fullmatch(r"\d+(?:\.\d+)?", raw):
+        low, high, example = SIZE_RANGES[flag]
+        if value > high:
+            if raw.isdigit() and low <= int(raw) <= high:
+                raise ValueError(f"{raw} looks like bytes: {int(raw) / GiB:.2f} GiB; write {raw}B")
+            raise ValueError(f"{flag} {raw} has no unit and is no size either way: as GiB it is above "
+                             f"{format_size(high)}, as bytes below {format_size(low)}; give a unit, e.g. {example}")
     return value
 
 

@@ -175,7 +175,8 @@ def rules(version: str | None, expo: Samples) -> Rules:
         # 0.24 to 0.33 cannot be told apart by the exposition (0.33's metrics file is 0.32's): every later gate is
         # applied (fewer admissions predicted, never more).
         return Rules("exposition", label, "V1", *_rules_of_release((0, 20, 0), "V1"),
-                     conservative=("admission gates (watermark, max_num_active_seqs, 0.33's prefill cadence)",),
+                     conservative=("admission gates (max_num_active_seqs, 0.33's prefill cadence; the watermark only "
+                                   "where stated)",),
                      gate=admission_rule_of(None, "V1", FULL_PROMPT))
     if has_kv and has_gpu:
         return Rules("exposition", "0.9-0.10", "V1", True, False, FIRST_CHUNK, True,

@@ -42,14 +42,42 @@ _VERSION = re.compile(r"(?:LLM engine \(v|version )(\d+\.\d+[\w.+-]*)")
 _ARG = re.compile(r"'(model|max_model_len|tensor_parallel_size|pipeline_parallel_size|data_parallel_size|block_size|"
                   r"max_num_seqs|max_num_batched_tokens|kv_cache_dtype|dtype|gpu_memory_utilization|"
                   r"num_gpu_blocks_override|enable_prefix_caching|async_scheduling|mamba_ssm_cache_dtype|"
-                  r"kv_cache_memory_bytes)': "
+                  r"kv_cache_memory_bytes|watermark)': "
                   r"('[^']*'|[\d.]+|True|False)")
 _CONFIG = re.compile(r"\b(model|max_seq_len|tensor_parallel_size|pipeline_parallel_size|data_parallel_size|"
                      r"kv_cache_dtype|enable_prefix_caching)=('[^']*'|[\w.]+)")
 
+# Lines each start-up of the API server prints once, in this order of preference: the banner's version (0.11 on:
+# vllm/entrypoints/utils.py `log_version_and_model`; before: "vLLM API server version X",
+# vllm/entrypoints/openai/api_server.py) and the parsed command line ("non-default args: {...}" from 0.8,
+# "args: Namespace(...)" before). The engine's lines ("Initializing a V1 LLM engine") repeat once per
+# data-parallel engine, so they cannot mark a start-up.
+_STARTS = (re.compile(r"^.*(?:█\s+version \d|vLLM API server version \d)", re.M),
+           re.compile(r"^.*(?:non-default args: \{|\bargs: Namespace\()", re.M))
+# A pasted shell command that starts vLLM (env assignments first): `VLLM_X=1 vllm serve ...`, `python -m vllm...`.
+_COMMAND = re.compile(r"^(?:\$ )?(?:\w+=\S*\s+)*(?:vllm serve\b|python[\d.]* -m vllm\.)", re.M)
+
+
+def last_startup(text: str) -> str:
+    """The part of a log from its last start-up on: a file vLLM appends to across restarts holds each start-up
+    (a pod's log volume, `>>`), and only the newest describes the engine that runs. The whole text when no line
+    marks a start-up (an excerpt) or one does (what precedes it, such as the pasted `VLLM_ATTENTION_BACKEND=X vllm
+    serve ...` command, belongs to it); a later start-up from the command that started it when the paste has it
+    after the previous start-up's marker."""
+    for marker in _STARTS:
+        starts = [m.start() for m in marker.finditer(text)]
+        if len(starts) > 1:
+            commands = [m.start() for m in _COMMAND.finditer(text, starts[-2], starts[-1])]
+            begin = commands[-1] if commands and commands[-1] > starts[-2] else starts[-1]
+            return text[begin:]
+        if starts:
+            return text
+    return text
+
 
 def parse(text: str) -> LogFacts:
-    """The capacity facts of a start-up log; ValueError when it has none of them."""
+    """The capacity facts of a start-up log's last start-up (`last_startup`); ValueError when it has none."""
+    text = last_startup(text)
     flags: dict[str, str] = {}
     for m in _CONFIG.finditer(text):
         key = "max_model_len" if m.group(1) == "max_seq_len" else m.group(1)
@@ -195,8 +223,10 @@ def _backend(text: str) -> tuple[str | None, str | None, tuple[str, ...]]:
 
 def attention(text: str) -> AttentionFacts:
     """The attention backend, block size and KV dtype a start-up log states, asked and in effect, with one note per
-    difference. Where the log says nothing, None: the log of vLLM 0.32.0's CPU build, for one, names no backend
-    (its platform takes CPU_ATTN for every non-MLA model without a log line, vllm/platforms/cpu.py:177-179)."""
+    difference, of the log's last start-up (`last_startup`). Where the log says nothing, None: the log of vLLM
+    0.32.0's CPU build, for one, names no backend (its platform takes CPU_ATTN for every non-MLA model without a
+    log line, vllm/platforms/cpu.py:177-179)."""
+    text = last_startup(text)
     backend, line, candidates = _backend(text)
     notes: list[str] = []
     asked_backend = None

@@ -53,6 +53,9 @@ def apply(facts: LogFacts, x: Inputs) -> Inputs:
         # lines, the CPU platform's default); the asked one stays in `a.block_size_asked`, shown beside it. A
         # hybrid's raised attention block size is not an input: the estimate raises it the way vLLM does.
         changes["block_size"] = a.block_size
+    positions = f("max_position_embeddings")
+    if positions and positions.isdigit():  # the log's --hf-overrides: the model config vLLM checked lengths with
+        changes["shape"] = replace(x.shape, max_position_embeddings=int(positions))
     kv = f("kv_cache_dtype")
     if kv:
         changes["kv_cache_dtype"] = kv

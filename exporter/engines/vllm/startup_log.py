@@ -44,6 +44,8 @@ _ARG = re.compile(r"'(model|max_model_len|tensor_parallel_size|pipeline_parallel
                   r"num_gpu_blocks_override|enable_prefix_caching|async_scheduling|mamba_ssm_cache_dtype|"
                   r"kv_cache_memory_bytes|watermark)': "
                   r"('[^']*'|[\d.]+|True|False)")
+# --hf-overrides in "non-default args: {...}" ('hf_overrides': {...}) and in "args: Namespace(...)" (before 0.8)
+_HF_POSITIONS = re.compile(r"\bhf_overrides'?(?:: |=)\{[^}]*'max_position_embeddings': (\d+)")
 _CONFIG = re.compile(r"\b(model|max_seq_len|tensor_parallel_size|pipeline_parallel_size|data_parallel_size|"
                      r"kv_cache_dtype|enable_prefix_caching)=('[^']*'|[\w.]+)")
 
@@ -84,6 +86,10 @@ def parse(text: str) -> LogFacts:
         flags.setdefault(key, m.group(2).strip("'"))
     for m in _ARG.finditer(text):
         flags[m.group(1)] = m.group(2).strip("'")  # the user's flags win over the resolved config
+    if (hf := _HF_POSITIONS.search(text)) is not None:
+        # --hf-overrides '{"max_position_embeddings": N}': the model config vLLM ran with (its length check
+        # reads the overridden value, vllm/config/model.py `get_and_verify_max_len`)
+        flags["max_position_embeddings"] = hf.group(1)
     tp = int(flags.get("tensor_parallel_size", "1"))
     by_stage: dict[int, float] = {}
     plain: list[float] = []

@@ -36,7 +36,7 @@ def register(sub: Any) -> None:
                        "own clock, so a sidecar, a Prometheus or a test can scrape a real incident again. Without "
                        "a folder it serves the demo's embedded false-full incident. It says what it serves and "
                        "where on start.",
-                       epilog="example (the recorded incident holds ~17 s, shorter than serve's default 30 s "
+                       epilog="example (the recorded incident holds ~20 s, shorter than serve's default 30 s "
                        "false-full hold; replay says so on start):\n"
                        "  vllm-headroom replay &\n"
                        "  vllm-headroom serve --verdict.false-full-hold 10s    # then open http://127.0.0.1:9478/",

@@ -2,8 +2,8 @@
 rewritten, the values and the reason stated in the test's docstring).
 
 Each kind has its named example (reproduced first: today's output, with the numbers observed on this commit, is
-in the docstring) and at least one other case of the same kind (another release, shape, mode or flag set). All
-are strict xfails: they fail today for the reason given and are flipped by the one judgement of issue 19.
+in the docstring, "Today:" meaning before issue 19's judgement) and at least one other case of the same kind
+(another release, shape, mode or flag set). They were strict xfails until the one judgement flipped them.
 Public reports are rebuilt from our recordings by rewriting only the values those reports give:
 
 * vllm-project/vllm#39734 (open): Gemma-4-31B on 2x H100, "Using max model len 262144", "GPU KV cache size:

@@ -1,6 +1,6 @@
 """The README's `replay` + `serve` pair shows the recorded false-full incident, as a person would run it.
 
-The recorded incident holds ~17 s; `serve` flags false-full only after `--verdict.false-full-hold` (30 s by
+The recorded incident holds ~20 s; `serve` flags false-full only after `--verdict.false-full-hold` (30 s by
 default) and scrapes every 5 s, so with every default the flag can never rise before the recording loops. `replay`
 says so and prints the hold that works; the README's pair (and `replay --help`'s example) uses it. The test runs
 the README's two commands as they are written (only their listen addresses moved to free ports) and waits, over

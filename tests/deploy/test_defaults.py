@@ -77,6 +77,9 @@ def test_rules_use_the_defaults() -> None:
     assert DEFAULT.full_usage == D.FULL_USAGE and DEFAULT.profile_quantile == D.PROFILE_QUANTILE
     assert parse_duration(DEFAULT.profile_window) == D.PROFILE_WINDOW
     text = (ROOT / generate.RULES).read_text()
-    assert f"< bool {D.FULL_USAGE}" in text and f">= bool {D.FULL_USAGE}" in text
+    # Full usage is tested once, in the pressure record (>= full_usage within the window); false-full and KV-full
+    # read that record (1 - pressure: below full usage), so the threshold appears once.
+    assert text.count(f">= bool {D.FULL_USAGE}") == 1 and f"< bool {D.FULL_USAGE}" not in text
+    assert "(1 - instance_engine:vllm_kv_pressure:bool)" in text
     assert f">= bool {D.PROFILE_QUANTILE}" in text
     assert f"[{DEFAULT.profile_window}]" in text

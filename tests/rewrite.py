@@ -81,6 +81,15 @@ def flag(argv: list[str], name: str, value: str | None) -> list[str]:
     return out
 
 
+def flags(server_argv: list[object], **values: str | None) -> list[str]:
+    """A recording's server command line (meta.json `server_argv`) with each `name=value` set as `--name value`
+    (underscores as dashes; None removes the flag)."""
+    out = [str(a) for a in server_argv]
+    for name, v in values.items():
+        out = flag(out, "--" + name.replace("_", "-"), v)
+    return out
+
+
 def add_family(text: str, name: str, kind: str, help_: str, samples: list[tuple[dict[str, str], float]],
                suffix: str = "") -> str:
     """Append one family in prometheus_client's text format (HELP, TYPE, then `name + suffix{labels} value`), for

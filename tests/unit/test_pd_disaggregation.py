@@ -64,10 +64,7 @@ def rec(name: str) -> recording.Recording:
 
 
 def argv(r: recording.Recording, **flags: str | None) -> list[str]:
-    out = [str(a) for a in r.meta["server_argv"]]
-    for name, v in flags.items():
-        out = rewrite.flag(out, "--" + name.replace("_", "-"), v)
-    return out
+    return rewrite.flags(r.meta["server_argv"], **flags)
 
 
 def stretch(frames: list[tuple[float, str]], until: float, step: float = 5.0) -> list[tuple[float, str]]:

@@ -150,12 +150,21 @@ def describe(exc: BaseException) -> str:
 
 
 def parse_models(body: str) -> ModelsInfo:
-    """Read /v1/models; LoRA adapter cards carry max_model_len null and are skipped for it, and so is a length
-    no model has (above 2^31 tokens)."""
+    """Read /v1/models: OpenAI's list (`{"object": "list", "data": [cards]}`), or KServe's V1 protocol list
+    (`{"models": [names]}`), which KServe's model server (e.g. huggingfaceserver running vLLM in-process) answers
+    on /v1/models beside its OpenAI list under /openai/v1/models (kserve/kserve @aaac4e29
+    python/kserve/kserve/protocol/rest/v1_endpoints.py); neither of KServe's lists carries max_model_len
+    (its OpenAI cards say null). LoRA adapter cards carry max_model_len null and are skipped for it, and so is a
+    length no model has (above 2^31 tokens). Raises ScrapeError("models") for anything else."""
     try:
         doc: Any = json.loads(body)
-        data = doc["data"]
-    except (ValueError, KeyError, TypeError, RecursionError):
+    except (ValueError, RecursionError):
+        doc = None
+    if isinstance(doc, dict) and "data" not in doc and isinstance(doc.get("models"), list):
+        return ModelsInfo(tuple(str(n) for n in doc["models"] if isinstance(n, str)), None)
+    try:
+        data = doc["data"]  # type: ignore[index]
+    except (KeyError, TypeError):
         raise ScrapeError("models", "/v1/models did not return an OpenAI model list") from None
     ids: list[str] = []
     max_len: int | None = None

@@ -18,6 +18,7 @@ import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any, ClassVar
 
 import pytest
 
@@ -57,11 +58,12 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
 class Vllm(BaseHTTPRequestHandler):
     """The recorded server's three answers."""
 
-    meta = json.loads((RECORDING / "meta.json").read_text())
-    bodies = {"/metrics": (RECORDING / "snapshot.prom").read_bytes(),
-              "/v1/models": json.dumps(meta["v1_models"]).encode(), "/version": json.dumps(meta["version"]).encode()}
+    meta: ClassVar[dict[str, Any]] = json.loads((RECORDING / "meta.json").read_text())
+    bodies: ClassVar[dict[str, bytes]] = {
+        "/metrics": (RECORDING / "snapshot.prom").read_bytes(), "/v1/models": json.dumps(meta["v1_models"]).encode(),
+        "/version": json.dumps(meta["version"]).encode()}
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+    def do_GET(self) -> None:  # http.server's name
         body = self.bodies.get(self.path)
         self.send_response(200 if body is not None else 404)
         self.send_header("Content-Length", str(len(body or b"")))

@@ -409,9 +409,9 @@ def test_the_replica_ramp_replays_the_sidecars_own_output() -> None:
     """The promtool ramp's input is the sidecar's served value per recorded frame: at each recording's snapshot it
     equals the golden copy of our /metrics (tests/golden.py renders the same frames), and the ramp both scales out
     (a sum above 2 replicas) and ends idle at 0."""
-    import gzip
     import json
 
+    from exporter.replay import recording
     from tests.monitoring.replica_replay import FIXTURES, RAMP, ramp_pods
     from tests.monitoring.replica_replay import replay as replay_recording
 
@@ -419,7 +419,7 @@ def test_the_replica_ramp_replays_the_sidecars_own_output() -> None:
         r = replay_recording(source)
         folder = FIXTURES / source
         meta = json.loads((folder / "meta.json").read_text())
-        frames = [json.loads(line)["t"] for line in gzip.open(folder / "timeline.jsonl.gz", "rt") if line.strip()]
+        frames = [t for t, _ in recording.load(folder).frames]
         k = max(i for i, t in enumerate(frames) if t - frames[0] <= float(meta.get("snapshot_t", 1e9)) + 1e-9)
         golden = re.search(r"^vllm_headroom_replicas_needed\{[^}]*\} (\S+)$",
                            (folder / "golden-metrics.prom").read_text(), re.M)

@@ -172,6 +172,21 @@ def pool_exhausted(o: Observation) -> bool:
     return o.waiting > 0 and o.running > 0 and o.headroom.kv_free_blocks == 0 and o.requests_grow
 
 
+def pool_tight(o: Observation) -> bool:
+    """The free blocks may not cover the next step's allocations: the queue head does not fit, or fewer blocks are
+    free than every running request's next block plus one prefill chunk of the token budget (blocks_for_tokens of
+    the largest budget it may have; none when unknown). vLLM preempts only when `allocate_slots` fails for a
+    running request (vllm/v1/core/sched/scheduler.py:253-280 @0.10.2, :778-836 @0.32.0), a decode asking at most
+    one new block per step: a preemption seconds ago beside free blocks that cover all that says the storm has
+    passed, and what binds now is judged as on any other scrape (engine truth: tests/fixtures/vllm-0.10.2/
+    prod-mixed, 472-1,029 blocks free for 150 running 4-10 s after the last preemption, the budget binding)."""
+    hr = o.headroom
+    if not hr.head_fits:
+        return True
+    chunk = max((c.value for c in o.budget_candidates), default=0)
+    return hr.kv_free_blocks < o.running + derive.blocks_for_tokens(chunk, hr.block_size_tokens)
+
+
 def suspected_preemption(o: Observation) -> bool:
     """One observation, requests waiting, vLLM counted preemptions since it started, the running requests leave
     no room for one more of the profile's worst case while the free blocks are within two such requests of
@@ -220,7 +235,12 @@ def classify(o: Observation, h: History, t: Thresholds) -> Judgement:
     # vLLM 0.32.0 counts a preemption when the preempted request's next output is processed (the PREEMPTED
     # event rides on it: vllm/v1/metrics/stats.py `update_from_events`), one or more scrapes late: the
     # gauges (running fell, waiting rose, nothing finished, the pool full) show it first.
-    if h.preempted_now or (h.preempted_recently and o.waiting > 0):
+    # A rise with nothing waiting any more is past: vLLM puts a preempted request back at the front of the
+    # waiting queue (`_preempt_request`, vllm/v1/core/sched/scheduler.py @0.32.0), so an empty queue means it was
+    # admitted again and nothing waits for blocks now (engine truth: tests/fixtures/vllm-0.10.2/prod-kv, the counter
+    # rising 6 s after the preemption with the queue empty; vllm-0.32.0/prod-sleep, 60 preemptions counted at
+    # wake-up, all running again).
+    if (h.preempted_now or (h.preempted_recently and pool_tight(o))) and o.waiting > 0:
         return Judgement(Verdict.PREEMPTING, Limit.BLOCKS)
     if h.preemption_inferred or pool_exhausted(o):
         return Judgement(Verdict.PREEMPTING, Limit.BLOCKS, preemption_inferred=True, suspected=h.one_shot)

@@ -285,6 +285,15 @@ def judge(tr: Truthful, i: int) -> Label:
             return Label("leak", False, "blocks held, nothing to do")
         return Label("ok", storm, "nothing waits")
     stop = str(s["stop"])
+    shown = int(waiting)
+    if (tr.steps.header.get("policy") == "fcfs" and not s.dfr and int(s["w0"]) > shown
+            and len(s.adm) >= shown):
+        # The same for a frame that shows part of the step's queue: FCFS admits from the front (vLLM's `waiting`
+        # is a FIFO, new requests appended: vllm/v1/core/sched/request_queue.py @0.10.2/@0.32.0), so a step that
+        # admitted at least as many as the frame showed, skipping none, admitted every request the frame showed;
+        # what stopped its scan was about requests that arrived after the frame's stats.
+        return Label("transient", storm, f"{stop}: admitted {len(s.adm)}, the {shown} the frame showed among them "
+                                         f"(of {s['w0']})")
     usage = _usage(text)
     kv_label = "kv_full" if usage >= FULL_USAGE else "head_of_line"
     also = set()

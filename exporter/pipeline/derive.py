@@ -143,6 +143,16 @@ def budget_admissions(token_budget: int, taken: float, prompt_tokens: int) -> fl
     return max(token_budget - taken, 0.0) / max(prompt_tokens, 1)
 
 
+def budget_heads(token_budget: int, taken: float, prompt_tokens: int, chunked: bool = True) -> int:
+    """Waiting requests one step's token budget takes in, the running requests' `taken` tokens scheduled first: with
+    chunked prefill every request is admitted while budget is left, the last with a partial chunk
+    (`num_new_tokens = min(num_new_tokens, token_budget)` inside `while token_budget > 0`:
+    vllm/v1/core/sched/scheduler.py:334/:435 @0.10.2, :912/:1169 @0.32.0), so ceil(room / P); without it a prompt
+    larger than the budget left stops the scan (:429-433 @0.10.2, :1160-1167 @0.32.0): floor(room / P)."""
+    room = budget_admissions(token_budget, taken, prompt_tokens)
+    return math.ceil(room) if chunked else math.floor(room)
+
+
 def admission_blocks(prompt: int, block_size: int, rule: str = FULL_PROMPT, token_budget: int | None = None,
                      lookahead: int = 0, max_model_len: int | None = None) -> int:
     """Blocks the queue head must find per request (`admission_need(...).blocks`; the watermark apart)."""

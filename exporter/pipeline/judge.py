@@ -669,6 +669,7 @@ def judge(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, histo
         requests_grow=requests_grow(pool, prompt, max_tokens, hit_share), thin_profile=thin,
         max_num_seqs_candidates=batch.max_num_seqs, budget_candidates=budget_cands,
         budget_stated=budget is not None and budget.max_num_batched_tokens is not None,
+        chunked_prefill=value(cfg.enable_chunked_prefill) is not False,
         prompt_tokens=None if budget is None or budget.prefill_tokens is None else int(budget.prefill_tokens),
         preemptions_total=e.preemptions_total,
         profile_backed=prompt is not None and prompt.basis in advice.SIZED_BASES, stale_profile=stale,

@@ -92,6 +92,7 @@ class Observation:
     # max_num_batched_tokens: the stated value (one candidate), or vLLM's defaults when assumed; () for V0.
     budget_candidates: tuple[Candidate, ...] = ()
     budget_stated: bool = False
+    chunked_prefill: bool = True  # vLLM V1's default; False only where the command line says so
     prompt_tokens: int | None = None  # one typical (median) prefill's uncached tokens: the token budget's use
     preemptions_total: float | None = None  # since start (one-shot: the only preemption evidence)
     profile_backed: bool = True  # the head's size comes from finished requests (not the in-flight floor)
@@ -206,16 +207,22 @@ def suspected_preemption(o: Observation) -> bool:
     return (near and no_room) or o.stale_profile
 
 
-def next_step(free_slots: int | None, kv_room: int, waiting: int, budget_room: float | None = None) -> Limit:
+def next_step(free_slots: int | None, kv_room: int, waiting: int, budget_room: float | None = None,
+              budget_first: bool = False) -> Limit:
     """What binds the queue at the next engine step: it admits min(free slots, requests whose prompt fits the
     free blocks, prefills the step's token budget has room for); a queue no larger is admitted (NONE), else the
     limit that runs out first binds (slots, then blocks, on a tie: a free block or budget without a slot admits
-    nobody). `free_slots` None: no slot cap (an unknown one taken as large); `budget_room` None: not modelled."""
+    nobody). `free_slots` None: no slot cap (an unknown one taken as large); `budget_room` None: not modelled.
+    `budget_first`: the budget's room counts a last partial chunk (chunked prefill, `derive.budget_heads`), which
+    leaves no budget: on a tie the scan's first test, `while token_budget > 0` (vllm/v1/core/sched/scheduler.py:334
+    @0.10.2, :912 @0.32.0), ends it before the slot test and allocate_slots."""
     big = waiting + kv_room + 1
     slots = free_slots if free_slots is not None else big
     budget = budget_room if budget_room is not None else float(big)
     if waiting <= min(slots, kv_room, budget):
         return Limit.NONE
+    if budget_first and budget <= min(slots, kv_room):
+        return Limit.TOKEN_BUDGET
     if slots <= kv_room and slots <= budget:
         return Limit.SLOTS
     return Limit.BLOCKS if kv_room <= budget else Limit.TOKEN_BUDGET
@@ -235,12 +242,10 @@ def classify(o: Observation, h: History, t: Thresholds) -> Judgement:
     # vLLM 0.32.0 counts a preemption when the preempted request's next output is processed (the PREEMPTED
     # event rides on it: vllm/v1/metrics/stats.py `update_from_events`), one or more scrapes late: the
     # gauges (running fell, waiting rose, nothing finished, the pool full) show it first.
-    # A rise with nothing waiting any more is past: vLLM puts a preempted request back at the front of the
-    # waiting queue (`_preempt_request`, vllm/v1/core/sched/scheduler.py @0.32.0), so an empty queue means it was
-    # admitted again and nothing waits for blocks now (engine truth: tests/fixtures/vllm-0.10.2/prod-kv, the counter
-    # rising 6 s after the preemption with the queue empty; vllm-0.32.0/prod-sleep, 60 preemptions counted at
-    # wake-up, all running again).
-    if (h.preempted_now or (h.preempted_recently and pool_tight(o))) and o.waiting > 0:
+    # Within the window after a rise, preempting holds while requests wait and the pool is still tight: free
+    # blocks that cover every running request's next block and a prefill chunk say the storm has passed, and what
+    # binds now is judged as on any other scrape (`pool_tight`).
+    if h.preempted_now or (h.preempted_recently and o.waiting > 0 and pool_tight(o)):
         return Judgement(Verdict.PREEMPTING, Limit.BLOCKS)
     if h.preemption_inferred or pool_exhausted(o):
         return Judgement(Verdict.PREEMPTING, Limit.BLOCKS, preemption_inferred=True, suspected=h.one_shot)
@@ -416,7 +421,7 @@ def _step_room(o: Observation, free_slots: int, kv_room: int, budget: Candidate 
         return 0.0
     if o.prompt_tokens is None:
         return None
-    return min(room, derive.budget_admissions(budget.value, taken, o.prompt_tokens))
+    return min(room, derive.budget_heads(budget.value, taken, o.prompt_tokens, o.chunked_prefill))
 
 
 def _lora(o: Observation, h: History, free_slots: int, kv_room: int, budgets: tuple[Candidate | None, ...],
@@ -457,9 +462,9 @@ def step_limit(o: Observation, free_slots: int | None, kv_room: int, budget: Can
         return next_step(free_slots, kv_room, o.waiting)
     taken = float(o.running) if o.tokens_per_step is None else max(float(o.running), o.tokens_per_step)
     # All prefill lately (blocks grew, no step or token counted): the running prefills take the whole budget.
-    room = 0.0 if math.isinf(taken) or o.prompt_tokens is None else derive.budget_admissions(
-        budget.value, taken, o.prompt_tokens)
-    return next_step(free_slots, kv_room, o.waiting, room)
+    room = 0.0 if math.isinf(taken) or o.prompt_tokens is None else derive.budget_heads(
+        budget.value, taken, o.prompt_tokens, o.chunked_prefill)
+    return next_step(free_slots, kv_room, o.waiting, room, budget_first=o.chunked_prefill)
 
 
 def resolve_budget(outs: dict[Candidate | None, Limit]) -> Limit | None:
@@ -477,7 +482,7 @@ def resolve_budget(outs: dict[Candidate | None, Limit]) -> Limit | None:
 
 
 def _admits(o: Observation, free_slots: int, kv_room: int, budgets: tuple[Candidate | None, ...]) -> int:
-    rooms = [math.floor(derive.budget_admissions(b.value, o.running, o.prompt_tokens)) for b in budgets
+    rooms = [derive.budget_heads(b.value, o.running, o.prompt_tokens, o.chunked_prefill) for b in budgets
              if b is not None and o.prompt_tokens is not None]
     return min([free_slots, kv_room, *rooms])
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
+from exporter.pipeline import derive
 from exporter.pipeline.catalogue import Limit
 from exporter.pipeline.report import EngineReport
 from exporter.pipeline.target import Settings, Target
-from exporter.pipeline.verdict import Case, Thresholds
+from exporter.pipeline.verdict import Case, Thresholds, next_step
 from tests import engine_score, fixtures
 from tests.e2e.engine_truth import frame_gauges
 
@@ -81,13 +82,6 @@ def test_the_named_case_rule_counts_apart_and_only_without_flags() -> None:
     assert by["one-shot-noflags"].undecided_named <= by["one-shot-noflags"].agree
 
 
-def test_a_preemption_counted_after_the_queue_emptied_is_not_preempting() -> None:
-    # vllm-0.32.0/prod-sleep frame 17: the counter rose from 60 to 120 at wake-up, 63 run, nothing waits.
-    e = _sidecar_until("vllm-0.32.0/prod-sleep", 17)
-    assert e.waiting == 0 and e.preemptions_total == 120
-    assert str(e.verdict) == "ok"
-
-
 def test_a_preemption_seconds_ago_beside_room_for_the_next_step_is_judged_by_what_binds_now() -> None:
     # vllm-0.10.2/prod-mixed frame 97, 4 s after the last preemption (t=93.1): 472 blocks free for 144 running
     # requests' next blocks and a chunk of the 8,192-token budget (256 blocks); the engine stopped on the budget.
@@ -97,3 +91,27 @@ def test_a_preemption_seconds_ago_beside_room_for_the_next_step_is_judged_by_wha
     assert str(e.verdict) != "preempting"
     # Frame 91: 30 blocks free, the head refused for KV: the storm goes on.
     assert str(_sidecar_until("vllm-0.10.2/prod-mixed", 91).verdict) == "preempting"
+
+
+def test_a_frame_whose_queue_the_step_admitted_whole_is_transient_whatever_came_after() -> None:
+    # vllm-0.32.0/prod-mixed frame 22: the frame shows 3 waiting; the step began with 7 (4 arrived since), admitted
+    # 3 (FCFS: the frame's 3 first) and stopped on the budget for the newcomers.
+    tr = _load("vllm-0.32.0/prod-mixed")
+    step = tr.aligned[22].step
+    assert step is not None and step["stop"] == "token_budget" and step["w0"] == 7 and len(step.adm) == 3
+    assert frame_gauges(tr.frames[22][1])[1] == 3
+    assert engine_score.judge(tr, 22).label == "transient"
+
+
+def test_chunked_prefill_admits_a_last_partial_chunk_and_then_the_budget_ends_the_scan() -> None:
+    # vllm-0.32.0/prod-budget frame 11: 62 running take ~7,200 of the 8,192-token budget a step, one 7,000-token
+    # prompt waits; the engine admitted it with the ~1,000 tokens left (a first chunk) and the budget ran out.
+    tr = _load("vllm-0.32.0/prod-budget")
+    assert engine_score.judge(tr, 11).label == "transient"
+    e = _sidecar_until("vllm-0.32.0/prod-budget", 11)
+    assert e.waiting == 1 and str(e.verdict) == "transient" and e.admits is not None and e.admits >= 1
+    # The budget's room counts that partial chunk; on a tie with the free blocks' heads the budget, the scan's
+    # first test, ends it (vllm/v1/core/sched/scheduler.py:912 @0.32.0).
+    assert next_step(10, 1, 2, 1, budget_first=True) is Limit.TOKEN_BUDGET
+    assert next_step(10, 1, 2, 1) is Limit.BLOCKS
+    assert derive.budget_heads(8192, 7200, 7000) == 1 and derive.budget_heads(8192, 7200, 7000, chunked=False) == 0

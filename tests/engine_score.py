@@ -25,6 +25,12 @@ admitted chunk by chunk and its prefill holds the budget). Per frame:
   show), within ±1 of it, and the report counts those frames (`ranged`);
 * safe headroom: a frame that says more requests are safe (> 0) while the engine preempted within
   `SAFE_WINDOW_S` after it.
+
+What a frame can be asked about is what it shows: a frame whose gauges show no queue is `ok`, and one whose shown
+queue its step admitted whole (FCFS, nothing skipped) is `transient`, whatever stopped that step's scan for requests
+that arrived after the stats the frame shows. A budget stop also accepts the limit the scan met when it next reached
+capacity (`capacity_stop`). Without flags an `undecided` answer agrees when one of its cases names the engine's
+reason (`named_case`), counted apart (`undecided_named`); never with flags or in the sidecar.
 """
 
 from __future__ import annotations

@@ -9,6 +9,8 @@ an interval was missed when a gap exceeds 1.5 intervals.
 
     python -m bench.soak              30 minutes (the issue's figure)
     SOAK_SECONDS=300 python -m bench.soak
+    SOAK_TRACEMALLOC=1 python -m bench.soak   the sidecar under tracemalloc (bench/traced_serve.py): a heap
+                                              snapshot every minute, the largest growths printed and saved
 """
 
 from __future__ import annotations
@@ -33,9 +35,11 @@ COUNT, HOSTILE = 100, 33
 
 def main() -> None:
     seconds = float(os.environ.get("SOAK_SECONDS", "1800"))
+    traced = os.environ.get("SOAK_TRACEMALLOC") == "1"
     load_before = loadavg()
     with tempfile.TemporaryDirectory() as tmp:
         urls, sport, port = Path(tmp) / "targets", free_port(), free_port()
+        snaps = Path(tmp) / "snapshots"
         fleet = [sys.executable, "-m", "tests.hostile", "--count", str(COUNT), "--hostile", str(HOSTILE),
                  "--rotate", str(ROTATE), "--urls-file", str(urls), "--stats-port", str(sport)]
         with spawn(fleet):
@@ -44,7 +48,10 @@ def main() -> None:
                 assert time.monotonic() < deadline, "the hostile fleet did not start"
                 time.sleep(0.1)
             healthy_urls = urls.read_text().split()[HOSTILE:]
-            with spawn(sidecar_argv(None, port, "5s", targets_file=urls)) as sc, httpx.Client() as client:
+            argv = sidecar_argv(None, port, "5s", targets_file=urls)
+            if traced:
+                argv = [sys.executable, "-m", "bench.traced_serve", str(snaps), str(SAMPLE * 2), *argv[3:]]
+            with spawn(argv) as sc, httpx.Client() as client:
                 base = f"http://127.0.0.1:{port}"
                 wait_http(base + "/healthz", timeout=60.0)
                 time.sleep(2 * INTERVAL)  # the first scrape of every target
@@ -53,9 +60,9 @@ def main() -> None:
                 samples: list[dict[str, Any]] = []
                 while (now := time.monotonic() - t0) <= seconds:
                     started = time.perf_counter()
-                    health = client.get(base + "/healthz", timeout=10.0).status_code
+                    health = client.get(base + "/healthz", timeout=60.0 if traced else 10.0).status_code
                     health_ms = 1000 * (time.perf_counter() - started)
-                    text = client.get(base + "/metrics", timeout=30.0).text
+                    text = client.get(base + "/metrics", timeout=120.0 if traced else 30.0).text
                     up = {ln.split('target="', 1)[1].split('"', 1)[0]: ln.endswith(" 1.0")
                           for ln in text.splitlines() if ln.startswith("vllm_headroom_up{")}
                     samples.append({"t": round(now), "rss_mb": round(rss_mb(sc.pid), 1),
@@ -67,6 +74,7 @@ def main() -> None:
                     time.sleep(max(0.0, SAMPLE - (time.monotonic() - t0 - now)))
                 stats = client.get(f"http://127.0.0.1:{sport}/stats", timeout=60.0).json()
                 alive = sc.poll() is None
+            heap = _heap_growth(snaps) if traced else None
     gaps: list[float] = []
     missed = 0
     for t in stats["targets"][HOSTILE:]:
@@ -89,8 +97,34 @@ def main() -> None:
         "healthz_ms_max": max(s["healthz_ms"] for s in samples),
         "load_before": load_before, "load_after": loadavg(),
     }
-    save("soak", result)
+    if heap is not None:
+        result["tracemalloc"] = heap
+    save("soak_traced" if traced else "soak", result)
     print({k: v for k, v in result.items() if k != "samples"})
+
+
+def _heap_growth(snaps: Path, top: int = 15) -> dict[str, Any]:
+    """The traced heap per snapshot (MB) and the sites that grew most from the second snapshot to the last."""
+    import tracemalloc
+    files = sorted(snaps.glob("*.snap"))
+    if len(files) < 3:
+        return {"snapshots": len(files)}
+    loaded = []
+    for f in files:
+        try:
+            loaded.append(tracemalloc.Snapshot.load(str(f)))
+        except Exception:  # the last one may be cut short when the sidecar stops
+            break
+    sizes = [round(sum(s.size for s in snap.statistics("filename")) / 1e6, 2) for snap in loaded]
+    diff = loaded[-1].compare_to(loaded[1], "traceback")
+    grew = []
+    for d in diff[:top]:
+        frames = [f"{f.filename.split('site-packages/')[-1].split('h4-iso/')[-1]}:{f.lineno}"
+                  for f in d.traceback[-6:]]
+        grew.append({"kb": round(d.size_diff / 1e3, 1), "count": d.count_diff, "where": frames})
+        print(f"{d.size_diff / 1e3:+9.1f} KB {d.count_diff:+6d}  " + " < ".join(reversed(frames)))
+    print("traced heap per snapshot (MB):", sizes)
+    return {"snapshots": len(files), "heap_mb": sizes, "grew": grew}
 
 
 if __name__ == "__main__":

@@ -445,28 +445,34 @@ class Waste:
     basis: str
 
 
+def _ceil_sum(n: int, bs: int) -> int:
+    """Σ ceil(t / bs) for t = 1 .. n (0 for n ≤ 0): q full blocks of bs moments each, then r moments of block q + 1."""
+    if n <= 0:
+        return 0
+    q, r = divmod(n, bs)
+    return bs * q * (q + 1) // 2 + r * (q + 1)
+
+
 def life_waste(prompt: int, generated: int, block_size: int) -> Waste:
     """The empty-slot share of one request's blocks over its life, and its lowest and highest moment.
 
     After its prefill a request's KV holds t = P tokens; each decode step adds one, up to P + G − 1 (the KV of the
     last sampled token is never computed): G moments of one engine step each. The share is Σ empty / Σ slots over
     those moments (what a scrape sees on average when running requests are at random points of such a life);
-    `low`/`high` are the extreme moments (what it sees when they move in step). O(G / bs)."""
+    `low`/`high` are the extreme moments (what it sees when they move in step). O(1): Σ slots = bs × Σ ceil(t/bs),
+    Σ empty = Σ slots − Σ t; the emptiest moment is the first of a block (the first moment, or the first of the
+    second block), the fullest the last of a block (0 once a block fills, else the last moment)."""
     bs = max(block_size, 1)
     first, last = max(prompt, 1), max(prompt, 1) + max(generated, 1) - 1
-    empty_sum = slots_sum = 0
-    low, high = 1.0, 0.0
-    t = first
-    while t <= last:
-        blocks = blocks_for_tokens(t, bs)
-        end = min(last, blocks * bs)  # the last t with this many blocks
-        n = end - t + 1
-        slots = blocks * bs
-        empty_sum += n * slots - (t + end) * n // 2
-        slots_sum += n * slots
-        high = max(high, (slots - t) / slots)
-        low = min(low, (slots - end) / slots)
-        t = end + 1
+    slots_sum = bs * (_ceil_sum(last, bs) - _ceil_sum(first - 1, bs))
+    empty_sum = slots_sum - (first + last) * (last - first + 1) // 2
+    b_first, b_last = blocks_for_tokens(first, bs), blocks_for_tokens(last, bs)
+    high = (b_first * bs - first) / (b_first * bs)
+    if b_last > b_first:
+        high = max(high, (bs - 1) / ((b_first + 1) * bs))
+        low = 0.0
+    else:
+        low = (b_last * bs - last) / (b_last * bs)
     return Waste(empty_sum / slots_sum, low, high, "profile")
 
 

@@ -127,28 +127,30 @@ class Window:
         while len(self._snapshots) >= 2 and self._snapshots[1][0] <= now - self.seconds:
             self._snapshots.popleft()
 
+    def _windowed(self) -> tuple[Histogram, float] | None:
+        """The requests finished in the window and the seconds it spans; None when none did (or one snapshot)."""
+        if len(self._snapshots) < 2:
+            return None
+        d = delta(self._snapshots[-1][1], self._snapshots[0][1])
+        if d is None or d.count <= 0:
+            return None
+        return d, self._snapshots[-1][0] - self._snapshots[0][0]
+
     def recent(self) -> Histogram | None:
         """The requests finished in the window (the lifetime histogram when none did)."""
         if not self._snapshots:
             return None
-        latest = self._snapshots[-1][1]
-        if len(self._snapshots) >= 2:
-            d = delta(latest, self._snapshots[0][1])
-            if d is not None and d.count > 0:
-                return d
-        return latest
+        w = self._windowed()
+        return self._snapshots[-1][1] if w is None else w[0]
 
     def quantile(self, q: float, max_model_len: int | None) -> Quantile | None:
         """The windowed quantile; falls back to the lifetime histogram when nothing finished in the window."""
         if not self._snapshots:
             return None
-        latest = self._snapshots[-1][1]
-        if len(self._snapshots) >= 2:
-            d = delta(latest, self._snapshots[0][1])
-            if d is not None and d.count > 0:
-                span = self._snapshots[-1][0] - self._snapshots[0][0]
-                return histogram_quantile(d, q, max_model_len, "window", span)
-        return histogram_quantile(latest, q, max_model_len, "lifetime")
+        w = self._windowed()
+        if w is not None:
+            return histogram_quantile(w[0], q, max_model_len, "window", w[1])
+        return histogram_quantile(self._snapshots[-1][1], q, max_model_len, "lifetime")
 
 
 def profile_value(

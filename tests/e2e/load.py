@@ -22,6 +22,8 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
 from prometheus_client.parser import text_string_to_metric_families
 
+from .background import Background
+
 VOCAB_IDS = 500  # token ids 1..500 stay inside the tiny model's vocab (512)
 
 
@@ -120,14 +122,17 @@ class Wave:
         }
 
 
-class Load:
+class Load(Background):
     """Concurrent requests in the background.
 
     `waves` lets a scenario stage its traffic (e.g. short requests, then one long prompt, then
     more short ones) from one thread. Each request gets a distinct prompt seed (see prompt_ids).
     """
 
+    thread_name = "e2e-load"
+
     def __init__(self, url: str, model: str, waves: list[Wave], request_timeout: float = 600.0) -> None:
+        super().__init__()
         self.url = url
         self.model = model
         self.waves = waves
@@ -135,12 +140,6 @@ class Load:
         self.results: list[dict[str, Any]] = []
         self.errors: list[BaseException] = []
         self.retried: list[BaseException] = []  # transport errors a closed-loop client retried
-        self.started_at = 0.0
-        self.finished_at: float | None = None
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._task: asyncio.Task[None] | None = None
-        self._ready = threading.Event()
         self._seed = 0
 
     def describe(self) -> list[dict[str, Any]]:
@@ -149,25 +148,6 @@ class Load:
     @classmethod
     def uniform(cls, url: str, model: str, n: int, prompt_len: int, max_tokens: int, **kw: Any) -> Load:
         return cls(url, model, [Wave(n, prompt_len, max_tokens)], **kw)
-
-    def start(self) -> Load:
-        self.started_at = time.monotonic()
-        self._thread = threading.Thread(target=self._run_thread, name="e2e-load", daemon=True)
-        self._thread.start()
-        self._ready.wait(10)
-        return self
-
-    def _run_thread(self) -> None:
-        self._loop = asyncio.new_event_loop()
-        try:
-            self._task = self._loop.create_task(self._main())
-            self._ready.set()
-            self._loop.run_until_complete(self._task)
-        except asyncio.CancelledError:
-            pass
-        finally:
-            self.finished_at = time.monotonic()
-            self._loop.close()
 
     async def _main(self) -> None:
         total = sum(w.count for w in self.waves)
@@ -218,23 +198,6 @@ class Load:
         )
         res["_wave"] = index
         self.results.append(res)
-
-    def wait(self, timeout: float) -> bool:
-        """True if every request finished (successfully or not) within `timeout` seconds."""
-        assert self._thread is not None
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
-
-    def cancel(self) -> None:
-        """Abort in-flight requests (closing the connections makes vLLM abort them)."""
-        if self._loop is not None and self._task is not None and not self._task.done():
-            self._loop.call_soon_threadsafe(self._task.cancel)
-        if self._thread is not None:
-            self._thread.join(30)
-
-    @property
-    def done(self) -> bool:
-        return self._thread is not None and not self._thread.is_alive()
 
 
 class MetricsTimeline:

@@ -25,13 +25,13 @@ import asyncio
 import json
 import math
 import random
-import threading
 import time
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from .background import Background
 from .load import VOCAB_IDS, prompt_ids
 
 
@@ -248,15 +248,18 @@ class _Conn:
 KEEP_IDLE_S = 3.0  # uvicorn closes a kept-alive connection after 5 s idle: never reuse one that old
 
 
-class Driver:
+class Driver(Background):
     """Runs a Workload against `url` on its own event loop thread; `records` holds one dict per request sent.
 
     Record keys: id, cls, phase, prompt_len, shared_prefix, max_tokens, adapter, sent, first (streaming:
     first output bytes), finished, status, error; times are time.monotonic() minus `t0`.
     """
 
+    thread_name = "workload-driver"
+
     def __init__(self, url: str, model: str, workload: Workload, t0: float, stream: bool = False,
                  request_timeout: float = 900.0) -> None:
+        super().__init__()
         host, _, port = url.removeprefix("http://").partition(":")
         self.host, self.port = host, int(port or 80)
         self.model = model
@@ -267,42 +270,7 @@ class Driver:
         self.records: list[dict[str, Any]] = []
         self.errors: list[str] = []
         self._idle: list[_Conn] = []
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._task: asyncio.Task[None] | None = None
-        self.started_at = 0.0
         self.stop_at: float | None = None  # closed loops stop sending at their phase end, or at stop()
-
-    # -- thread plumbing -------------------------------------------------------------------------------------
-    def start(self) -> Driver:
-        ready = threading.Event()
-
-        def run() -> None:
-            self._loop = asyncio.new_event_loop()
-            self._task = self._loop.create_task(self._main())
-            ready.set()
-            try:
-                self._loop.run_until_complete(self._task)
-            except asyncio.CancelledError:
-                pass
-            finally:
-                self._loop.close()
-
-        self._thread = threading.Thread(target=run, name="workload-driver", daemon=True)
-        self._thread.start()
-        ready.wait(10)
-        return self
-
-    def wait(self, timeout: float) -> bool:
-        assert self._thread is not None
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
-
-    def cancel(self) -> None:
-        if self._loop is not None and self._task is not None and not self._task.done():
-            self._loop.call_soon_threadsafe(self._task.cancel)
-        if self._thread is not None:
-            self._thread.join(30)
 
     # -- sending ---------------------------------------------------------------------------------------------
     async def _main(self) -> None:

@@ -14,6 +14,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from exporter.pipeline import derive
 from exporter.pipeline.scrape import ModelsInfo
@@ -42,15 +44,20 @@ def test_pr_57336_seventeen_token_prompts_at_block_16() -> None:
     assert derive.life_waste(17, 2, 1).ratio == 0.0 and derive.life_waste(17, 2, 64).ratio > w.ratio
 
 
-def test_life_waste_is_the_sum_over_each_moment_of_a_request() -> None:
-    for prompt, generated, bs in ((16, 64, 32), (352, 32, 32), (1, 1, 16), (31, 300, 16), (4000, 16, 32)):
-        moments = range(prompt, prompt + generated)
-        empty = sum(derive.empty_slots(t, bs) for t in moments)
-        slots = sum(derive.blocks_for_tokens(t, bs) * bs for t in moments)
-        w = derive.life_waste(prompt, generated, bs)
-        assert w.ratio == pytest.approx(empty / slots)
-        shares = [derive.empty_slots(t, bs) / (derive.blocks_for_tokens(t, bs) * bs) for t in moments]
-        assert (w.low, w.high) == (pytest.approx(min(shares)), pytest.approx(max(shares)))
+@given(st.integers(1, 5000), st.integers(1, 3000), st.sampled_from([1, 2, 16, 32, 64, 128]))
+@example(16, 64, 32)
+@example(352, 32, 32)
+@example(1, 1, 16)
+@example(31, 300, 16)
+@example(4000, 16, 32)
+def test_life_waste_is_the_sum_over_each_moment_of_a_request(prompt: int, generated: int, bs: int) -> None:
+    moments = range(prompt, prompt + generated)
+    empty = sum(derive.empty_slots(t, bs) for t in moments)
+    slots = sum(derive.blocks_for_tokens(t, bs) * bs for t in moments)
+    w = derive.life_waste(prompt, generated, bs)
+    assert w.ratio == pytest.approx(empty / slots)
+    shares = [derive.empty_slots(t, bs) / (derive.blocks_for_tokens(t, bs) * bs) for t in moments]
+    assert (w.low, w.high) == (pytest.approx(min(shares)), pytest.approx(max(shares)))
 
 
 def test_in_flight_bounds_and_their_combination_with_the_profile() -> None:

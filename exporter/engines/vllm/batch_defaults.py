@@ -24,6 +24,7 @@ and is not judged by the token budget here (`budget` is None for V0).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from ..base import BatchDefaults, Candidate
 from .releases import parse_release
@@ -53,6 +54,7 @@ def _classes(version: str | None) -> tuple[_Class, ...]:
     return _CLASSES_032  # 0.32.0's table; releases in between are read as it (a wider range, never a narrower)
 
 
+@lru_cache(maxsize=64)  # pure, asked once per scrape with the same few arguments
 def batch_defaults(version: str | None, world_size: int | None, performance_mode: str | None) -> BatchDefaults:
     """The candidates for both values on a server of `version` (None: unknown, read as 0.32.0), a world size
     (tensor x pipeline parallel; None: unknown, 1 assumed for CPU's scaling and said in the rule) and its

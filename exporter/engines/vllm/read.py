@@ -6,6 +6,7 @@ terms of `exporter.engines.base`; the names come from `metrics`, the release rul
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from dataclasses import dataclass
@@ -191,6 +192,7 @@ class _Bad:
         return out
 
 
+@functools.lru_cache(maxsize=4096)  # the same few bucket bounds, every scrape
 def _bound(le: str) -> float | None:
     if le in ("+Inf", "Inf"):
         return math.inf

@@ -31,6 +31,7 @@ INTERVAL = 5.0
 SAMPLE = 30.0
 ROTATE = 60.0
 COUNT, HOSTILE = 100, 33
+WARMUP_MIN = 5.0  # minutes: the RSS rise before it is flat (bench/NOTES.md, "Soak"), measured with SOAK_TRACEMALLOC=1
 
 
 def main() -> None:
@@ -91,6 +92,7 @@ def main() -> None:
         "rss_mb_first": first["rss_mb"], "rss_mb_max": max(rss), "rss_mb_last": rss[-1],
         "rss_change": rss[-1] / first["rss_mb"] - 1, "fds_first": first["fds"], "fds_max": max(fds),
         "fds_last": fds[-1], "fds_change": fds[-1] / first["fds"] - 1,
+        **curve_fields(samples, seconds),
         "healthy_gaps": len(gaps), "healthy_missed_intervals": missed,
         "healthy_gap_median_s": percentile(gaps, 0.5), "healthy_gap_max_s": max(gaps) if gaps else None,
         "healthy_up_min": min(s["healthy_up"] for s in samples),
@@ -101,6 +103,24 @@ def main() -> None:
         result["tracemalloc"] = heap
     save("soak_traced" if traced else "soak", result)
     print({k: v for k, v in result.items() if k != "samples"})
+
+
+def curve_fields(samples: list[dict[str, Any]], seconds: float) -> dict[str, Any]:
+    """The RSS curve at 0, 5, 10, 20 and 30 minutes, the change after the warm-up (from the 5-minute sample to
+    the last), and the floor of open files in the first and the last five minutes: the count of one sample swings
+    with the hostile modes live at that moment (dripping connections held open), its floor does not."""
+    def at(minute: float) -> dict[str, Any]:  # the sample nearest to `minute`
+        return min(samples, key=lambda s: abs(s["t"] - 60 * minute))
+
+    curve = {f"{m:g}": {"t": at(m)["t"], "rss_mb": at(m)["rss_mb"], "fds": at(m)["fds"]}
+             for m in (0, 5, 10, 20, 30) if 60 * m <= seconds + SAMPLE / 2}
+    warm = at(WARMUP_MIN) if seconds >= 2 * 60 * WARMUP_MIN else samples[0]
+    last_t = samples[-1]["t"]
+    return {"rss_curve": curve, "warmup_min": WARMUP_MIN, "rss_mb_warm": warm["rss_mb"],
+            "rss_change_after_warmup": samples[-1]["rss_mb"] / warm["rss_mb"] - 1,
+            "rss_mb_max_after_warmup": max(s["rss_mb"] for s in samples if s["t"] >= warm["t"]),
+            "fds_floor_first_5min": min(s["fds"] for s in samples if s["t"] <= 300),
+            "fds_floor_last_5min": min(s["fds"] for s in samples if s["t"] >= last_t - 300)}
 
 
 def _heap_growth(snaps: Path, top: int = 15) -> dict[str, Any]:

@@ -21,7 +21,7 @@ bytes and other encodings, OpenMetrics markers added or removed. For every mutat
   `diagnose -` exits 0 or 1 (never 2, the usage-mistake code) with strict JSON under --json.
 
 Pure (no sockets, no files but the recordings read once), derandomized with no example database: the same
-cases on every run. `FUZZ_EXAMPLES` (default 1500 pipeline cases, a fifth of that through every surface) sets
+cases on every run. `FUZZ_EXAMPLES` (default 2500 pipeline cases, a fifth of that through every surface) sets
 the number.
 """
 
@@ -59,7 +59,7 @@ from exporter.pipeline.target import Settings, Target
 from tests import fixtures
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
-EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "1500"))
+EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "2500"))
 FUZZ = settings(max_examples=EXAMPLES, derandomize=True, database=None, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 READ = {n for w in vllm_metrics.WANTED for n in (w, w + "_total", w + "_count", w + "_sum", w + "_bucket")}

@@ -253,6 +253,10 @@ class Target:
             report.notes += [f"vLLM's start-up log: {n}" for n in self._attention.notes]
         for info in snap.cache_info.values():
             report.notes += [n for n in info.rejected() if n not in report.notes]
+        if not snap.engines:  # the server answered, but no series names an engine: nothing to judge, said once
+            n = engine.names
+            report.notes.append(f"the exposition names no engine (no {n.running}, {n.waiting} or {n.kv_usage} "
+                                "series): nothing is judged")
         models_len = self.models.max_model_len if self.models else None
         found = self._cmdline if self.settings.vllm_args is None and self.settings.discover_cmdline else None
         undetermined: list[tuple[str, float | None]] = []  # engines without capacity: the replica signal holds them

@@ -1112,53 +1112,83 @@ def _labels(metric: str, lb: Labels) -> str:
     return metric + "{" + ",".join(f'{k}="{v}"' for k, v in sorted(lb.items())) + "}"
 
 
-# The replica signal on a ramp (issue 24): each sidecar's vllm_headroom_replicas_needed is (running + waiting) /
-# (4 requests per replica x 0.8). Demand in the engines rises from 2 to 6 requests on one replica (it runs 4, 2
-# wait), HPA (AverageValue 1) adds a second, the queue drains and the sum stays at 1.875: desired ceil(1.875) = 2, the
-# count it has. Demand rises to 9 on two, a third joins, 3 + 3 + 3 gives 2.8125: 3 again. Then idle: 0, not NaN.
-# Pod a is scraped by two jobs (counted once). (from minute, R of pod a, b, c; None: the pod does not exist yet)
+# The replica signal on a ramp (issue 24): each pod's vllm_headroom_replicas_needed is what the sidecar itself served
+# while replaying a recorded vLLM timeline (tests/monitoring/replica_replay.py: every frame through the sidecar's
+# pipeline and collector), one frame per REPLICA_FRAME seconds of rule time, the last frame held once the recording
+# ends. Pods join one after another; pod a is scraped by two jobs (counted once). At each check the recorded sum must
+# be the sum of the pods' current values, and HPA's desired count at AverageValue 1, ceil(current x (sum / current)),
+# must be ceil(sum) whatever the current count: the rules and the sidecar agree by construction of the input.
 REPLICAS_RULE = "model_name:vllm_headroom_replicas_needed:sum"
-REPLICA_RAMP: list[tuple[float, tuple[float | None, float | None, float | None]]] = [
-    (0, (2 / 3.2, None, None)), (4, (6 / 3.2, None, None)), (6, (3 / 3.2, 3 / 3.2, None)),
-    (14, (5 / 3.2, 4 / 3.2, None)), (16, (3 / 3.2, 3 / 3.2, 3 / 3.2)), (24, (0.0, 0.0, 0.0))]
-# eval time -> (the recorded sum, HPA's desired replicas = ceil(sum), the replicas there are then)
-REPLICA_CHECKS = {"3m": (0.625, 1, 1), "5m": (1.875, 2, 1), "10m": (1.875, 2, 2), "15m": (2.8125, 3, 2),
-                  "20m": (2.8125, 3, 3), "28m": (0.0, 0, 3)}
+REPLICA_FRAME = 30.0  # rule-time seconds per recorded frame (recordings step ~0.5-1 s; stretched to scrape scale)
+REPLICA_CHECKS = ("2m", "4m", "7m", "9m", "12m", "14m", "16m", "19m", "22m", "28m")
+REPLICA_ROUND = 0.001  # the sum is compared rounded (PromQL round()): Prometheus may add in another order
 
 
-def replica_ramp_test(interval: str, rule_name: str) -> dict[str, Any]:
+@dataclass(frozen=True)
+class ReplicaPod:
+    """One replica in the ramp: its pod, when it starts (s), the sidecar's value per frame (None: no sample) and
+    the recording it came from."""
+
+    name: str
+    ip: str
+    start: float
+    values: tuple[float | None, ...]
+    source: str
+    jobs: tuple[str, ...] = ("vllm-headroom",)
+
+    def at(self, t: float) -> Value:
+        if t < self.start or not self.values:
+            return None
+        return self.values[min(int((t - self.start) // REPLICA_FRAME), len(self.values) - 1)]
+
+
+def _round(v: float, to: float = REPLICA_ROUND) -> float:
+    inverse = 1.0 / to  # as PromQL's round(v, to_nearest) computes it
+    return math.floor(v * inverse + 0.5) / inverse
+
+
+def replica_ramp_test(interval: str, rule_name: str, pods: list[ReplicaPod]) -> dict[str, Any]:
     clock = Clock(parse_duration(interval))
-
-    def value(pod: int, t: float) -> Value:
-        now = [r for start, r in REPLICA_RAMP if start * 60 <= t][-1]
-        return now[pod]
-
     series = []
-    for pod, (name, ip) in enumerate([("vllm-a", "10.0.0.1"), ("vllm-b", "10.0.0.2"), ("vllm-c", "10.0.0.3")]):
-        jobs = ["vllm-headroom", "kubernetes-pods"] if pod == 0 else ["vllm-headroom"]
-        for job in jobs:
-            labels = (f'job="{job}",namespace="llm",pod="{name}",instance="{ip}:9478",'
+    for pod in pods:
+        for job in pod.jobs:
+            labels = (f'job="{job}",namespace="llm",pod="{pod.name}",instance="{pod.ip}:9478",'
                       f'target="http://127.0.0.1:8000",model_name="{MODEL}"')
             series.append({"series": f"vllm_headroom_replicas_needed{{{labels}}}",
-                           "values": _encode([value(pod, t) for t in clock.times])})
+                           "values": _encode([pod.at(t) for t in clock.times])})
     where = {"model_name": MODEL, "namespace": "llm"}
+    bare = "{" + ",".join(f'{k}="{v}"' for k, v in sorted(where.items())) + "}"
     checks = []
-    for at, (total, desired, current) in REPLICA_CHECKS.items():
-        checks.append({"expr": rule_name, "eval_time": at,
-                       "exp_samples": [{"labels": _labels(rule_name, where), "value": total}]})
+    for at in REPLICA_CHECKS:
+        t = parse_duration(at)
+        now = [v for v in (pod.at(t) for pod in pods) if v is not None]
+        total = sum(now)
+        assert now and not math.isnan(total), (at, now)
+        checks.append({"expr": f"round({rule_name}, {REPLICA_ROUND})", "eval_time": at,
+                       "exp_samples": [{"labels": bare, "value": _round(total)}]})
         # HPA at AverageValue 1: ceil(current x (value / current) / 1); the current count cancels.
-        hpa = f"ceil({current} * ({rule_name} / {current}) / 1)"
-        checks.append({"expr": hpa, "eval_time": at,
-                       "exp_samples": [{"labels": "{" + ",".join(f'{k}="{v}"' for k, v in sorted(where.items())) + "}",
-                                        "value": desired}]})
-    return {"name": f"replica signal converges on a ramp [scrape {interval}]", "interval": interval,
+        current = len(now)
+        checks.append({"expr": f"ceil({current} * ({rule_name} / {current}) / 1)", "eval_time": at,
+                       "exp_samples": [{"labels": bare, "value": math.ceil(total)}]})
+    sources = ", ".join(f"{p.name} {p.source}" for p in pods)
+    return {"name": f"replica signal on a replayed ramp ({sources}) [scrape {interval}]", "interval": interval,
             "input_series": series, "promql_expr_test": checks}
 
 
+def replayed_pods() -> list[ReplicaPod]:
+    """The ramp's pods from the recordings (tests/monitoring/replica_replay.py, run from a checkout)."""
+    from tests.monitoring.replica_replay import ramp_pods
+
+    return ramp_pods()
+
+
 def promtool_tests(cfg: Config, rule_file: str, intervals: tuple[str, ...] = INTERVALS,
-                   only: Callable[[Case], bool] | None = None) -> dict[str, Any]:
-    """The suite: every case (or those `only` keeps) at every interval."""
+                   only: Callable[[Case], bool] | None = None,
+                   replica_pods: list[ReplicaPod] | None = None) -> dict[str, Any]:
+    """The suite: every case (or those `only` keeps) at every interval, and the replica ramp on `replica_pods`
+    (default: replayed from the recordings)."""
     all_alerts = alerts(cfg)
+    pods = replayed_pods() if replica_pods is None else replica_pods
     names = sorted({a.name for a in all_alerts})
     tests: list[dict[str, Any]] = []
     for interval in intervals:
@@ -1184,7 +1214,7 @@ def promtool_tests(cfg: Config, rule_file: str, intervals: tuple[str, ...] = INT
                      "exp_samples": [{"labels": _labels(expr, lb), "value": v} for lb, v in samples]}
                     for expr, samples in c.exprs]
             tests.append(test)
-        tests.append(replica_ramp_test(interval, REPLICAS_RULE))
+        tests.append(replica_ramp_test(interval, REPLICAS_RULE, pods))
     return {"rule_files": [rule_file], "evaluation_interval": "1m", "tests": tests}
 
 

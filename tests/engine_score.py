@@ -25,6 +25,12 @@ admitted chunk by chunk and its prefill holds the budget). Per frame:
   show), within ±1 of it, and the report counts those frames (`ranged`);
 * safe headroom: a frame that says more requests are safe (> 0) while the engine preempted within
   `SAFE_WINDOW_S` after it.
+
+What a frame can be asked about is what it shows: a frame whose gauges show no queue is `ok`, and one whose shown
+queue its step admitted whole (FCFS, nothing skipped) is `transient`, whatever stopped that step's scan for requests
+that arrived after the stats the frame shows. A budget stop also accepts the limit the scan met when it next reached
+capacity (`capacity_stop`). Without flags an `undecided` answer agrees when one of its cases names the engine's
+reason (`named_case`), counted apart (`undecided_named`); never with flags or in the sidecar.
 """
 
 from __future__ import annotations
@@ -64,6 +70,24 @@ ACCEPT: dict[str, frozenset[str]] = {k: frozenset(v) for k, v in {
 ONE_SHOT_ALSO: dict[str, frozenset[str]] = {"budget_full": frozenset({"transient"}),
                                              "head_of_line": frozenset({"transient"})}
 STORM_ALSO = frozenset({"ok", "slots_full", "budget_full", "kv_full", "head_of_line", "transient"})
+
+
+# One observation without flags may answer `undecided` where an unknown input decides (exporter/pipeline/verdict.py
+# `Case`: what binds for each value the input may have). That answer is honest and, when one of its named cases is
+# the limit the engine hit, correct: it agrees in the no-flags mode only (never with flags, never the sidecar), and
+# only when a case's limit is the engine's reason at that step or one it also reports (`Label.also`); the report
+# counts those frames apart (`EngineScore.undecided_named`). A case's limit names these engine reasons:
+CASE_REASONS: dict[str, frozenset[str]] = {k: frozenset(v) for k, v in {
+    "slots": {"slots_full"}, "token_budget": {"budget_full"}, "head_prompt": {"kv_full", "head_of_line"},
+    "blocks": {"kv_full", "head_of_line"}, "deferral": {"deferred"}, "pool_size": {"never_fits"},
+    "none": {"transient"},
+}.items()}
+
+
+def named_case(label: Label, cases: tuple[Any, ...]) -> bool:
+    """An `undecided` answer one of whose cases names the engine's reason (`CASE_REASONS`)."""
+    reasons = {label.label, *label.also}
+    return any(CASE_REASONS.get(str(c.limit), frozenset()) & reasons for c in cases)
 
 
 def judge_accepts(label: str, mode: str, storm: bool = False) -> frozenset[str]:
@@ -130,6 +154,31 @@ def capacity_admitted(steps: list[Step], j: int) -> tuple[int, bool]:
     return got, got >= waiting
 
 
+def capacity_stop(steps: list[Step], j: int) -> str | None:
+    """The stop reason that answered for capacity the queue step j starts from (`capacity_admitted`'s walk): step
+    j's own when it did not stop on the token budget, else the first following step's that did not, while nothing
+    finished or was preempted on the way (else None: the capacity changed) and some of step j's queue still waited.
+    A budget stop never asks allocate_slots or the slot test (vllm/v1/core/sched/scheduler.py:334 @0.10.2, :912
+    @0.32.0): the step where the scan next reaches them says whether the queue behind the budget waits for KV or a
+    slot."""
+    s = steps[j]
+    if s["stop"] not in BUDGET_STOPS:
+        return str(s["stop"])
+    waiting = int(s["w0"] or 0)
+    got = len(s.adm)
+    prev_r = s["r"]
+    for s2 in steps[j + 1:]:
+        if got >= waiting:
+            return None
+        if (s2["r0"] is not None and prev_r is not None and s2["r0"] < prev_r) or s2.pre:
+            return None
+        got += len(s2.adm)
+        if s2["stop"] not in BUDGET_STOPS:
+            return str(s2["stop"])
+        prev_r = s2["r"]
+    return None
+
+
 def has_steps(folder: Path) -> bool:
     return (folder / STEPS_FILE).exists()
 
@@ -146,8 +195,14 @@ class Truthful:
     t0: float
     pool: int
     head_need: dict[int, int] = field(default_factory=dict)  # step k -> blocks the head's last refusal needed
+    pos: dict[int, int] = field(default_factory=dict)  # step k -> its index in steps.steps
 
     def __post_init__(self) -> None:
+        # The head's need: its last refusal at or before the step, else its next one while it stays the head (the
+        # same request with the same prompt: a budget stop never asks allocate_slots, vllm/v1/core/sched/
+        # scheduler.py:334 @0.10.2, :912 @0.32.0, so the engine shows the head's size only once the budget leaves
+        # it room).
+        self.pos = {st.k: j for j, st in enumerate(self.steps.steps)}
         last: dict[str, int] = {}
         for st in self.steps.steps:
             if st.ref:
@@ -155,6 +210,13 @@ class Truthful:
             head = st["head"]
             if head is not None and head in last:
                 self.head_need[st.k] = last[head]
+        nxt: dict[str, int] = {}
+        for st in reversed(self.steps.steps):
+            if st.ref:
+                nxt[str(st.ref["id"]).removeprefix("cmpl-")] = int(st.ref["need"])
+            head = st["head"]
+            if head is not None and head in nxt and st.k not in self.head_need:
+                self.head_need[st.k] = nxt[head]
 
     @property
     def name(self) -> str:
@@ -219,11 +281,25 @@ def judge(tr: Truthful, i: int) -> Label:
     running, waiting = frame_gauges(text)
     if not a.matched and not waiting:
         s = None  # an idle frame before the first or after the last step: nothing the engine did since
-    if s is None or not s["w0"]:
+    # A frame that shows nothing waiting is "nothing waits", whatever its step then scanned: its gauges are the stats
+    # vLLM made after the previous step's output (`make_stats` in update_from_output, num_waiting_reqs =
+    # len(self.waiting): vllm/v1/core/sched/scheduler.py:1011/:1183 @0.10.2, :2409/:2947 @0.32.0), so requests that
+    # arrived since (the step's w0 beyond the frame's sw) are ones the frame never showed, and no answer about
+    # this frame can be about them.
+    if s is None or not s["w0"] or not waiting:
         if not running and _usage(text) > 0:
             return Label("leak", False, "blocks held, nothing to do")
         return Label("ok", storm, "nothing waits")
     stop = str(s["stop"])
+    shown = int(waiting)
+    if (tr.steps.header.get("policy") == "fcfs" and not s.dfr and int(s["w0"]) > shown
+            and len(s.adm) >= shown):
+        # The same for a frame that shows part of the step's queue: FCFS admits from the front (vLLM's `waiting`
+        # is a FIFO, new requests appended: vllm/v1/core/sched/request_queue.py @0.10.2/@0.32.0), so a step that
+        # admitted at least as many as the frame showed, skipping none, admitted every request the frame showed;
+        # what stopped its scan was about requests that arrived after the frame's stats.
+        return Label("transient", storm, f"{stop}: admitted {len(s.adm)}, the {shown} the frame showed among them "
+                                         f"(of {s['w0']})")
     usage = _usage(text)
     kv_label = "kv_full" if usage >= FULL_USAGE else "head_of_line"
     also = set()
@@ -234,6 +310,12 @@ def judge(tr: Truthful, i: int) -> Label:
         also.add("slots_full")
     if s["left"] == 0:
         also.add("budget_full")
+    if stop in BUDGET_STOPS:
+        answered = capacity_stop(tr.steps.steps, tr.pos[s.k])
+        if answered == "kv":
+            also.add(kv_label)
+        elif answered in ("max_num_seqs", "max_num_active_seqs"):
+            also.add("slots_full")
     if stop in ("max_num_seqs", "max_num_active_seqs"):
         return Label("slots_full", storm, f"{stop}: {s['r']} running after the step", frozenset(also - {"slots_full"}))
     if stop in ("token_budget", "no_chunk_budget"):
@@ -270,6 +352,7 @@ class EngineScore:
     confusion: Counter[tuple[str, str]] = field(default_factory=Counter)
     per_truth: Counter[tuple[str, bool]] = field(default_factory=Counter)
     misses: list[tuple[int, str, str, str]] = field(default_factory=list)  # (frame, truth, why, ours)
+    undecided_named: int = 0  # of `agree`: undecided whose decided_by names the engine's reason (no-flags mode only)
     ff_flagged_kv: int = 0  # false-full flagged where the engine refused for KV / preempted / admitted all
     ff_true: int = 0  # frames whose head waited for a non-KV reason for at least the hold time
     ff_found: int = 0  # ... of them flagged
@@ -338,6 +421,9 @@ def score(folder: Path) -> list[EngineScore]:
             verdict = str(ours.verdict)
             accept = lab.accepts(sc.mode)
             ok = verdict in accept
+            if not ok and sc.mode == "one-shot-noflags" and verdict == "undecided" and named_case(lab, ours.decided_by):
+                ok = True
+                sc.undecided_named += 1
             sc.agree += ok
             sc.confusion[(lab.label, verdict)] += 1
             sc.per_truth[(lab.label, ok)] += 1

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import re
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).parent / "fixtures" / "vllm-0.32.0"
@@ -215,6 +217,32 @@ class Target:
             pass
         finally:
             writer.close()
+
+
+@contextlib.contextmanager
+def serving(mode: str = "ok", timeout: float = 120.0) -> Iterator[Target]:
+    """A `Target` in `mode` served by an event loop in a thread of its own, for tests whose sidecar runs in
+    another process or another loop; stopped on exit."""
+    ready, state = threading.Event(), {}
+
+    def run() -> None:
+        async def main() -> None:
+            stop = asyncio.Event()
+            state["target"], state["loop"], state["stop"] = await Target(mode).start(), asyncio.get_running_loop(), stop
+            ready.set()
+            await stop.wait()
+
+        asyncio.run(main())
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    if not ready.wait(timeout):
+        raise RuntimeError(f"the {mode} target did not start within {timeout:g} s")
+    try:
+        yield state["target"]  # type: ignore[misc]
+    finally:
+        state["loop"].call_soon_threadsafe(state["stop"].set)  # type: ignore[attr-defined]
+        thread.join(timeout)
 
 
 async def _fleet(args: argparse.Namespace) -> None:

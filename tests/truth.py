@@ -646,7 +646,17 @@ def render_engine(scores: list[engine_score.EngineScore]) -> list[str]:
              "so a budget-stopped step says how fast the queue goes in, not how many fit (`capacity_admitted`); within "
              f"±{engine_score.ADMISSION_TOLERANCE}. Where a completion or preemption came before that stop, the count "
              "is a lower bound and only under-counting is a miss; `exact` counts the frames whose count is not a "
-             "bound. False-full: "
+             "bound. A frame whose gauges show nothing waiting is `ok` whatever its step then scanned: its gauges are "
+             "the stats vLLM made after the previous step (`make_stats`, vllm/v1/core/sched/scheduler.py:1011 "
+             "@0.10.2, :2409 @0.32.0), and requests that arrived since are ones it never showed. A budget stop also "
+             "accepts what answered for capacity when the scan next reached allocate_slots or the slot test "
+             "(`capacity_stop`: the first following step that did not stop on the budget, while nothing finished "
+             "or was preempted): kv_full/head_of_line after a KV refusal, slots_full after max_num_seqs; the head's "
+             "need is its last refusal's, else its next one's while it stays the head. One-shot without flags: an "
+             "`undecided` answer agrees only when one of its `decided_by` cases names the limit the engine hit at "
+             "that step (its reason or one it also reports: slots, token budget, KV, deferral, or `none` for a "
+             "queue admitted whole); those frames are counted apart (`undecided, named`), and the rule never "
+             "applies with flags or to the sidecar. False-full: "
              "flagged although the engine refused the head for KV, preempted, or admitted everything (forbidden), and "
              "flagged where a non-KV reason held for the hold time (found). Safe headroom: frames saying > 0 after "
              f"which the engine preempted within {engine_score.SAFE_WINDOW_S:.0f} s.", "",
@@ -660,7 +670,10 @@ def render_engine(scores: list[engine_score.EngineScore]) -> list[str]:
     side_all = [s for s in scores if s.mode == "sidecar"]
     ex, ex_n = sum(s.adm_within_exact for s in side_all), sum(s.adm_frames_exact for s in side_all)
     ranged = sum(s.adm_ranged for s in side_all)
-    lines += [f"All: {n} frames; sidecar {_pct(a, n)}, one-shot {_pct(b, n)}, one-shot without flags {_pct(c, n)}, "
+    named = sum(s.undecided_named for s in scores if s.mode == "one-shot-noflags")
+    lines += [f"All: {n} frames; sidecar {_pct(a, n)}, one-shot {_pct(b, n)}, one-shot without flags {_pct(c, n)} "
+              f"({named} of them undecided, naming the engine's reason among its cases; without them "
+              f"{_pct(c - named, n)}), "
               f"admission ±1 {_pct(adm, adm_n)} of {adm_n} (exact counts: {_pct(ex, ex_n)} of {ex_n}; "
               f"{ranged} answered with a range, the LoRA cap's).", ""]
     lines += ["| release | shape | frames | sidecar | one-shot | one-shot no flags | admission ±1 | admission ±1, "
@@ -682,14 +695,16 @@ def render_engine(scores: list[engine_score.EngineScore]) -> list[str]:
                      + " / ".join(str(sum(s.ff_flagged_kv for s in by[m])) for m in engine_score.MODES)
                      + f" | {sum(s.ff_found for s in side)} of {sum(s.ff_true for s in side)} | "
                        f"{sum(s.safe_bad for s in side)} of {sum(s.safe_frames for s in side)} |")
-    lines += ["", "| recording | frames | sidecar | one-shot | no flags | admission ±1 | engine: admitted / "
-              "preempted / refused for KV / deferred; frames stopped by |", "|---|---|---|---|---|---|---|"]
+    lines += ["", "| recording | frames | sidecar | one-shot | no flags | no flags: undecided, named | admission ±1 "
+              "| engine: admitted / preempted / refused for KV / deferred; frames stopped by |",
+              "|---|---|---|---|---|---|---|---|"]
     for name in sorted({s.scenario for s in scores}):
         by = {s.mode: s for s in scores if s.scenario == name}
         counts = engine_score.engine_counts(FIXTURES / name)
         stops = ", ".join(f"{k} {v}" for k, v in sorted(counts.get("frame_stops", {}).items(), key=lambda kv: -kv[1]))
         lines.append(f"| {name} | {by['sidecar'].frames} | " + " | ".join(_pct(by[m].agree, by[m].frames)
                                                                          for m in engine_score.MODES)
+                     + f" | {by['one-shot-noflags'].undecided_named}"
                      + f" | {_pct(by['sidecar'].adm_within, by['sidecar'].adm_frames)} of {by['sidecar'].adm_frames} | "
                      + f"{counts.get('admitted', '?')} / {counts.get('preempted', '?')} / "
                      + f"{counts.get('refusals', '?')} / "

@@ -447,6 +447,15 @@ def add_target_access_flags(p: argparse.ArgumentParser, timeout: bool = True) ->
         "a proxy meant for the pod's egress must not carry loopback scrapes and the API key)")
     add(p, "--scrape.ca-file", help="PEM file of the CA(s) that sign https targets' certificates (a private CA), "
         "used instead of the public roots")
+    add(p, "--scrape.tls-server-name", help="name to check an https target's certificate against (and send as SNI) "
+        "instead of the URL's host, e.g. the Service name vLLM's certificate is issued for while the sidecar scrapes "
+        "127.0.0.1")
+    add(p, "--scrape.client-cert", help="PEM file of the client certificate to present when vLLM asks for one "
+        "(its --ssl-ca-certs with --ssl-cert-reqs); with its key unless --scrape.client-key")
+    add(p, "--scrape.client-key", help="PEM file of --scrape.client-cert's private key, if not in that file")
+    add(p, "--scrape.insecure-skip-verify", action=argparse.BooleanOptionalAction,
+        default=defaults.SCRAPE_INSECURE_SKIP_VERIFY, help="accept any certificate of an https target, unverified "
+        "(the scrape and the API key are then open to a man-in-the-middle; prefer --scrape.ca-file)")
     if timeout:
         add(p, "--scrape.timeout", duration, defaults.SCRAPE_TIMEOUT, help="deadline of one fetch, all of it "
             "(connect, headers, body)")

@@ -13,6 +13,7 @@ from ..core.units import format_size
 from ..model.shape import ModelShape
 from ..pipeline.capacity import KvPool
 from ..pipeline.config import Overrides, parse_vllm_args, split_args
+from ..pipeline.scrape import Tls
 from ..pipeline.target import Settings
 from ..pipeline.verdict import Thresholds
 from ..planning import memory
@@ -68,6 +69,31 @@ def ca_file(args: argparse.Namespace) -> str | None:
     return str(path)
 
 
+def tls(args: argparse.Namespace) -> Tls:
+    """--scrape.ca-file, --scrape.tls-server-name, --scrape.client-cert/-key and --scrape.insecure-skip-verify,
+    checked together (UsageError for files that cannot be used, a key without a certificate, or a CA beside
+    insecure-skip-verify, which would ignore it)."""
+    from ..pipeline.scrape import ssl_context
+
+    ca = ca_file(args)
+    cert, key = opt(args, "scrape.client_cert"), opt(args, "scrape.client_key")
+    insecure = bool(opt(args, "scrape.insecure_skip_verify"))
+    name = opt(args, "scrape.tls_server_name") or None
+    if key and not cert:
+        raise UsageError("--scrape.client-key needs --scrape.client-cert (the certificate it belongs to)")
+    if insecure and ca:
+        raise UsageError("--scrape.insecure-skip-verify ignores --scrape.ca-file: give one of them")
+    if insecure and name:
+        raise UsageError("--scrape.insecure-skip-verify checks no name: drop --scrape.tls-server-name or it")
+    if cert:
+        try:
+            ssl_context(None, False, cert, key)
+        except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+            what = f"--scrape.client-cert {cert}" + (f" with --scrape.client-key {key}" if key else "")
+            raise UsageError(f"cannot load {what}: {getattr(exc, 'strerror', None) or exc}") from None
+    return Tls(ca_file=ca, insecure_skip_verify=insecure, client_cert=cert, client_key=key, server_name=name)
+
+
 # vLLM sizes a drafter's KV only for the method --speculative-config names (vllm/config/speculative.py @0.33.0).
 DRAFT_WITHOUT_SPEC = ("--draft-model-config sizes a speculative drafter, but {where} no --speculative-config: "
                       "vLLM runs no drafter without it; give vLLM's --speculative-config or drop --draft-model-config")
@@ -118,7 +144,7 @@ def settings_for(url: str, args: argparse.Namespace) -> Settings:
         models_interval=opt(args, "models.interval") or defaults.models_interval,
         model_shape=shape,
         trust_env=bool(opt(args, "scrape.trust_env")),
-        ca_file=ca_file(args),
+        tls=tls(args),
         draft_shape=draft,
         startup_log=opt(args, "vllm_startup_log"),
         kv_pool=pool,

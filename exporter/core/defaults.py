@@ -29,6 +29,7 @@ HISTORY_MAX_POINTS: Final = 250_000
 MODELS_INTERVAL: Final = 60.0  # s, how often /v1/models, /version and /proc are read
 CMDLINE_DISCOVERY: Final = True  # read vLLM's flags from /proc/<pid>/cmdline when visible
 SCRAPE_TRUST_ENV: Final = False  # HTTP(S)_PROXY, .netrc and SSL_CERT_* from the environment for the targets
+SCRAPE_INSECURE_SKIP_VERIFY: Final = False  # an https target's certificate is verified
 
 # -- our HTTP side (serve) -----------------------------------------------------------------------------
 WEB_MAX_CONNECTIONS: Final = 1024  # client connections held at once (fewer when the file limit asks)

@@ -127,7 +127,7 @@ class Sidecar:
         async with contextlib.AsyncExitStack() as stack:
             for t in self.targets:
                 self._clients[t.settings.url] = await stack.enter_async_context(
-                    target_client(t.settings.trust_env, t.settings.ca_file))
+                    target_client(t.settings.trust_env, t.settings.tls))
             n = max(1, len(self.targets))
             self._tasks = [asyncio.create_task(self._schedule(t, i * self.interval / n), name=f"scrape {t.shown}")
                            for i, t in enumerate(self.targets)]

@@ -114,7 +114,9 @@ CATALOGUE: dict[Verdict, Entry] = {
         "warning", "yellow", false_full=True, waiting=True, alert="VLLMKVFalseFull", explanation="slots_full",
         actions="slots_full", binds=(Limit.SLOTS,)),
     Verdict.PREEMPTING: Entry(
-        f"`{_N.preemptions}` rose at this scrape, or within the preempt window while requests wait; or "
+        f"`{_N.preemptions}` rose at this scrape, or within the preempt window while requests wait and the free "
+        "blocks do not cover the next step (every running request's next block and a prefill chunk, or the queue "
+        "head); or "
         "*inferred* from the gauges before the counter moves (vLLM 0.32 counts a preemption when the preempted "
         "request next produces a token): running fell and waiting rose while no request finished, or no block is "
         "free while requests that still grow run and others wait. Never false-full",

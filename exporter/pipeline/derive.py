@@ -143,6 +143,16 @@ def budget_admissions(token_budget: int, taken: float, prompt_tokens: int) -> fl
     return max(token_budget - taken, 0.0) / max(prompt_tokens, 1)
 
 
+def budget_heads(token_budget: int, taken: float, prompt_tokens: int, chunked: bool = True) -> int:
+    """Waiting requests one step's token budget takes in, the running requests' `taken` tokens scheduled first: with
+    chunked prefill every request is admitted while budget is left, the last with a partial chunk
+    (`num_new_tokens = min(num_new_tokens, token_budget)` inside `while token_budget > 0`:
+    vllm/v1/core/sched/scheduler.py:334/:435 @0.10.2, :912/:1169 @0.32.0), so ceil(room / P); without it a prompt
+    larger than the budget left stops the scan (:429-433 @0.10.2, :1160-1167 @0.32.0): floor(room / P)."""
+    room = budget_admissions(token_budget, taken, prompt_tokens)
+    return math.ceil(room) if chunked else math.floor(room)
+
+
 def admission_blocks(prompt: int, block_size: int, rule: str = FULL_PROMPT, token_budget: int | None = None,
                      lookahead: int = 0, max_model_len: int | None = None) -> int:
     """Blocks the queue head must find per request (`admission_need(...).blocks`; the watermark apart)."""
@@ -328,26 +338,43 @@ def pool(x: Inputs) -> Pool:
     )
 
 
-def with_head_floor(p: Pool, blocks: int, running: int) -> Pool:
-    """`p` with the queue head's admission blocks floored at `blocks` (what requests in flight hold each, when they
-    already hold more than any finished request did: the head is as likely one of the new workload's), and the
-    admission headroom under it (watermark and gates as in `pool`). The worst case per request is unchanged (it is
-    floored by the same evidence)."""
-    if blocks <= p.prompt_blocks:
-        return p
+def with_head_floor(p: Pool, blocks: int, running: int, token_budget: int | None = None) -> Pool:
+    """`p` with the queue head's prompt floored at `blocks` (what requests in flight hold each, when they already
+    hold more than any finished request did: the head is as likely one of the new workload's), and the admission
+    need and headroom under it (watermark and gates as in `pool`). The worst case per request is unchanged (it is
+    floored by the same evidence).
+
+    The floor is the head's size, not what each gate asks of it: the full-prompt gate asks the whole prompt, the
+    per-step gate (every V1 release; the only one before 0.19) only the step's chunk, min(prompt, token budget)
+    plus the lookahead (`num_new_tokens = min(num_new_tokens, token_budget)` before `allocate_slots`,
+    vllm/v1/core/sched/scheduler.py:435/:474 @0.10.2, :1169/:1256 @0.32.0), as `admission_need` has it, but only
+    with prefix caching off (`token_budget` given): with it on, the step gate also counts the head's cached prefix
+    blocks that sit evictable in the free queue (`get_num_blocks_to_allocate` adds `num_evictable_computed_blocks`,
+    vllm/v1/core/single_type_kv_cache_manager.py @0.10.2), which no metric shows: a head resumed after a preemption
+    needs up to its whole prompt (engine truth, tests/fixtures/vllm-0.10.2/prod-kv: 573 blocks asked for a
+    28k-token head against a chunk of 256). So with the budget unknown or prefix caching on, the step gate takes
+    the whole prompt (never more admissions than the engine makes)."""
     need = p.admission
-    wm = 0
-    admissible = p.kv_free_blocks >= blocks
-    if need is not None:
-        if need.full_prompt_blocks is not None:
-            need = replace(need, full_prompt_blocks=max(need.full_prompt_blocks, blocks))
-        else:
-            need = replace(need, step_blocks=max(need.step_blocks, blocks - need.reserved_blocks))
-        need = replace(need, blocks=max(blocks, need.blocks))
-        wm = need.watermark_blocks
-        admissible = need.admits(p.kv_free_blocks, running)
-    return replace(p, prompt_blocks=blocks, admission=need, head_admissible=admissible,
-                   kv_admission_headroom_requests=kv_admission_headroom(p.kv_free_blocks, blocks, wm, running))
+    if need is None:
+        if blocks <= p.prompt_blocks:
+            return p
+        return replace(p, prompt_blocks=blocks, head_admissible=p.kv_free_blocks >= blocks,
+                       kv_admission_headroom_requests=kv_admission_headroom(p.kv_free_blocks, blocks, 0, running))
+    step = blocks - need.reserved_blocks
+    if token_budget is not None:
+        step = min(blocks, max(1, blocks_for_tokens(token_budget + max(need.lookahead_tokens, 0),
+                                                    p.block_size_tokens)))
+    step = max(need.step_blocks, step)
+    if need.full_prompt_blocks is not None:
+        full = max(need.full_prompt_blocks, blocks)
+        need = replace(need, full_prompt_blocks=full, step_blocks=step, blocks=max(full, step + need.reserved_blocks))
+    else:
+        need = replace(need, step_blocks=step, blocks=step + need.reserved_blocks)
+    if need.blocks <= p.prompt_blocks and need == p.admission:
+        return p
+    return replace(p, prompt_blocks=need.blocks, admission=need, head_admissible=need.admits(p.kv_free_blocks, running),
+                   kv_admission_headroom_requests=kv_admission_headroom(p.kv_free_blocks, need.blocks,
+                                                                        need.watermark_blocks, running))
 
 
 def with_slots(p: Pool, max_num_seqs: int | None, running: int) -> Headroom:

@@ -647,7 +647,8 @@ def judge(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, histo
         # Requests in flight already hold more than any finished request did (the workload changed), or too few
         # requests finished to size one: the queue's head is as likely one of those in flight. Its admission blocks,
         # and the prefill it will ask of the step's budget, are floored by what they hold now.
-        pool = derive.with_head_floor(pool, held, running)
+        pool = derive.with_head_floor(pool, held, running, derived_from.max_num_batched_tokens
+                                      if value(cfg.enable_prefix_caching) is False else None)
         if median is not None and held * block_size > median.tokens:
             median = replace(median, tokens=held * block_size)
     waste, boundary = kv_waste(history, e, pool, max_model_len, hit_share, cfg)
@@ -668,6 +669,7 @@ def judge(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, histo
         requests_grow=requests_grow(pool, prompt, max_tokens, hit_share), thin_profile=thin,
         max_num_seqs_candidates=batch.max_num_seqs, budget_candidates=budget_cands,
         budget_stated=budget is not None and budget.max_num_batched_tokens is not None,
+        chunked_prefill=value(cfg.enable_chunked_prefill) is not False,
         prompt_tokens=None if budget is None or budget.prefill_tokens is None else int(budget.prefill_tokens),
         preemptions_total=e.preemptions_total,
         profile_backed=prompt is not None and prompt.basis in advice.SIZED_BASES, stale_profile=stale,

@@ -55,27 +55,79 @@ def redact(url: str) -> str:
     return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rsplit("@", 1)[1]))
 
 
+@dataclass(frozen=True)
+class Tls:
+    """How to reach an https target (vLLM behind TLS: its --ssl-certfile/--ssl-keyfile, --ssl-ca-certs with
+    --ssl-cert-reqs for client certificates). `ca_file`: PEM CA(s) that sign its certificate, instead of the public
+    roots; `insecure_skip_verify`: accept any certificate (off by default; the scrape is then open to a
+    man-in-the-middle); `client_cert`/`client_key`: PEM certificate (and its key, if not in the same file) to
+    present when vLLM asks for one; `server_name`: the name to check the certificate against (and send as SNI)
+    instead of the URL's host, e.g. the Service name a pod's certificate is issued for while the sidecar scrapes
+    127.0.0.1 (Prometheus' tls_config server_name)."""
+
+    ca_file: str | None = None
+    insecure_skip_verify: bool = False
+    client_cert: str | None = None
+    client_key: str | None = None
+    server_name: str | None = None
+
+
 @functools.lru_cache(maxsize=8)
-def ssl_context(ca_file: str | None = None) -> ssl.SSLContext:
+def ssl_context(ca_file: str | None = None, insecure_skip_verify: bool = False, client_cert: str | None = None,
+                client_key: str | None = None) -> ssl.SSLContext:
     """The TLS context of every target client: certifi's roots (httpx's default), or only `ca_file`'s (a
-    private CA, --scrape.ca-file). One per CA file: a context is costly and holds the loaded roots."""
+    private CA, --scrape.ca-file); no verification at all with `insecure_skip_verify`; `client_cert` (with
+    `client_key`) presented when the server asks. One per combination: a context is costly and holds the loaded
+    roots. Raises OSError (ssl.SSLError) or ValueError for files it cannot use."""
     import ssl
 
     if ca_file:
-        return ssl.create_default_context(cafile=ca_file)
-    import httpx
+        ctx = ssl.create_default_context(cafile=ca_file)
+    else:
+        import httpx
 
-    return httpx.create_ssl_context()
+        ctx = httpx.create_ssl_context()
+    if insecure_skip_verify:
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    if client_cert:
+        ctx.load_cert_chain(client_cert, client_key)
+    return ctx
 
 
-def client(trust_env: bool = False, ca_file: str | None = None) -> httpx.AsyncClient:
+def client(trust_env: bool = False, tls: Tls | None = None) -> httpx.AsyncClient:
     """A small client for one target: two connections (/metrics beside /v1/models or /version) and no proxy,
     .netrc or SSL_CERT_* from the environment unless `trust_env` (--scrape.trust-env): an HTTP_PROXY meant for
-    the pod's egress must not carry loopback scrapes, and the API key, through a proxy."""
+    the pod's egress must not carry loopback scrapes, and the API key, through a proxy. `tls`: how to reach an
+    https target (`Tls`)."""
     import httpx
 
-    return httpx.AsyncClient(limits=httpx.Limits(max_connections=2, max_keepalive_connections=2),
-                             verify=ssl_context(ca_file), trust_env=trust_env)
+    tls = tls or Tls()
+    verify = ssl_context(tls.ca_file, tls.insecure_skip_verify, tls.client_cert, tls.client_key)
+    limits = httpx.Limits(max_connections=2, max_keepalive_connections=2)
+    if tls.server_name is None:
+        return httpx.AsyncClient(limits=limits, verify=verify, trust_env=trust_env)
+    transport = _server_name_transport(tls.server_name, verify=verify, limits=limits, trust_env=trust_env)
+    return httpx.AsyncClient(limits=limits, verify=verify, trust_env=trust_env, transport=transport)
+
+
+def _server_name_transport(name: str, **kwargs: Any) -> httpx.AsyncBaseTransport:
+    """httpx's transport (`kwargs`: its verify, limits, trust_env) checking certificates against `name`."""
+    import httpx
+
+    class ServerName(httpx.AsyncHTTPTransport):
+        """Checks the certificate against (and sends as SNI) a given name, not the URL's host: httpcore's
+        `sni_hostname` request extension, which becomes the TLS handshake's server_hostname."""
+
+        def __init__(self, name: str, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            self.name = name
+
+        async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+            request.extensions = {**request.extensions, "sni_hostname": self.name}
+            return await super().handle_async_request(request)
+
+    return ServerName(name, **kwargs)
 
 
 def _timeout_message(url: str, timeout: float, phase: str, size: int) -> str:
@@ -129,16 +181,34 @@ async def fetch(
     except httpx.TimeoutException:
         raise ScrapeError("timeout", _timeout_message(shown, timeout, phase, size)) from None
     except httpx.ConnectError as exc:
-        raise ScrapeError("connect", f"cannot connect to {shown}: {exc}") from None
+        raise ScrapeError("connect", f"cannot connect to {shown}: {exc}{_tls_hint(exc)}") from None
     except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
+        if hint := _tls_hint(exc):  # TLS 1.3: a refused client certificate surfaces on the first read
+            raise ScrapeError("connect", f"cannot connect to {shown}: {exc}{hint}") from None
+        if phase == "connect" and url.startswith("https:"):  # ...or as a bare close, before any answer
+            raise ScrapeError("connect", f"cannot connect to {shown}: it closed the TLS connection before answering"
+                              f"{': ' + str(exc) if str(exc) else ''} (if vLLM asks for a client certificate: "
+                              "--scrape.client-cert and --scrape.client-key)") from None
         raise ScrapeError("truncated", f"{shown} closed the connection mid-body: {exc}") from None
     except httpx.HTTPError as exc:
         raise ScrapeError("connect", f"{shown}: {exc}") from None
     except ScrapeError:
         raise
     except Exception as exc:  # httpx/anyio raise others for URLs they cannot use (OverflowError in a group)
-        raise ScrapeError("connect", f"cannot fetch {shown}: {describe(exc)}") from None
+        said = describe(exc)  # an ssl.SSLError raised past httpx, e.g. a refused client certificate
+        raise ScrapeError("connect", f"cannot fetch {shown}: {said}{_tls_hint(said)}") from None
     return "".join(chunks)
+
+
+def _tls_hint(exc: Exception | str) -> str:
+    """Which flag fixes a TLS failure, from OpenSSL's reason in the message ("" for any other failure)."""
+    text = str(exc)
+    if "CERTIFICATE_VERIFY_FAILED" in text:
+        return (" (--scrape.ca-file names the CA that signs vLLM's certificate, --scrape.tls-server-name the name it "
+                "is issued for)")
+    if "CERTIFICATE_REQUIRED" in text.upper().replace(" ", "_"):
+        return " (vLLM asks for a client certificate: --scrape.client-cert and --scrape.client-key)"
+    return ""
 
 
 def describe(exc: BaseException) -> str:
@@ -150,12 +220,21 @@ def describe(exc: BaseException) -> str:
 
 
 def parse_models(body: str) -> ModelsInfo:
-    """Read /v1/models; LoRA adapter cards carry max_model_len null and are skipped for it, and so is a length
-    no model has (above 2^31 tokens)."""
+    """Read /v1/models: OpenAI's list (`{"object": "list", "data": [cards]}`), or KServe's V1 protocol list
+    (`{"models": [names]}`), which KServe's model server (e.g. huggingfaceserver running vLLM in-process) answers
+    on /v1/models beside its OpenAI list under /openai/v1/models (kserve/kserve @aaac4e29
+    python/kserve/kserve/protocol/rest/v1_endpoints.py); neither of KServe's lists carries max_model_len
+    (its OpenAI cards say null). LoRA adapter cards carry max_model_len null and are skipped for it, and so is a
+    length no model has (above 2^31 tokens). Raises ScrapeError("models") for anything else."""
     try:
         doc: Any = json.loads(body)
+    except (ValueError, RecursionError):
+        doc = None
+    if isinstance(doc, dict) and "data" not in doc and isinstance(doc.get("models"), list):
+        return ModelsInfo(tuple(str(n) for n in doc["models"] if isinstance(n, str)), None)
+    try:
         data = doc["data"]
-    except (ValueError, KeyError, TypeError, RecursionError):
+    except (KeyError, TypeError):
         raise ScrapeError("models", "/v1/models did not return an OpenAI model list") from None
     ids: list[str] = []
     max_len: int | None = None

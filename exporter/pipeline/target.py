@@ -38,7 +38,7 @@ from .report import EngineReport as EngineReport
 from .report import ProfileQuality as ProfileQuality
 from .report import TargetReport as TargetReport
 from .report import TargetStatus
-from .scrape import ModelsInfo, ScrapeError, client, describe, fetch, redact, server_info
+from .scrape import ModelsInfo, ScrapeError, Tls, client, describe, fetch, redact, server_info
 from .verdict import Thresholds
 
 if TYPE_CHECKING:  # asyncio and httpx on first use (a one-shot on a file needs neither)
@@ -69,7 +69,7 @@ class Settings:
     draft_shape: ModelShape | None = None  # from --draft-model-config: a speculative drafter's layers
     engine: Engine = VLLM  # the serving engine behind the URL: its metric names, readers and flags
     trust_env: bool = False  # proxies, .netrc and SSL_CERT_* from the environment for this target
-    ca_file: str | None = None  # the CA that signs an https target's certificate (else certifi's roots)
+    tls: Tls = field(default_factory=Tls)  # how to reach an https target: CA, client certificate, name to verify
     max_samples: int = defaults.SCRAPE_MAX_SAMPLES  # kept samples per scrape (Prometheus' sample_limit)
     startup_log: str | None = None  # vLLM's start-up log (a file): capacity when vLLM exports none
     kv_pool: KvPool | None = None  # the KV pool per device we were told (--kv-cache-memory, --gpu-memory)
@@ -253,6 +253,10 @@ class Target:
             report.notes += [f"vLLM's start-up log: {n}" for n in self._attention.notes]
         for info in snap.cache_info.values():
             report.notes += [n for n in info.rejected() if n not in report.notes]
+        if not snap.engines:  # the server answered, but no series names an engine: nothing to judge, said once
+            n = engine.names
+            report.notes.append(f"the exposition names no engine (no {n.running}, {n.waiting} or {n.kv_usage} "
+                                "series): nothing is judged")
         models_len = self.models.max_model_len if self.models else None
         found = self._cmdline if self.settings.vllm_args is None and self.settings.discover_cmdline else None
         undetermined: list[tuple[str, float | None]] = []  # engines without capacity: the replica signal holds them
@@ -367,7 +371,7 @@ class Target:
             # The deadline starts before the client: building its TLS context (certifi's roots) is a blocking
             # 20-300 ms, more on a loaded machine, and it belongs to the user's --scrape.timeout too.
             deadline = asyncio.get_running_loop().time() + self.settings.timeout
-            async with client(self.settings.trust_env, self.settings.ca_file) as c:
+            async with client(self.settings.trust_env, self.settings.tls) as c:
                 return await self.fetch_metrics(c, time.monotonic(), deadline)
 
         return asyncio.run(run())

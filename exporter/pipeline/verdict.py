@@ -92,6 +92,7 @@ class Observation:
     # max_num_batched_tokens: the stated value (one candidate), or vLLM's defaults when assumed; () for V0.
     budget_candidates: tuple[Candidate, ...] = ()
     budget_stated: bool = False
+    chunked_prefill: bool = True  # vLLM V1's default; False only where the command line says so
     prompt_tokens: int | None = None  # one typical (median) prefill's uncached tokens: the token budget's use
     preemptions_total: float | None = None  # since start (one-shot: the only preemption evidence)
     profile_backed: bool = True  # the head's size comes from finished requests (not the in-flight floor)
@@ -172,6 +173,21 @@ def pool_exhausted(o: Observation) -> bool:
     return o.waiting > 0 and o.running > 0 and o.headroom.kv_free_blocks == 0 and o.requests_grow
 
 
+def pool_tight(o: Observation) -> bool:
+    """The free blocks may not cover the next step's allocations: the queue head does not fit, or fewer blocks are
+    free than every running request's next block plus one prefill chunk of the token budget (blocks_for_tokens of
+    the largest budget it may have; none when unknown). vLLM preempts only when `allocate_slots` fails for a
+    running request (vllm/v1/core/sched/scheduler.py:253-280 @0.10.2, :778-836 @0.32.0), a decode asking at most
+    one new block per step: a preemption seconds ago beside free blocks that cover all that says the storm has
+    passed, and what binds now is judged as on any other scrape (engine truth: tests/fixtures/vllm-0.10.2/
+    prod-mixed, 472-1,029 blocks free for 150 running 4-10 s after the last preemption, the budget binding)."""
+    hr = o.headroom
+    if not hr.head_fits:
+        return True
+    chunk = max((c.value for c in o.budget_candidates), default=0)
+    return hr.kv_free_blocks < o.running + derive.blocks_for_tokens(chunk, hr.block_size_tokens)
+
+
 def suspected_preemption(o: Observation) -> bool:
     """One observation, requests waiting, vLLM counted preemptions since it started, the running requests leave
     no room for one more of the profile's worst case while the free blocks are within two such requests of
@@ -191,16 +207,22 @@ def suspected_preemption(o: Observation) -> bool:
     return (near and no_room) or o.stale_profile
 
 
-def next_step(free_slots: int | None, kv_room: int, waiting: int, budget_room: float | None = None) -> Limit:
+def next_step(free_slots: int | None, kv_room: int, waiting: int, budget_room: float | None = None,
+              budget_first: bool = False) -> Limit:
     """What binds the queue at the next engine step: it admits min(free slots, requests whose prompt fits the
     free blocks, prefills the step's token budget has room for); a queue no larger is admitted (NONE), else the
     limit that runs out first binds (slots, then blocks, on a tie: a free block or budget without a slot admits
-    nobody). `free_slots` None: no slot cap (an unknown one taken as large); `budget_room` None: not modelled."""
+    nobody). `free_slots` None: no slot cap (an unknown one taken as large); `budget_room` None: not modelled.
+    `budget_first`: the budget's room counts a last partial chunk (chunked prefill, `derive.budget_heads`), which
+    leaves no budget: on a tie the scan's first test, `while token_budget > 0` (vllm/v1/core/sched/scheduler.py:334
+    @0.10.2, :912 @0.32.0), ends it before the slot test and allocate_slots."""
     big = waiting + kv_room + 1
     slots = free_slots if free_slots is not None else big
     budget = budget_room if budget_room is not None else float(big)
     if waiting <= min(slots, kv_room, budget):
         return Limit.NONE
+    if budget_first and budget <= min(slots, kv_room):
+        return Limit.TOKEN_BUDGET
     if slots <= kv_room and slots <= budget:
         return Limit.SLOTS
     return Limit.BLOCKS if kv_room <= budget else Limit.TOKEN_BUDGET
@@ -220,7 +242,10 @@ def classify(o: Observation, h: History, t: Thresholds) -> Judgement:
     # vLLM 0.32.0 counts a preemption when the preempted request's next output is processed (the PREEMPTED
     # event rides on it: vllm/v1/metrics/stats.py `update_from_events`), one or more scrapes late: the
     # gauges (running fell, waiting rose, nothing finished, the pool full) show it first.
-    if h.preempted_now or (h.preempted_recently and o.waiting > 0):
+    # Within the window after a rise, preempting holds while requests wait and the pool is still tight: free
+    # blocks that cover every running request's next block and a prefill chunk say the storm has passed, and what
+    # binds now is judged as on any other scrape (`pool_tight`).
+    if h.preempted_now or (h.preempted_recently and o.waiting > 0 and pool_tight(o)):
         return Judgement(Verdict.PREEMPTING, Limit.BLOCKS)
     if h.preemption_inferred or pool_exhausted(o):
         return Judgement(Verdict.PREEMPTING, Limit.BLOCKS, preemption_inferred=True, suspected=h.one_shot)
@@ -396,7 +421,7 @@ def _step_room(o: Observation, free_slots: int, kv_room: int, budget: Candidate 
         return 0.0
     if o.prompt_tokens is None:
         return None
-    return min(room, derive.budget_admissions(budget.value, taken, o.prompt_tokens))
+    return min(room, derive.budget_heads(budget.value, taken, o.prompt_tokens, o.chunked_prefill))
 
 
 def _lora(o: Observation, h: History, free_slots: int, kv_room: int, budgets: tuple[Candidate | None, ...],
@@ -437,9 +462,9 @@ def step_limit(o: Observation, free_slots: int | None, kv_room: int, budget: Can
         return next_step(free_slots, kv_room, o.waiting)
     taken = float(o.running) if o.tokens_per_step is None else max(float(o.running), o.tokens_per_step)
     # All prefill lately (blocks grew, no step or token counted): the running prefills take the whole budget.
-    room = 0.0 if math.isinf(taken) or o.prompt_tokens is None else derive.budget_admissions(
-        budget.value, taken, o.prompt_tokens)
-    return next_step(free_slots, kv_room, o.waiting, room)
+    room = 0.0 if math.isinf(taken) or o.prompt_tokens is None else derive.budget_heads(
+        budget.value, taken, o.prompt_tokens, o.chunked_prefill)
+    return next_step(free_slots, kv_room, o.waiting, room, budget_first=o.chunked_prefill)
 
 
 def resolve_budget(outs: dict[Candidate | None, Limit]) -> Limit | None:
@@ -457,7 +482,7 @@ def resolve_budget(outs: dict[Candidate | None, Limit]) -> Limit | None:
 
 
 def _admits(o: Observation, free_slots: int, kv_room: int, budgets: tuple[Candidate | None, ...]) -> int:
-    rooms = [math.floor(derive.budget_admissions(b.value, o.running, o.prompt_tokens)) for b in budgets
+    rooms = [derive.budget_heads(b.value, o.running, o.prompt_tokens, o.chunked_prefill) for b in budgets
              if b is not None and o.prompt_tokens is not None]
     return min([free_slots, kv_room, *rooms])
 

@@ -55,6 +55,8 @@ def render(tools: Tools, tmp: Path, user: list[Doc], name: str, port: int, names
     if namespace:
         target["metadata"]["namespace"] = namespace
     settings["vllmPort"] = port
+    settings["instance"] = name  # the Deployment's name, as its comment says
+    settings["namespace"] = namespace or "default"
     (overlay / "vllm-headroom.yaml").write_text(yaml.safe_dump_all(values))
     return subprocess.run([tools.bin("kubectl"), "kustomize", str(overlay)], capture_output=True, text=True,
                           timeout=60)

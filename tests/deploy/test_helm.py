@@ -301,3 +301,60 @@ def test_the_notes_port_forward_reaches_the_sidecar(helm: Helm, values: dict[str
     sidecar listened on sidecar.port."""
     line = next(ln for ln in notes(helm(values)).splitlines() if "port-forward" in ln)
     assert line.rstrip().endswith(forward) or forward in line, line
+
+
+TLS = {"enabled": True, "serverName": "vllm.inference.svc", "caSecret": "vllm-ca", "clientCertSecret": "sidecar-tls",
+       "insecureSkipVerify": False}
+
+
+@pytest.mark.parametrize("monitor", ["podMonitor", "serviceMonitor"])
+def test_vllm_behind_tls(helm: Helm, validate: Validate, monitor: str) -> None:
+    """vllm.tls: the sidecar scrapes https with the CA, server name and client certificate from the Secrets (the
+    flags of docs/reference/cli.md as env), the monitors scrape vLLM's /metrics with the same tlsConfig."""
+    values: dict[str, Any] = {"vllm": {"tls": TLS}}
+    if monitor == "serviceMonitor":
+        values |= {"podMonitor": {"enabled": False}, "serviceMonitor": {"enabled": True}}
+    out = helm(values)
+    assert out["schema_error"] is None and out["render_error"] is None, out
+    docs = objects(out)
+    assert not [r for r in validate(docs) if r["error"]]
+    patch = _patch_from_notes(notes(out))
+    pod = patch["spec"]["template"]["spec"]
+    (sidecar,) = pod["initContainers"]
+    env = {e["name"]: e["value"] for e in sidecar["env"]}
+    assert env["VLLM_HEADROOM_TARGET"] == "https://127.0.0.1:8000"
+    assert env["VLLM_HEADROOM_SCRAPE_TLS_SERVER_NAME"] == "vllm.inference.svc"
+    mounts = {m["name"]: m["mountPath"] for m in sidecar["volumeMounts"]}
+    secrets = {v["name"]: v["secret"]["secretName"] for v in pod["volumes"]}
+    assert secrets == {"vllm-headroom-tls-ca": "vllm-ca", "vllm-headroom-tls-client": "sidecar-tls"}
+    assert env["VLLM_HEADROOM_SCRAPE_CA_FILE"] == mounts["vllm-headroom-tls-ca"] + "/ca.crt"
+    assert env["VLLM_HEADROOM_SCRAPE_CLIENT_CERT"] == mounts["vllm-headroom-tls-client"] + "/tls.crt"
+    assert env["VLLM_HEADROOM_SCRAPE_CLIENT_KEY"] == mounts["vllm-headroom-tls-client"] + "/tls.key"
+    assert "VLLM_HEADROOM_SCRAPE_INSECURE_SKIP_VERIFY" not in env  # verification stays on
+    kind = "PodMonitor" if monitor == "podMonitor" else "ServiceMonitor"
+    m = find(docs, kind)
+    headroom, vllm = m["spec"]["podMetricsEndpoints" if kind == "PodMonitor" else "endpoints"]
+    assert "scheme" not in headroom and "tlsConfig" not in headroom  # the sidecar itself serves http
+    assert vllm["scheme"] == "https" and vllm["tlsConfig"] == {
+        "ca": {"secret": {"name": "vllm-ca", "key": "ca.crt"}}, "cert": {"secret": {"name": "sidecar-tls",
+                                                                                    "key": "tls.crt"}},
+        "keySecret": {"name": "sidecar-tls", "key": "tls.key"}, "serverName": "vllm.inference.svc"}
+    # The env names are the sidecar's own flags (an unknown VLLM_HEADROOM_* is only warned about, so check here).
+    from exporter.cli import build_parser
+    from exporter.cli.flags import ENV_NAMES
+
+    build_parser()  # registers every flag's variable
+    assert {k for k in env if k.startswith("VLLM_HEADROOM_SCRAPE")} <= ENV_NAMES
+
+
+def test_tls_off_changes_nothing(rendered: dict[str, dict[str, Any]]) -> None:
+    sidecar = _patch_from_notes(notes(rendered["defaults"]))["spec"]["template"]["spec"]["initContainers"][0]
+    assert "volumeMounts" not in sidecar and not [e for e in sidecar["env"] if "SCRAPE_" in e["name"] and
+                                                  e["name"] != "VLLM_HEADROOM_SCRAPE_INTERVAL"]
+    assert all("tlsConfig" not in e for e in find(objects(rendered["defaults"]), "PodMonitor")["spec"][
+        "podMetricsEndpoints"])
+
+
+def test_tls_insecure_with_a_ca_is_refused(helm: Helm) -> None:
+    out = helm({"vllm": {"tls": {**TLS, "insecureSkipVerify": True}}})
+    assert "vllm.tls.insecureSkipVerify checks nothing" in out["render_error"]

@@ -89,7 +89,9 @@ def test_existing_vllm_overlay_keeps_the_users_pod(kustomize: Render) -> None:
     assert [c["name"] for c in pod["containers"]] == ["server"]
     assert [c["name"] for c in pod["initContainers"]] == ["vllm-headroom", "fetch-model"]
     assert deployment["spec"]["replicas"] == 2 and deployment["spec"]["selector"] == {"matchLabels": {"app": "my-llm"}}
-    assert "Service" not in {d["kind"] for d in kustomize("overlays/existing-vllm")}
+    # Only the sidecar's own Service (for KEDA's metrics-api scaler), none in front of vLLM.
+    (service,) = [d for d in kustomize("overlays/existing-vllm") if d["kind"] == "Service"]
+    assert [p["targetPort"] for p in service["spec"]["ports"]] == ["headroom"]
 
 
 def test_legacy_overlay_runs_a_plain_container(kustomize: Render) -> None:

@@ -403,3 +403,27 @@ def test_every_metric_name_exists_in_a_recorded_exposition() -> None:
         expr = re.sub(r"^label_values\((.*), \w+\)$", r"\1", substitute(expr))
         missing |= metric_names(expr) - recorded - produced
     assert not missing, f"not in any recorded exposition (vLLM 0.32.0 or ours): {sorted(missing)}"
+
+
+def test_the_replica_ramp_replays_the_sidecars_own_output() -> None:
+    """The promtool ramp's input is the sidecar's served value per recorded frame: at each recording's snapshot it
+    equals the golden copy of our /metrics (tests/golden.py renders the same frames), and the ramp both scales out
+    (a sum above 2 replicas) and ends idle at 0."""
+    import json
+
+    from exporter.replay import recording
+    from tests.monitoring.replica_replay import FIXTURES, RAMP, ramp_pods
+    from tests.monitoring.replica_replay import replay as replay_recording
+
+    for _name, _ip, _start, source, _jobs in RAMP:
+        r = replay_recording(source)
+        folder = FIXTURES / source
+        meta = json.loads((folder / "meta.json").read_text())
+        frames = [t for t, _ in recording.load(folder).frames]
+        k = max(i for i, t in enumerate(frames) if t - frames[0] <= float(meta.get("snapshot_t", 1e9)) + 1e-9)
+        golden = re.search(r"^vllm_headroom_replicas_needed\{[^}]*\} (\S+)$",
+                           (folder / "golden-metrics.prom").read_text(), re.M)
+        assert golden and r.values[k] == float(golden.group(1)), (source, k, r.values[k], golden)
+    pods = ramp_pods()
+    peak = max(sum(v for p in pods if (v := p.at(t)) is not None) for t in range(0, 1800, 30))
+    assert peak > 2 and all(p.values[-1] == 0.0 for p in pods), peak

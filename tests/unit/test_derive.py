@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -111,3 +113,23 @@ def test_effective_usage_is_a_ratio_and_never_below_what_is_used(
     assert 0.0 <= eff <= 1.0
     # What a worst-case request cannot have includes at least what is already used.
     assert eff >= used / capacity - 1e-9
+
+
+def test_the_in_flight_floor_asks_the_per_step_gate_for_one_chunk_only_without_prefix_caching() -> None:
+    # The shape of vllm-0.10.2/prod-kv (20,001 blocks of 32, budget 8,192, 28k-token prompts in flight: 874 blocks
+    # held each, 791 free): before 0.19 allocate_slots asks for the step's chunk, min(prompt, budget) = 256 blocks.
+    x = derive.Inputs(num_gpu_blocks=20001, block_size=32, has_null_block=True, usage_counts_null_block=False,
+                      usage=19209 / 20001, running=22, waiting=2, max_model_len=32768, max_num_seqs=256,
+                      prompt_tokens=7000, max_tokens=400, admission_rule=derive.FIRST_CHUNK,
+                      max_num_batched_tokens=8192)
+    p = derive.pool(x)
+    chunked = derive.with_head_floor(p, 874, 22, token_budget=8192)
+    assert chunked.prompt_blocks == 256 and chunked.head_fits
+    assert chunked.kv_admission_headroom_requests == p.kv_free_blocks // 256
+    # Prefix caching on (or the budget unknown): the gate also counts the head's evictable cached blocks, up to
+    # the whole prompt, which no metric shows.
+    whole = derive.with_head_floor(p, 874, 22)
+    assert whole.prompt_blocks == 874 and not whole.head_fits
+    # The full-prompt gate (>= 0.19) asks the whole prompt whatever the budget.
+    full = derive.with_head_floor(derive.pool(replace(x, admission_rule=derive.FULL_PROMPT)), 874, 22, 8192)
+    assert full.prompt_blocks == 874 and not full.head_fits

@@ -16,7 +16,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -80,35 +79,12 @@ async def _status(port: int, path: str) -> int:
         return 0
 
 
-@contextlib.contextmanager
-def healthy_target() -> Iterator[hostile.Target]:
-    ready, state = threading.Event(), {}
-
-    def run() -> None:
-        async def main() -> None:
-            t = await hostile.Target("ok").start()
-            state["target"], state["loop"], state["stop"] = t, asyncio.get_running_loop(), asyncio.Event()
-            ready.set()
-            await state["stop"].wait()  # type: ignore[attr-defined]
-
-        asyncio.run(main())
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    assert ready.wait(HANG)
-    try:
-        yield state["target"]  # type: ignore[misc]
-    finally:
-        state["loop"].call_soon_threadsafe(state["stop"].set)  # type: ignore[attr-defined]
-        thread.join(HANG)
-
-
 def test_slowloris_cannot_take_the_probe_or_the_scrapes_files() -> None:
     """Under a file limit of 400, 600 half-open connections: the old server held each until accept() failed for
     lack of files, so the probe could not connect and the scrapes could not open theirs (every target up 0).
     Now the sidecar holds at most what its files allow beside the targets', each newcomer closing the oldest
     half-open one: the probe is answered and the target is scraped on."""
-    with healthy_target() as target, sidecar_process(target.url, files=400) as (port, _proc):
+    with hostile.serving() as target, sidecar_process(target.url, files=400) as (port, _proc):
         before = len(target.metrics_at)
         held: list[socket.socket] = []
         try:
@@ -138,7 +114,7 @@ async def _body(port: int, path: str) -> str:
 
 
 def test_sighup_is_logged_and_the_sidecar_stays_up() -> None:
-    with healthy_target() as target, sidecar_process(target.url) as (port, proc):
+    with hostile.serving() as target, sidecar_process(target.url) as (port, proc):
         proc.send_signal(signal.SIGHUP)
         deadline = time.monotonic() + HANG
         while asyncio.run(_status(port, "/healthz")) != 200:

@@ -96,34 +96,12 @@ def test_one_shot_diagnose_honours_the_deadline() -> None:
     passes (it ran past 20 s at 2 s; the dripped body here would take 45 minutes)."""
     import subprocess
     import sys
-    import threading
     from pathlib import Path
 
-    ready = threading.Event()
-    state: dict[str, object] = {}
-
-    def serve() -> None:
-        async def main() -> None:
-            t = await hostile.Target("drip-body").start()
-            stop = asyncio.Event()
-            state["url"], state["loop"], state["stop"] = t.url, asyncio.get_running_loop(), stop
-            ready.set()
-            await stop.wait()
-
-        asyncio.run(main())
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    assert ready.wait(30)
     repo = Path(__file__).resolve().parents[2]
-    try:
-        done = subprocess.run([sys.executable, "-m", "exporter", "diagnose", str(state["url"]), "--scrape.timeout",
-                               "1s"], capture_output=True, text=True, timeout=HANG, cwd=repo,
+    with hostile.serving("drip-body") as target:
+        done = subprocess.run([sys.executable, "-m", "exporter", "diagnose", target.url, "--scrape.timeout", "1s"],
+                              capture_output=True, text=True, timeout=HANG, cwd=repo,
                               env={**os.environ, "PYTHONPATH": str(repo)})
-    finally:
-        loop, stop = state["loop"], state["stop"]
-        assert isinstance(loop, asyncio.AbstractEventLoop) and isinstance(stop, asyncio.Event)
-        loop.call_soon_threadsafe(stop.set)
-        thread.join(30)
     assert done.returncode == 1, done.stderr
     assert "DOWN (timeout)" in done.stdout and "did not send its whole body within 1 s" in done.stdout

@@ -28,7 +28,29 @@ restartPolicy: Always
 {{- end }}
 env:
   - name: VLLM_HEADROOM_TARGET
-    value: {{ printf "http://127.0.0.1:%v" .Values.vllm.port | quote }}
+    value: {{ printf "%s://127.0.0.1:%v" (ternary "https" "http" .Values.vllm.tls.enabled) .Values.vllm.port | quote }}
+  {{- with .Values.vllm.tls }}
+  {{- if .enabled }}
+  {{- if .caSecret }}
+  - name: VLLM_HEADROOM_SCRAPE_CA_FILE
+    value: /etc/vllm-headroom/tls/ca/ca.crt
+  {{- end }}
+  {{- if .serverName }}
+  - name: VLLM_HEADROOM_SCRAPE_TLS_SERVER_NAME
+    value: {{ .serverName | quote }}
+  {{- end }}
+  {{- if .clientCertSecret }}
+  - name: VLLM_HEADROOM_SCRAPE_CLIENT_CERT
+    value: /etc/vllm-headroom/tls/client/tls.crt
+  - name: VLLM_HEADROOM_SCRAPE_CLIENT_KEY
+    value: /etc/vllm-headroom/tls/client/tls.key
+  {{- end }}
+  {{- if .insecureSkipVerify }}
+  - name: VLLM_HEADROOM_SCRAPE_INSECURE_SKIP_VERIFY
+    value: "true"
+  {{- end }}
+  {{- end }}
+  {{- end }}
   - name: VLLM_HEADROOM_WEB_LISTEN_ADDRESS
     value: {{ printf "0.0.0.0:%v" .Values.sidecar.port | quote }}
   - name: VLLM_HEADROOM_SCRAPE_INTERVAL
@@ -71,6 +93,69 @@ resources:
   {{- toYaml .Values.sidecar.resources | nindent 2 }}
 securityContext:
   {{- toYaml .Values.sidecar.securityContext | nindent 2 }}
+{{- with include "vllm-headroom.tlsMounts" . }}
+volumeMounts:
+  {{- . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* The sidecar's mounts of vllm.tls's Secrets ("" without TLS secrets). */}}
+{{- define "vllm-headroom.tlsMounts" -}}
+{{- with .Values.vllm.tls }}
+{{- if and .enabled .caSecret }}
+- name: vllm-headroom-tls-ca
+  mountPath: /etc/vllm-headroom/tls/ca
+  readOnly: true
+{{- end }}
+{{- if and .enabled .clientCertSecret }}
+- name: vllm-headroom-tls-client
+  mountPath: /etc/vllm-headroom/tls/client
+  readOnly: true
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* The pod's volumes for those mounts ("" without TLS secrets). */}}
+{{- define "vllm-headroom.tlsVolumes" -}}
+{{- with .Values.vllm.tls }}
+{{- if and .enabled .caSecret }}
+- name: vllm-headroom-tls-ca
+  secret:
+    secretName: {{ .caSecret }}
+    items: [{key: ca.crt, path: ca.crt}]
+{{- end }}
+{{- if and .enabled .clientCertSecret }}
+- name: vllm-headroom-tls-client
+  secret:
+    secretName: {{ .clientCertSecret }}
+    items: [{key: tls.crt, path: tls.crt}, {key: tls.key, path: tls.key}]
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* prometheus-operator's scheme and tlsConfig of the endpoint that scrapes vLLM itself, from vllm.tls. */}}
+{{- define "vllm-headroom.vllmTls" -}}
+{{- with .Values.vllm.tls }}
+{{- if .enabled }}
+scheme: https
+tlsConfig:
+  {{- if .caSecret }}
+  ca:
+    secret: {name: {{ .caSecret }}, key: ca.crt}
+  {{- end }}
+  {{- if .clientCertSecret }}
+  cert:
+    secret: {name: {{ .clientCertSecret }}, key: tls.crt}
+  keySecret: {name: {{ .clientCertSecret }}, key: tls.key}
+  {{- end }}
+  {{- if .serverName }}
+  serverName: {{ .serverName | quote }}
+  {{- end }}
+  {{- if .insecureSkipVerify }}
+  insecureSkipVerify: true
+  {{- end }}
+{{- end }}
+{{- end }}
 {{- end -}}
 
 {{/* Pod spec fields the sidecar needs, as a strategic-merge patch of a Deployment. */}}
@@ -84,6 +169,10 @@ spec:
       shareProcessNamespace: true
       {{ if .Values.sidecar.native }}initContainers{{ else }}containers{{ end }}:
         - {{- include "vllm-headroom.sidecar" . | nindent 10 }}
+      {{- with include "vllm-headroom.tlsVolumes" . }}
+      volumes:
+        {{- . | nindent 8 }}
+      {{- end }}
 {{- end -}}
 
 {{- define "vllm-headroom.endpoints" -}}
@@ -112,6 +201,9 @@ spec:
 - portNumber: {{ .vllmPort }}
 {{- end }}
   path: /metrics
+  {{- with (.tls | trim) }}
+  {{- . | nindent 2 }}
+  {{- end }}
   interval: {{ $m.interval }}
   scrapeTimeout: {{ $m.scrapeTimeout }}
   {{- with $m.honorLabels }}
@@ -155,6 +247,9 @@ vllm-headroom/release: {{ .Release.Name | quote }}
 {{- $scrapes := or .Values.podMonitor.enabled .Values.serviceMonitor.enabled .Values.service.enabled -}}
 {{- if and $scrapes (not .Values.vllm.deployment.create) (not .Values.vllm.deploymentName) -}}
 {{- fail "vllm.deploymentName is empty: set it to the name of the vLLM Deployment the sidecar goes into (--set vllm.deploymentName=<name>; the printed kubectl patch targets it), or set vllm.deployment.create=true to let the chart run vLLM" -}}
+{{- end -}}
+{{- if and .Values.vllm.tls.enabled .Values.vllm.tls.insecureSkipVerify (or .Values.vllm.tls.caSecret .Values.vllm.tls.serverName) -}}
+{{- fail "vllm.tls.insecureSkipVerify checks nothing, so vllm.tls.caSecret and vllm.tls.serverName would be ignored: set insecureSkipVerify=false (recommended) or clear them" -}}
 {{- end -}}
 {{- if and .Values.sidecar.native (semverCompare "<1.29.0-0" .Capabilities.KubeVersion.Version) -}}
 {{- fail (printf "sidecar.native=true needs Kubernetes >= 1.29 (native sidecars), this cluster is %s: set sidecar.native=false to run the sidecar as a plain second container" .Capabilities.KubeVersion.Version) -}}

@@ -1,0 +1,117 @@
+"""The engine-truth scorer's label rules (tests/engine_score.py) and the judgement fixes they exposed, each on a
+real recording with the recorder's steps (tests/fixtures/vllm-*/prod-*)."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+from exporter.pipeline import derive
+from exporter.pipeline.catalogue import Limit
+from exporter.pipeline.report import EngineReport
+from exporter.pipeline.target import Settings, Target
+from exporter.pipeline.verdict import Case, Thresholds, next_step
+from tests import engine_score, fixtures
+from tests.e2e.engine_truth import frame_gauges
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+@functools.cache
+def _load(name: str) -> engine_score.Truthful:
+    return engine_score.load(FIXTURES / name)
+
+
+def _sidecar_until(name: str, frame: int) -> EngineReport:
+    """The sidecar's answer at `frame`, replayed on the recording's clock from its first frame."""
+    tr = _load(name)
+    settings = Settings("recorded", vllm_args=[str(a) for a in tr.meta["server_argv"]], discover_cmdline=False,
+                        thresholds=Thresholds(false_full_hold=engine_score._hold_s(tr.meta)))
+    target = fixtures.as_recorded(Target(settings), tr.meta)
+    out = None
+    for t, text in tr.frames[:frame + 1]:
+        out = target.observe(t, text).engines
+    assert out
+    return out[0]
+
+
+def test_a_frame_that_shows_nothing_waiting_is_ok_whatever_arrived_before_its_step() -> None:
+    # vllm-0.32.0/prod-mixed: frames whose gauges (the stats made after the previous step) show no queue, joined to
+    # a step that started with requests that arrived since and stopped on the budget (frame 3: 1 running, 0
+    # waiting; the step began with 17).
+    tr = _load("vllm-0.32.0/prod-mixed")
+    unseen = [i for i, a in enumerate(tr.aligned) if a.matched and a.step is not None and a.step["w0"]
+              and a.step["stop"] == "token_budget" and frame_gauges(tr.frames[i][1])[1] == 0]
+    assert len(unseen) >= 3
+    assert {engine_score.judge(tr, i).label for i in unseen} == {"ok"}
+    # A frame that shows a queue on a budget stop keeps the engine's reason.
+    j = next(k for k, a in enumerate(tr.aligned)
+             if a.step is not None and a.step["stop"] == "token_budget" and frame_gauges(tr.frames[k][1])[1] > 0)
+    assert engine_score.judge(tr, j).label == "budget_full"
+
+
+def test_a_budget_stop_also_accepts_what_answered_for_capacity_at_the_next_scan() -> None:
+    # vllm-0.10.2/prod-mixed: steps that stop on the budget, followed (nothing finishing or preempted on the way) by
+    # a step whose scan reached allocate_slots and was refused.
+    tr = _load("vllm-0.10.2/prod-mixed")
+    steps = tr.steps.steps
+    answered = [engine_score.capacity_stop(steps, j) for j, s in enumerate(steps) if s["w0"]
+                and s["stop"] in engine_score.BUDGET_STOPS]
+    assert "kv" in answered and None in answered
+    # A step that did not stop on the budget answers for itself.
+    kv = next(j for j, s in enumerate(steps) if s["stop"] == "kv")
+    assert engine_score.capacity_stop(steps, kv) == "kv"
+
+
+def test_undecided_agrees_without_flags_only_when_a_case_names_the_engines_reason() -> None:
+    budget = engine_score.Label("budget_full", False, "token_budget: 0 tokens left", frozenset({"slots_full"}))
+    slots = Case("max_num_seqs", 20, "the running count", Limit.SLOTS)
+    blocks = Case("max_num_seqs", 1024, "vLLM's default", Limit.BLOCKS)
+    tokens = Case("max_num_batched_tokens", 2048, "vLLM's default", Limit.TOKEN_BUDGET)
+    assert engine_score.named_case(budget, (blocks, tokens))
+    assert engine_score.named_case(budget, (slots, blocks))  # every slot taken: the engine reports it too
+    assert not engine_score.named_case(engine_score.Label("budget_full", False, ""), (slots, blocks))
+    assert not engine_score.named_case(engine_score.Label("kv_full", False, ""), (slots, tokens))
+
+
+def test_the_named_case_rule_counts_apart_and_only_without_flags() -> None:
+    scores = engine_score.score(FIXTURES / "vllm-0.32.0" / "prod-slots")
+    by = {s.mode: s for s in scores}
+    assert by["one-shot-noflags"].undecided_named > 0
+    assert by["sidecar"].undecided_named == by["one-shot"].undecided_named == 0
+    assert by["one-shot-noflags"].undecided_named <= by["one-shot-noflags"].agree
+
+
+def test_a_preemption_seconds_ago_beside_room_for_the_next_step_is_judged_by_what_binds_now() -> None:
+    # vllm-0.10.2/prod-mixed frame 97, 4 s after the last preemption (t=93.1): 472 blocks free for 144 running
+    # requests' next blocks and a chunk of the 8,192-token budget (256 blocks); the engine stopped on the budget.
+    tr = _load("vllm-0.10.2/prod-mixed")
+    assert engine_score.judge(tr, 97).label == "budget_full"
+    e = _sidecar_until("vllm-0.10.2/prod-mixed", 97)
+    assert str(e.verdict) != "preempting"
+    # Frame 91: 30 blocks free, the head refused for KV: the storm goes on.
+    assert str(_sidecar_until("vllm-0.10.2/prod-mixed", 91).verdict) == "preempting"
+
+
+def test_a_frame_whose_queue_the_step_admitted_whole_is_transient_whatever_came_after() -> None:
+    # vllm-0.32.0/prod-mixed frame 22: the frame shows 3 waiting; the step began with 7 (4 arrived since), admitted
+    # 3 (FCFS: the frame's 3 first) and stopped on the budget for the newcomers.
+    tr = _load("vllm-0.32.0/prod-mixed")
+    step = tr.aligned[22].step
+    assert step is not None and step["stop"] == "token_budget" and step["w0"] == 7 and len(step.adm) == 3
+    assert frame_gauges(tr.frames[22][1])[1] == 3
+    assert engine_score.judge(tr, 22).label == "transient"
+
+
+def test_chunked_prefill_admits_a_last_partial_chunk_and_then_the_budget_ends_the_scan() -> None:
+    # vllm-0.32.0/prod-budget frame 11: 62 running take ~7,200 of the 8,192-token budget a step, one 7,000-token
+    # prompt waits; the engine admitted it with the ~1,000 tokens left (a first chunk) and the budget ran out.
+    tr = _load("vllm-0.32.0/prod-budget")
+    assert engine_score.judge(tr, 11).label == "transient"
+    e = _sidecar_until("vllm-0.32.0/prod-budget", 11)
+    assert e.waiting == 1 and str(e.verdict) == "transient" and e.admits is not None and e.admits >= 1
+    # The budget's room counts that partial chunk; on a tie with the free blocks' heads the budget, the scan's
+    # first test, ends it (vllm/v1/core/sched/scheduler.py:912 @0.32.0).
+    assert next_step(10, 1, 2, 1, budget_first=True) is Limit.TOKEN_BUDGET
+    assert next_step(10, 1, 2, 1) is Limit.BLOCKS
+    assert derive.budget_heads(8192, 7200, 7000) == 1 and derive.budget_heads(8192, 7200, 7000, chunked=False) == 0

@@ -111,8 +111,27 @@ def response(body: bytes, content_type: str = "text/plain; version=0.0.4", statu
             "Connection: keep-alive\r\n\r\n").encode() + body
 
 
+def encoded(kind: str, scenario: str = "false-full") -> bytes:
+    """A /metrics answer with a Content-Encoding although identity was asked (a compressing proxy, a hostile target):
+    "gzip" the real snapshot gzipped; "bomb" 64 MiB of newlines in one gzip layer (65 KB on the wire); "stacked"
+    256 MiB twice gzipped ("gzip, gzip", 1 KB); "not-gzip" a body that is no gzip at all; "br" brotli named."""
+    import gzip
+
+    body, names = {
+        "gzip": (lambda: gzip.compress(snapshot(scenario).encode()), "gzip"),
+        "bomb": (lambda: gzip.compress(b"\n" * (64 << 20), 9), "gzip"),
+        "stacked": (lambda: gzip.compress(gzip.compress(b"\n" * (256 << 20), 9), 9), "gzip, gzip"),
+        "not-gzip": (lambda: b"this is not gzip at all\n", "gzip"),
+        "br": (lambda: b"\x00" * 64, "br"),
+    }[kind]
+    data = body()
+    return (f"HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Encoding: {names}\r\n"
+            f"Content-Length: {len(data)}\r\nConnection: keep-alive\r\n\r\n").encode() + data
+
+
+ENCODED = ("gzip", "bomb", "stacked", "not-gzip", "br")
 MODES = ("ok", "drip-body", "drip-headers", "silent", "drip-models", "endless", "reset", "http500", "garbage",
-         "flap", "huge", *(f"absurd:{k}" for k in ABSURD))
+         "flap", "huge", *(f"absurd:{k}" for k in ABSURD), *(f"encoded:{k}" for k in ENCODED))
 HOSTILE_ROTATION = ("drip-body", "drip-headers", "silent", "drip-models", "endless", "reset", "http500", "garbage",
                     "flap", "huge", "absurd:num_gpu_blocks=1e308", "absurd:usage=1.5", "absurd:waiting=NaN",
                     "absurd:duplicate running", "absurd:le=abc", "absurd:gpu_memory_utilization=inf")
@@ -132,6 +151,7 @@ class Target:
         self._absurd: dict[str, bytes] = {}
         self.hits: dict[str, int] = {}
         self.metrics_at: list[float] = []  # monotonic time of each /metrics request
+        self.metrics_head = b""  # the last /metrics request's head
         self.port = 0
         self._server: asyncio.AbstractServer | None = None
         self._flap = False
@@ -154,6 +174,11 @@ class Target:
             if self._huge is None:
                 self._huge = response(huge(self.huge_bytes, self.scenario).encode())
             return self._huge
+        if self.mode.startswith("encoded:"):
+            kind = self.mode.split(":", 1)[1]
+            if self.mode not in self._absurd:
+                self._absurd[self.mode] = encoded(kind, self.scenario)
+            return self._absurd[self.mode]
         if self.mode.startswith("absurd:"):
             kind = self.mode.split(":", 1)[1]
             if kind not in self._absurd:
@@ -176,6 +201,7 @@ class Target:
                 mode = self.mode
                 if path == "/metrics":
                     self.metrics_at.append(time.monotonic())
+                    self.metrics_head = head
                 if path == "/v1/models":
                     if mode == "drip-models":
                         await self._drip(writer, self.models)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import codecs
 import functools
 import json
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -160,17 +161,22 @@ async def fetch(
     phase, size = "connect", 0
     try:
         async with asyncio.timeout_at(deadline if deadline is not None else loop.time() + timeout):
-            async with client.stream("GET", url, timeout=timeout, headers=headers) as response:
+            # Uncompressed, so the cap counts what we hold (httpx would inflate each chunk whole: a 7 KB gzip bomb
+            # is 4 GiB); a body compressed anyway is inflated here, never past the cap.
+            asked = {"accept-encoding": "identity", **(headers or {})}
+            async with client.stream("GET", url, timeout=timeout, headers=asked) as response:
                 phase = "body"
                 if response.status_code != 200:
                     raise ScrapeError("http_status", f"{shown} answered HTTP {response.status_code}")
                 declared = response.headers.get("content-length")
                 if declared is not None and declared.isdigit() and int(declared) > max_bytes:
                     raise ScrapeError("too_large", f"{shown} sent {declared} bytes, over the cap of {max_bytes}")
+                inflate = _inflater(shown, response.headers.get("content-encoding", ""))
                 decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
                 chunks: list[str] = []
                 put = sink if sink is not None else chunks.append
-                async for chunk in response.aiter_bytes():
+                async for raw in response.aiter_raw():
+                    chunk = raw if inflate is None else _inflate(shown, inflate, raw, max_bytes - size + 1)
                     size += len(chunk)
                     if size > max_bytes:
                         raise ScrapeError("too_large", f"{shown} sent more than the cap of {max_bytes} bytes")
@@ -198,6 +204,28 @@ async def fetch(
         said = describe(exc)  # an ssl.SSLError raised past httpx, e.g. a refused client certificate
         raise ScrapeError("connect", f"cannot fetch {shown}: {said}{_tls_hint(said)}") from None
     return "".join(chunks)
+
+
+def _inflater(shown: str, encoding: str) -> Any:
+    """A zlib inflater for a body sent gzip- or deflate-encoded (None: identity); another or a stacked encoding
+    ("gzip, gzip", br) is refused: the sidecar asks for identity, so such a body is the target's fault."""
+    enc = encoding.strip().lower()
+    if enc in ("", "identity"):
+        return None
+    if enc in ("gzip", "x-gzip", "deflate"):
+        return zlib.decompressobj(wbits=47)  # 32 + 15: a gzip or a zlib header, detected
+    raise ScrapeError("malformed", f"{shown} sent its body with Content-Encoding {encoding!r}, which the sidecar "
+                                   "does not read (it asks for identity)")
+
+
+def _inflate(shown: str, inflate: Any, raw: bytes, room: int) -> bytes:
+    """`raw` inflated, at most `room` bytes: one more than the cap allows is enough to refuse the body, and what
+    did not fit stays uninflated (zlib's max_length), so a bomb costs no more memory than the cap."""
+    try:
+        out: bytes = inflate.decompress(raw, max(room, 1))
+    except zlib.error as exc:
+        raise ScrapeError("malformed", f"{shown} sent a body its Content-Encoding does not describe: {exc}") from None
+    return out
 
 
 def _tls_hint(exc: Exception | str) -> str:
@@ -263,7 +291,7 @@ def parse_frontend(body: str) -> str | None:
     with the 0.32.0 wheel's vllm-rs), None for the Python one (its /version has `version` only)."""
     try:
         doc: Any = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # a document nested past the parser's depth is no /version either
         return None
     rust = doc.get("rust_frontend_version") if isinstance(doc, dict) else None
     return f"rust {rust}" if rust else None

@@ -726,6 +726,12 @@ def json_safe(value: Any) -> Any:
     return value
 
 
+def _printable(text: str) -> str:
+    """`text` as one line a terminal shows as it is: control characters (newlines, ANSI escapes) written as escapes,
+    so a label value the target chose cannot forge lines or recolour the terminal."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
 def render_text(reports: list[TargetReport]) -> str:
     """The human-readable form of the same document."""
     lines: list[str] = []
@@ -735,7 +741,7 @@ def render_text(reports: list[TargetReport]) -> str:
             continue
         for e in r.engines:
             h = e.headroom
-            lines.append(f"{r.url}  model={e.model_name} engine={e.engine}")
+            lines.append(f"{r.url}  model={_printable(e.model_name)} engine={_printable(e.engine)}")
             lines.append(f"  verdict: {e.verdict}    false_full: {'yes' if e.false_full else 'no'}")
             lines.append(f"  {explain(e)}")
             slots = "unknown" if h.slot_headroom_requests is None else str(h.slot_headroom_requests)

@@ -68,7 +68,9 @@ def _unescape(value: str) -> str:
 
 
 _label_cache: dict[str, tuple[Labels, str]] = {}
+_label_cache_chars = 0  # label text held by the cache: bounded in size, not only in entries
 _NO_LABELS: tuple[Labels, str] = ({}, "")
+_CACHE_ENTRIES, _CACHE_CHARS, _CACHED_LABEL_CHARS = 65536, 8 << 20, 4096
 
 
 def _cached_labels(text: str, line_no: int) -> tuple[Labels, str]:
@@ -77,13 +79,19 @@ def _cached_labels(text: str, line_no: int) -> tuple[Labels, str]:
 
     The dicts are shared, so callers must treat them as read-only.
     """
+    global _label_cache_chars
     cached = _label_cache.get(text)
     if cached is None:
         labels = _parse_labels(text, line_no)
         cached = (labels, "\x00".join(f"{k}\x01{v}" for k, v in sorted(labels.items())))
-        if len(_label_cache) >= 65536:  # a target that invents label sets must not grow us without bound
+        if len(text) > _CACHED_LABEL_CHARS:
+            return cached  # no engine's labels are this long: a hostile one is parsed, never kept
+        if len(_label_cache) >= _CACHE_ENTRIES or _label_cache_chars >= _CACHE_CHARS:
+            # A target that invents label sets must not grow us without bound, in number or in bytes.
             _label_cache.clear()
+            _label_cache_chars = 0
         _label_cache[text] = cached
+        _label_cache_chars += 2 * len(text)  # the text and the canonical key
     return cached
 
 
@@ -122,6 +130,8 @@ def _parse_labels_escaped(text: str, line_no: int) -> Labels:
 
 def _value(token: str, line_no: int) -> float:
     try:
+        if "_" in token:  # Python reads "9_2" as 92; Prometheus' parser (Go's ParseFloat, no base prefix) refuses it
+            raise ValueError(token)
         return float(token)
     except ValueError:
         raise ExpositionError(f"line {line_no}: expected a float value, got {token[:40]!r}") from None

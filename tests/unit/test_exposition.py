@@ -6,7 +6,9 @@ import math
 
 import pytest
 
+from exporter.engines.vllm import metrics as vllm_metrics
 from exporter.pipeline import exposition
+from tests import fixtures
 
 
 def test_labels_with_escapes_commas_and_braces() -> None:
@@ -82,3 +84,21 @@ def test_a_longer_name_sharing_a_wanted_prefix_is_not_taken() -> None:
 def test_empty_body_parses_to_nothing() -> None:
     expo = exposition.parse("")
     assert expo.samples == {} and expo.vllm_lines == 0
+
+
+def test_the_label_cache_is_bounded_in_bytes_not_only_in_entries() -> None:
+    """A target that sends a new long label value on every scrape (a real exposition, one wanted series' labels
+    grown by a 12 KB value that changes each time) is parsed, but its label sets are not kept; many short new
+    label sets are kept only up to the cache's size in characters."""
+    real = fixtures.snapshot("false-full")
+    exposition._label_cache.clear()
+    exposition._label_cache_chars = 0
+    base = len(exposition.parse(real, vllm_metrics.WANTED).samples) and len(exposition._label_cache)
+    for i in range(50):
+        junk = real.replace('vllm:num_requests_waiting{', f'vllm:num_requests_waiting{{junk="{i:05d}{"x" * 12000}",', 1)
+        assert exposition.parse(junk, vllm_metrics.WANTED).series(vllm_metrics.WAITING)
+    assert len(exposition._label_cache) == base
+    for i in range(3000):
+        short = real.replace('vllm:num_requests_waiting{', f'vllm:num_requests_waiting{{junk="{i:05d}{"y" * 3000}",', 1)
+        exposition.parse(short, vllm_metrics.WANTED)
+        assert exposition._label_cache_chars <= exposition._CACHE_CHARS + 2 * exposition._CACHED_LABEL_CHARS

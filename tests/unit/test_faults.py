@@ -6,6 +6,7 @@ respx injects the faults; the bodies that are not faults themselves come from re
 from __future__ import annotations
 
 import asyncio
+import re
 
 import httpx
 import pytest
@@ -233,3 +234,86 @@ def test_metrics_answer_is_reused_only_while_young_and_gzipped_once_per_build() 
     plain = client.get("/metrics", headers={"accept-encoding": "identity"})
     assert "content-encoding" not in plain.headers
     assert _ours(zipped.content) == _ours(plain.content) and b'verdict="ok"} 1.0' in plain.content
+
+
+
+def _scrape_hostile(mode: str) -> tuple[Target, bytes]:
+    from tests import hostile
+
+    with hostile.serving(mode) as server:
+        target = Target(Settings(server.url, discover_cmdline=False))
+        _scrape(target)
+        return target, server.metrics_head
+
+
+def test_a_gzip_encoded_exposition_is_read_as_the_identity_one_and_identity_is_asked() -> None:
+    """vLLM behind a proxy that compresses anyway (a real loopback server): the body is inflated by us, within the
+    cap, and judged exactly as the same exposition sent as it is."""
+    zipped, head = _scrape_hostile("encoded:gzip")
+    plain, _ = _scrape_hostile("ok")
+    assert b"accept-encoding: identity" in head.lower()
+    assert zipped.last.up and plain.last.up
+
+    def judged(t: Target) -> list[object]:
+        return [{k: v for k, v in e.items() if k not in ("scraped_at",)}
+                for e in diagnosis.target_json(t.last)["engines"]]
+
+    assert judged(zipped) == judged(plain) and judged(zipped)
+
+
+@pytest.mark.parametrize(("kind", "reason"), [
+    ("stacked", "malformed"),  # "gzip, gzip": refused before anything is inflated
+    ("bomb", "too_large"),  # 64 MiB in 65 KB: inflated only up to the cap (16 MiB), then refused
+    ("not-gzip", "malformed"),
+    ("br", "malformed"),
+])
+def test_compressed_bodies_are_capped_and_named(kind: str, reason: str) -> None:
+    target, _ = _scrape_hostile(f"encoded:{kind}")
+    assert (target.last.up, target.last.error_reason) == (False, reason)
+    assert target.last.error is not None
+    assert ("Content-Encoding" in target.last.error) == (reason == "malformed"), target.last.error
+
+
+@pytest.mark.parametrize("body", ["[" * 60000, "{" * 60000, '{"version": ' * 30000])
+def test_a_deeply_nested_json_answer_is_no_answer_and_no_crash(body: str) -> None:
+    """/version and /v1/models nested past json's recursion depth (under their 64 KiB and 1 MiB caps): each reader
+    says it is no answer (None, or /v1/models' one sentence), instead of a RecursionError voiding the round."""
+    from exporter.pipeline import scrape
+
+    assert scrape.parse_version(body) is None and scrape.parse_frontend(body) is None
+    with pytest.raises(scrape.ScrapeError, match="OpenAI model list"):
+        scrape.parse_models(body)
+
+
+def test_digits_with_underscores_are_no_number() -> None:
+    """Python's float() and int() read "4_0_0" as 400; no exposition writes it, and Prometheus refuses it: a
+    recorded exposition with num_gpu_blocks="4_0_0" has no capacity from that label, and a sample value "9_2" is
+    a malformed line."""
+    from exporter.engines.vllm import metrics as vllm_metrics
+    from exporter.engines.vllm import read as vllm_read
+    from exporter.pipeline import exposition
+
+    real = fixtures.snapshot("false-full")
+    blocks = re.search(r'num_gpu_blocks="(\d+)"', real)
+    assert blocks is not None
+    forged = real.replace(blocks.group(0), 'num_gpu_blocks="4_0_0"')
+    snap = vllm_read.read(exposition.parse(forged, vllm_metrics.WANTED))
+    assert snap.cache_info and all(c.num_gpu_blocks is None for c in snap.cache_info.values())
+    waiting = re.search(r"^(vllm:num_requests_waiting\{[^}]*\}) (\S+)$", real, re.M)
+    assert waiting is not None
+    with pytest.raises(exposition.ExpositionError):
+        exposition.parse(real.replace(waiting.group(0), waiting.group(1) + " 9_2"), vllm_metrics.WANTED)
+
+
+def test_a_label_value_cannot_forge_lines_of_the_text_diagnosis() -> None:
+    """A model_name with a newline (a real exposition, its model label rewritten) shows as
+    escapes on the target's own line: no forged "verdict:" line (the text format's \\n escape is a real newline)."""
+    real = fixtures.snapshot("false-full")
+    name = re.search(r'model_name="([^"]*)"', real)
+    assert name is not None
+    forged = real.replace(f'model_name="{name.group(1)}"', 'model_name="tiny\\n  verdict: idle"')
+    target = Target(Settings(URL, discover_cmdline=False))
+    report = target.observe(1.0, forged)
+    text = diagnosis.render_text([report])
+    assert "\x1b" not in text and not any(line.startswith("  verdict: idle") for line in text.splitlines())
+    assert sum(line.startswith("  verdict: ") for line in text.splitlines()) == len(report.engines) > 0

@@ -67,6 +67,8 @@ class CacheInfo:
         raw = self._raw(key)
         if raw is None:
             return None
+        if "_" in raw:  # Python's float() reads "4_0_0" as 400; vLLM writes no "_"
+            return "not a number"
         try:
             value = float(raw)
         except ValueError:

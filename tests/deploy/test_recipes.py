@@ -287,7 +287,7 @@ def documented_post_renderer(section: str) -> tuple[str, list[str]]:
 
 
 def stand_in_chart(tmp: Path) -> Path:
-    """A chart whose one template is the vllm-stack chart's own rendering (examples/production-stack/chart-output.yaml)."""
+    """A chart whose one template is the vllm-stack chart's own rendering (its chart-output.yaml example)."""
     chart = tmp / "vllm-stack"
     (chart / "templates").mkdir(parents=True)
     (chart / "Chart.yaml").write_text("apiVersion: v2\nname: vllm-stack\nversion: 0.1.12\n")

@@ -18,11 +18,13 @@ the one the render is applied to (`-n`).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 Doc = dict[str, Any]
+DNS_1035 = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,8 @@ def unresolved(docs: list[Doc], namespace: str = "default") -> list[str]:
         kind, name, ns = d["kind"], d["metadata"]["name"], _ns(d, namespace)
         where = f"{kind} {ns}/{name}"
         if kind == "Service":
+            if not DNS_1035.fullmatch(name):  # apimachinery validation.IsDNS1035Label: the API server refuses it
+                out.append(f"{where}: the name is no DNS-1035 label (a-z, 0-9, '-', at most 63, a letter first)")
             hit = selected(docs, d, namespace)
             if not hit:
                 out.append(f"{where} selects no pod")

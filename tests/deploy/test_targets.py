@@ -124,6 +124,25 @@ def test_existing_vllm_with_keda_resolves_its_targets(tools: Tools, tmp_path: Pa
     assert not [r for r in validate(docs) if r["error"]]
 
 
+def test_a_dotted_instance_is_caught_and_keeps_its_url(tools: Tools, tmp_path: Path) -> None:
+    """A Deployment named llama-3.1-8b (a valid Deployment name) as the instance: the KEDA URL keeps its host
+    <instance>-headroom.<namespace> (before, the namespace replaced a piece between the instance's dots), and the
+    Service name, which Kubernetes would refuse (dots are no DNS-1035 label), is reported by the render check."""
+    docs = existing_vllm(tools, tmp_path, "llama-3.1-8b", "inference", keda=True)
+    so = find(docs, "ScaledObject")
+    assert so["spec"]["triggers"][0]["metadata"]["url"] == \
+        "http://llama-3.1-8b-headroom.inference.svc.cluster.local:9478/metrics"
+    # KEDA splits the host at its dots as well (<service>.<namespace>): it would look for Service llama-3 in
+    # namespace 1-8b-headroom.
+    assert unresolved(docs, "inference") == [
+        "Service inference/llama-3.1-8b-headroom: the name is no DNS-1035 label (a-z, 0-9, '-', at most 63, a "
+        "letter first)",
+        "ScaledObject inference/llama-3.1-8b-headroom: URL names Service 1-8b-headroom/llama-3, not in the render"]
+    # Without KEDA, the documented way: an instance without dots for that Deployment.
+    docs = existing_vllm(tools, tmp_path / "b", "llama-3.1-8b", "inference", instance="llama-3-1-8b")
+    assert unresolved(docs, "inference") == []
+
+
 def test_an_instance_that_is_not_the_deployment_is_caught(tools: Tools, tmp_path: Path) -> None:
     """The check is not vacuous: an instance other than the Deployment's name scales a Deployment that is not
     there (the header's rule); a Service with a wrong port and a monitor of a missing label are caught too."""

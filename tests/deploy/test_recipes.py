@@ -349,3 +349,16 @@ def test_llm_d_scheduler_config_reads_metrics_the_sidecar_exports() -> None:
     assert "DEPRECATED" not in re.search(rf"^# HELP {engine['kvUsageSpec']} (.*)$", golden, re.M)[1]
     refs = {r["pluginRef"] for prof in config["schedulingProfiles"] for r in prof["plugins"]}
     assert refs <= {p["type"] for p in config["plugins"]}
+
+
+def test_kserve_examples_leave_scaling_to_the_scaled_object() -> None:
+    """KServe RawDeployment makes its own HPA for a predictor unless serving.kserve.io/autoscalerClass is external
+    (kserve @aaac4e29 pkg/constants AutoscalerClassExternal, autoscaler_reconciler.go): every example says so, and
+    the docs that send KServe users to a ScaledObject say it too."""
+    isvcs = [d for f in sorted((RECIPES / "examples" / "kserve").glob("inferenceservice*.yaml"))
+             for d in load_all(f.read_text()) if d["kind"] == "InferenceService"]
+    assert len(isvcs) == 2
+    for isvc in isvcs:
+        assert isvc["metadata"]["annotations"]["serving.kserve.io/autoscalerClass"] == "external", isvc["metadata"]
+    for doc in ("autoscaling.md", "platforms.md"):
+        assert "serving.kserve.io/autoscalerClass: external" in (DEPLOY.parent / "docs" / doc).read_text(), doc

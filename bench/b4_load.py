@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
@@ -22,8 +23,8 @@ from .common import free_port, loadavg, quick, save, sidecar_argv, spawn, wait_h
 GOAL_P99_MS = 10.0
 
 
-def hey(url: str, seconds: int) -> dict[str, float]:
-    out = subprocess.run(["hey", "-z", f"{seconds}s", "-c", "10", "-q", "20", url], capture_output=True,
+def hey(url: str, seconds: int, extra: Sequence[str] = ()) -> dict[str, float]:
+    out = subprocess.run(["hey", "-z", f"{seconds}s", "-c", "10", "-q", "20", *extra, url], capture_output=True,
                          text=True, check=True, timeout=seconds + 60).stdout
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
     pct = {int(p): 1000 * float(s) for p, s in re.findall(r"(\d+)%+ in ([\d.]+) secs", out)}

@@ -13,7 +13,10 @@ Phases, one after the other on the same machine (the load averages are recorded 
 - fleet: 1,000 targets at 5 s with the sidecar pinned to one core (achieved interval, share of the core);
 - one-shot: whole-process CPU of `diagnose FILE`, `estimate` and `import exporter.cli`, next to `python -c pass`.
 
-`BENCH_QUICK=1` shortens the steady phase to 60 s, `B8_STEADY_SECONDS=N` sets it.
+`BENCH_QUICK=1` shortens the steady phase to 60 s, `B8_STEADY_SECONDS=N` sets it. `B8_BEFORE=REV` (a git revision)
+also runs that revision's sidecar (`git archive` into a temporary tree) beside this tree's, in every phase: its
+steady pair at the same time as ours, the load phases and the one-shot commands one tree after the other; the
+figures of both and their ratios (after / before) go into the result (`before`, `ratios`).
 """
 
 from __future__ import annotations
@@ -78,45 +81,69 @@ def _stats(rport: int) -> dict[str, Any]:
     return doc
 
 
-def steady(tmp: Path, seconds: float) -> dict[str, Any]:
-    """The 1- and 100-target sidecars side by side; the 100-target one is left running for the next phases."""
-    out: dict[str, Any] = {"load_before": loadavg(), "seconds": seconds}
-    with replay(1, tmp) as (_r1, urls1), replay(100, tmp) as (r100, urls100):
-        p1, p100 = free_port(), free_port()
-        with spawn(sidecar_argv(None, p1, "5s", targets_file=urls1)) as s1, \
-                spawn(sidecar_argv(None, p100, "5s", targets_file=urls100)) as s100:
-            for p in (p1, p100):
+def steady(tmp: Path, seconds: float, trees: dict[str, Path]) -> dict[str, dict[str, Any]]:
+    """For each tree the 1- and 100-target sidecars, all side by side; each 100-target one is then read by the
+    load phases, one tree after the other (hey twice, in both orders, when there are two trees)."""
+    outs: dict[str, dict[str, Any]] = {k: {"load_before": loadavg(), "seconds": seconds} for k in trees}
+    with contextlib.ExitStack() as stack:
+        run: dict[str, dict[str, Any]] = {}
+        for k, tree in trees.items():
+            (_r1, urls1), (r100, urls100) = stack.enter_context(replay(1, tmp)), stack.enter_context(replay(100, tmp))
+            p1, p100 = free_port(), free_port()
+            s1 = stack.enter_context(spawn(sidecar_argv(None, p1, "5s", targets_file=urls1), cwd=tree))
+            s100 = stack.enter_context(spawn(sidecar_argv(None, p100, "5s", targets_file=urls100), cwd=tree))
+            run[k] = {"p1": p1, "p100": p100, "s1": s1, "s100": s100, "r100": r100}
+        for r in run.values():
+            for p in (r["p1"], r["p100"]):
                 wait_http(f"http://127.0.0.1:{p}/healthz", timeout=60.0)
-            time.sleep(2 * INTERVAL)  # the first scrape of every target also reads /v1/models and /version
-            t0 = time.monotonic()
-            cpu0 = {pid: cpu_seconds(pid) for pid in (s1.pid, s100.pid)}
-            series: dict[int, list[tuple[float, float, int]]] = {s1.pid: [], s100.pid: []}
-            next_read = t0
-            with httpx.Client() as client:
-                while (now := time.monotonic()) - t0 < seconds:
-                    for pid in series:
-                        series[pid].append((now - t0, rss_mb(pid), _fds(pid)))
-                    if now >= next_read:  # Prometheus at its default 15 s
-                        next_read += 15.0
-                        for p in (p1, p100):
+        time.sleep(2 * INTERVAL)  # the first scrape of every target also reads /v1/models and /version
+        procs = [r[x] for r in run.values() for x in ("s1", "s100")]
+        t0 = time.monotonic()
+        cpu0 = {proc.pid: cpu_seconds(proc.pid) for proc in procs}
+        series: dict[int, list[tuple[float, float, int]]] = {proc.pid: [] for proc in procs}
+        next_read = t0
+        with httpx.Client() as client:
+            while (now := time.monotonic()) - t0 < seconds:
+                for pid in series:
+                    series[pid].append((now - t0, rss_mb(pid), _fds(pid)))
+                if now >= next_read:  # Prometheus at its default 15 s
+                    next_read += 15.0
+                    for r in run.values():
+                        for p in (r["p1"], r["p100"]):
                             client.get(f"http://127.0.0.1:{p}/metrics", timeout=30.0).raise_for_status()
-                    time.sleep(5.0)
-            elapsed = time.monotonic() - t0
-            for name, proc, n in (("one", s1, 1), ("hundred", s100, 100)):
+                time.sleep(5.0)
+        elapsed = time.monotonic() - t0
+        for k, r in run.items():
+            out = outs[k]
+            for name, proc, n in (("one", r["s1"], 1), ("hundred", r["s100"], 100)):
                 cpu = cpu_seconds(proc.pid) - cpu0[proc.pid]
-                rss = [r for _, r, _ in series[proc.pid]]
+                rss = [x for _, x, _ in series[proc.pid]]
                 out[name] = {"targets": n, "cpu_ms_per_scrape": 1000 * cpu / (elapsed / INTERVAL * n),
                              "cpu_share": cpu / elapsed, "rss_mb_first": rss[0], "rss_mb_max": max(rss),
                              "rss_mb_last": rss[-1], "fds_last": series[proc.pid][-1][2],
-                             "rss_series": [(round(t), round(r, 1)) for t, r, _ in series[proc.pid][::6]]}
+                             "rss_series": [(round(t), round(x, 1)) for t, x, _ in series[proc.pid][::6]]}
             out["load_after_steady"] = loadavg()
+        seconds_hey = 10 if quick() else 30
+        order = list(run)
+        for rnd in range(2 if len(run) > 1 else 1):
+            for k in order if rnd % 2 == 0 else order[::-1]:
+                out, s100 = outs[k], run[k]["s100"]
+                base = f"http://127.0.0.1:{run[k]['p100']}"
+                time.sleep(1.0)
+                out["metrics_bytes"] = len(httpx.get(base + "/metrics", timeout=30.0,
+                                                     headers={"accept-encoding": "identity"}).content)
+                for key, extra in (("metrics_hey", ()), ("metrics_hey_identity", ("-disable-compression",))):
+                    cpu_hey = cpu_seconds(s100.pid)
+                    figures: dict[str, Any] = dict(hey(base + "/metrics", seconds_hey, extra))
+                    figures["sidecar_cpu_share"] = (cpu_seconds(s100.pid) - cpu_hey) / seconds_hey
+                    figures["load"] = loadavg()
+                    out.setdefault(key + "_rounds", []).append(figures)
+                    if key not in out or figures["p99_ms"] > out[key]["p99_ms"]:
+                        out[key] = figures  # the worse of the rounds stands for the tree
+                out["load_after_metrics"] = loadavg()
+        for k, r in run.items():
+            out, s100, p100 = outs[k], r["s100"], r["p100"]
             base = f"http://127.0.0.1:{p100}"
-            time.sleep(1.0)
-            out["metrics_bytes"] = len(httpx.get(base + "/metrics", timeout=30.0).content)
-            cpu_hey = cpu_seconds(s100.pid)
-            out["metrics_hey"] = hey(base + "/metrics", 10 if quick() else 30)
-            out["metrics_hey"]["sidecar_cpu_share"] = (cpu_seconds(s100.pid) - cpu_hey) / (10 if quick() else 30)
-            out["load_after_metrics"] = loadavg()
             out["crowd"] = asyncio.run(crowd(p100, 1000, 20.0))
             out["slowloris"] = asyncio.run(slowloris(p100, 1000, 15.0))
             out["after_crowd"] = {"rss_mb": rss_mb(s100.pid), "fds": _fds(s100.pid),
@@ -124,10 +151,10 @@ def steady(tmp: Path, seconds: float) -> dict[str, Any]:
             up = [ln for ln in httpx.get(base + "/metrics", timeout=30.0).text.splitlines()
                   if ln.startswith("vllm_headroom_up{")]
             out["after_crowd"]["up"] = sum(ln.endswith(" 1.0") for ln in up)
-            stats = _stats(r100)
+            stats = _stats(r["r100"])
             out["after_crowd"]["interval_max_s"] = stats["interval_max_s"]
             out["load_after"] = loadavg()
-    return out
+    return outs
 
 
 async def _get(port: int, path: str) -> int:
@@ -236,7 +263,7 @@ async def slowloris(port: int, connections: int, seconds: float) -> dict[str, An
             "load_before": load, "load_after": loadavg()}
 
 
-def huge(seconds: float) -> dict[str, Any]:
+def huge(seconds: float, tree: Path = REPO) -> dict[str, Any]:
     """A 15 MiB exposition beside a healthy target, both scraped every 2 s."""
     sys.path.insert(0, str(REPO))
     from tests import hostile
@@ -260,7 +287,7 @@ def huge(seconds: float) -> dict[str, Any]:
     load = loadavg()
     argv = sidecar_argv([state["huge"].url, state["ok"].url], port, "2s")  # the timeout: 80 % of it, 1.6 s
     try:
-        with spawn(argv) as sc:
+        with spawn(argv, cwd=tree) as sc:
             wait_http(f"http://127.0.0.1:{port}/healthz", timeout=60.0)
             before = len(state["huge"].metrics_at)
             rss: list[float] = []
@@ -284,13 +311,13 @@ def huge(seconds: float) -> dict[str, Any]:
             "load_after": loadavg()}
 
 
-def fleet(tmp: Path, n: int, intervals: int) -> dict[str, Any]:
+def fleet(tmp: Path, n: int, intervals: int, tree: Path = REPO) -> dict[str, Any]:
     """`n` targets at 5 s, the sidecar pinned to one core."""
     load = loadavg()
     with replay(n, tmp) as (rport, urls):
         port = free_port()
         argv = ["taskset", "-c", "1", *sidecar_argv(None, port, "5s", targets_file=urls)]
-        with spawn(argv) as sc:
+        with spawn(argv, cwd=tree) as sc:
             wait_http(f"http://127.0.0.1:{port}/healthz", timeout=120.0)
             deadline = time.monotonic() + 300.0
             while _stats(rport)["scrapes"] < 2 * n and time.monotonic() < deadline:
@@ -320,7 +347,7 @@ def fleet(tmp: Path, n: int, intervals: int) -> dict[str, Any]:
             "load_after": loadavg()}
 
 
-def oneshot(rounds: int = 7) -> dict[str, Any]:
+def oneshot(rounds: int = 7, tree: Path = REPO) -> dict[str, Any]:
     """Whole-process CPU (user + system, children's rusage) of each command, interleaved rounds, median."""
     py = sys.executable
     commands = {
@@ -336,16 +363,55 @@ def oneshot(rounds: int = 7) -> dict[str, Any]:
     }
     cpu: dict[str, list[float]] = {k: [] for k in commands}
     codes: dict[str, int] = {}
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": str(tree)}
     for _ in range(rounds):
         for name, argv in commands.items():
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
             codes[name] = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
-                                         cwd=REPO, check=False).returncode
+                                         cwd=tree, check=False).returncode
             after = resource.getrusage(resource.RUSAGE_CHILDREN)
             cpu[name].append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
     return {"rounds": rounds, "cpu_s_median": {k: statistics.median(v) for k, v in cpu.items()},
             "cpu_s_max": {k: max(v) for k, v in cpu.items()}, "exit_codes": codes, "load": loadavg()}
+
+
+def before_tree(rev: str, tmp: Path) -> Path:
+    """The tree of git revision `rev`, unpacked under `tmp`."""
+    tree = tmp / "before"
+    tree.mkdir()
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", rev], capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+    return tree
+
+
+RATIOS: dict[str, tuple[str, ...]] = {  # after / before of the figures the goals name (below 1: better now)
+    "metrics_p99_ms": ("steady", "metrics_hey", "p99_ms"),
+    "metrics_identity_p99_ms": ("steady", "metrics_hey_identity", "p99_ms"),
+    "metrics_sidecar_cpu_share": ("steady", "metrics_hey", "sidecar_cpu_share"),
+    "cpu_ms_per_scrape_1": ("steady", "one", "cpu_ms_per_scrape"),
+    "cpu_ms_per_scrape_100": ("steady", "hundred", "cpu_ms_per_scrape"),
+    "rss_1_mb": ("steady", "one", "rss_mb_max"),
+    "rss_100_mb": ("steady", "hundred", "rss_mb_max"),
+    "healthz_crowd_p99_ms": ("steady", "crowd", "p99_ms"),
+    "healthz_slowloris_p99_ms": ("steady", "slowloris", "p99_ms"),
+    "healthz_huge_p99_ms": ("huge", "p99_ms"),
+    "fleet_interval_p95_s": ("fleet", "interval_p95_s"),
+    "fleet_core_share": ("fleet", "core_share"),
+    "diagnose_cpu_s": ("oneshot", "cpu_s_median", "diagnose FILE"),
+    "estimate_cpu_s": ("oneshot", "cpu_s_median", "estimate"),
+}
+
+
+def ratios(after: dict[str, Any], before: dict[str, Any]) -> dict[str, float]:
+    out = {}
+    for name, path in RATIOS.items():
+        a: Any = after
+        b: Any = before
+        with contextlib.suppress(KeyError, TypeError, ZeroDivisionError):
+            for key in path:
+                a, b = a[key], b[key]
+            out[name] = float(a) / float(b)
+    return out
 
 
 def main() -> None:
@@ -355,22 +421,36 @@ def main() -> None:
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # 1,000 clients in this process
     result: dict[str, Any] = {"goals": GOALS, "interval_s": INTERVAL}
+    rev = os.environ.get("B8_BEFORE")
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
+        trees = {"before": before_tree(rev, tmp), "after": REPO} if rev else {"after": REPO}
+        runs: dict[str, dict[str, Any]] = {k: {} for k in trees}
         print(f"== one-shot ({time.strftime('%T')}, load {loadavg()})", flush=True)
-        result["oneshot"] = oneshot()
-        print(result["oneshot"]["cpu_s_median"], flush=True)
+        for k, tree in trees.items():
+            runs[k]["oneshot"] = oneshot(tree=tree)
+            print(k, runs[k]["oneshot"]["cpu_s_median"], flush=True)
         print(f"== steady, /metrics, crowd, slowloris ({time.strftime('%T')}, load {loadavg()})", flush=True)
-        result["steady"] = steady(tmp, float(os.environ.get("B8_STEADY_SECONDS", 60 if quick() else 300)))
-        s = result["steady"]
-        print({k: s[k] for k in ("one", "hundred")}, s["metrics_hey"], s["crowd"], s["slowloris"],
-              s["after_crowd"], sep="\n", flush=True)
+        steadies = steady(tmp, float(os.environ.get("B8_STEADY_SECONDS", 60 if quick() else 300)), trees)
+        for k, s in steadies.items():
+            runs[k]["steady"] = s
+            print(k, {x: s[x] for x in ("one", "hundred")}, s["metrics_hey"], s["metrics_hey_identity"], s["crowd"],
+                  s["slowloris"], s["after_crowd"], sep="\n", flush=True)
         print(f"== huge ({time.strftime('%T')}, load {loadavg()})", flush=True)
-        result["huge"] = huge(30.0)
-        print(result["huge"], flush=True)
+        for k, tree in trees.items():
+            runs[k]["huge"] = huge(30.0, tree)
+            print(k, runs[k]["huge"], flush=True)
         print(f"== fleet 1000 at 5 s, one core ({time.strftime('%T')}, load {loadavg()})", flush=True)
-        result["fleet"] = fleet(tmp, 1000, 4)
-        print(result["fleet"], flush=True)
+        for k, tree in trees.items():
+            runs[k]["fleet"] = fleet(tmp, 1000, 4, tree)
+            print(k, runs[k]["fleet"], flush=True)
+    result.update(runs["after"])
+    if rev:
+        commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", rev], capture_output=True,
+                                text=True, check=False).stdout.strip()
+        result["before"] = {"rev": rev, "commit": commit, **runs["before"]}
+        result["ratios"] = ratios(runs["after"], runs["before"])
+        print("after / before:", {k: round(v, 3) for k, v in result["ratios"].items()}, flush=True)
     save("b8_serving", result)
 
 

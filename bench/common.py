@@ -79,11 +79,13 @@ def wait_http(url: str, timeout: float = 30.0) -> None:
 
 @contextlib.contextmanager
 def spawn(argv: Sequence[str], log: Path | None = None,
-          cpus: set[int] | None = None) -> Iterator[subprocess.Popen[bytes]]:
-    """Run argv in its own process group; always stopped (TERM, then KILL) on exit."""
+          cpus: set[int] | None = None, cwd: Path = REPO) -> Iterator[subprocess.Popen[bytes]]:
+    """Run argv in its own process group (in `cwd`: `python -m exporter` runs the tree there); always stopped
+    (TERM, then KILL) on exit."""
     out = open(log, "wb") if log else subprocess.DEVNULL  # noqa: SIM115 - closed below
     proc = subprocess.Popen(list(argv), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            start_new_session=True, cwd=REPO)
+                            start_new_session=True, cwd=cwd,
+                            env={**os.environ, "PYTHONPATH": str(cwd)} if cwd != REPO else None)
     try:
         if cpus:
             os.sched_setaffinity(proc.pid, cpus)

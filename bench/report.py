@@ -349,7 +349,26 @@ def serving(b: dict[str, dict[str, Any] | None]) -> list[str]:
                 f"{s['after_crowd']['fds']} open files; longest gap between two scrapes of one target over the "
                 f"whole phase {_f(s['after_crowd']['interval_max_s'])} s",
                 f"- RSS over the steady phase (s, MB), 1 target: {one['rss_series']}; 100 targets: "
-                f"{hundred['rss_series']}"]
+                f"{hundred['rss_series']}",
+                f"- `/metrics` without compression (hey -disable-compression, the same 10 × 20 qps): p99 "
+                f"{_f(s.get('metrics_hey_identity', {}).get('p99_ms'), 1)} ms, p50 "
+                f"{_f(s.get('metrics_hey_identity', {}).get('p50_ms'), 1)} ms"]
+        if (before := b8.get("before")) is not None:
+            from .b8_serving import RATIOS
+
+            def dig(doc: dict[str, Any], path: tuple[str, ...]) -> Any:
+                for key in path:
+                    doc = doc.get(key, {}) if isinstance(doc, dict) else {}
+                return doc if isinstance(doc, (int, float)) else None
+
+            out += ["", f"Side by side in the same run with the sidecar of `{before['rev']}` ({before['commit']}): "
+                    "its steady pair ran at the same time as ours, the load phases one tree after the other "
+                    "(hey twice, in both orders; the worse round of each stands).", "",
+                    "| figure | before | after | after / before |", "|---|---|---|---|"]
+            for name, path in RATIOS.items():
+                ratio = b8.get("ratios", {}).get(name)
+                out.append(f"| {name} | {_f(dig(before, path), 3)} | {_f(dig(b8, path), 3)} | "
+                           f"{_f(ratio, 3)} |")
     if (sk := b.get("soak")) is not None:
         flat = abs(sk["rss_change"]) <= 0.10 and abs(sk["fds_change"]) <= 0.10
         every = sk["healthy_missed_intervals"] == 0 and sk["sidecar_alive"]

@@ -16,19 +16,21 @@ import logging
 import math
 import socket
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from fastapi import FastAPI, Response
-from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, ProcessCollector
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
 from ..pipeline.scrape import client as target_client
 from ..pipeline.scrape import describe
 from ..pipeline.target import Target, TargetReport
 from . import page
-from .bodies import Cached, DiagnosisBody, MetricsBody, dumps
+from .bodies import Cached, DiagnosisBody, MetricsBody, accepts_gzip, dumps
 from .collector import HeadroomCollector
 from .history import History
 from .http import Front, Guard, Limits, Server, config
@@ -41,6 +43,7 @@ from .listen import parse_listen_address as parse_listen_address
 from .logdamp import Damper
 
 log = logging.getLogger("vllm_headroom")
+METRICS_MAX_AGE = 1.0  # s an answer of /metrics may be served again while the schedules run (`metrics_body`)
 MAX_NOTES = 256  # notes logged once per target; a target inventing new ones is not remembered beyond this
 
 
@@ -61,7 +64,6 @@ class Sidecar:
         self._process = CollectorRegistry(auto_describe=False)
         ProcessCollector(registry=self._process)
         self.metrics = MetricsBody(self.targets, self._process)
-        self._metrics_lock: asyncio.Lock | None = None
         self.diagnosis = DiagnosisBody(self.targets, self.named)
         self.page = Cached(self._prepare_page)
         self.history_body = Cached(self._prepare_history)
@@ -177,11 +179,11 @@ class Sidecar:
         """Our /metrics body now (each target's piece re-rendered only if it was scraped since)."""
         return self.metrics.render()
 
-    async def metrics_body(self) -> bytes:
-        if self._metrics_lock is None:
-            self._metrics_lock = asyncio.Lock()
-        async with self._metrics_lock:  # requests that arrive during a render share it instead of redoing it
-            return await self.metrics.render_async()
+    async def metrics_body(self, gzip: bool = False) -> bytes:
+        """Our /metrics body for one request: while the schedules run, an answer at most a fifth of an interval
+        (and at most 1 s) old is served again, and one up to twice that while the next is built (`MetricsBody.read`);
+        a replay or test driving `tick` gets a new one each time."""
+        return await self.metrics.read(gzip, min(METRICS_MAX_AGE, self.interval / 5) if self.looping else 0.0)
 
     def _prepare_page(self) -> Any:
         reports, history = [t.last for t in self.targets], self.history.copy()
@@ -230,12 +232,51 @@ class Sidecar:
         return {"ready": not not_ready, "not_ready": not_ready}
 
 
+JSON = "application/json"
+HEALTHY = dumps({"status": "ok"}).encode()
+STALLED = dumps({"status": "scrape loop stalled"}).encode()
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+def endpoints(sidecar: Sidecar) -> list[tuple[str, Endpoint]]:
+    """Our HTTP API, path by path. Every body is bytes made ahead (or once per change) by `bodies`: no request
+    builds a model or a JSON document of its own."""
+
+    async def metrics(request: Request) -> Response:
+        gzip = accepts_gzip(request.headers.get("accept-encoding", ""))
+        headers = {"vary": "Accept-Encoding", **({"content-encoding": "gzip"} if gzip else {})}
+        return Response(await sidecar.metrics_body(gzip), media_type=CONTENT_TYPE_LATEST, headers=headers)
+
+    async def diagnosis_json(request: Request) -> Response:
+        return Response(await sidecar.diagnosis.render_async(), media_type=JSON)
+
+    async def healthz(request: Request) -> Response:
+        ok = sidecar.healthy()
+        return Response(HEALTHY if ok else STALLED, status_code=200 if ok else 503, media_type=JSON)
+
+    async def readyz(request: Request) -> Response:
+        body = sidecar.readiness()
+        return Response(dumps(body).encode(), status_code=200 if body["ready"] else 503, media_type=JSON)
+
+    async def history_json(request: Request) -> Response:
+        return Response(await sidecar.history_body.get(sidecar.generation, sidecar.epoch()), media_type=JSON)
+
+    async def index(request: Request) -> Response:
+        return Response(await sidecar.page.get(sidecar.generation, sidecar.epoch()),
+                        media_type="text/html; charset=utf-8")
+
+    return [("/metrics", metrics), ("/api/v1/diagnosis", diagnosis_json), ("/healthz", healthz),
+            ("/readyz", readyz), ("/api/v1/history", history_json), ("/", index)]
+
+
 def make_app(sidecar: Sidecar, start_loop: bool = True, openapi: bool = False,
-             limits: Limits | None = None) -> FastAPI:
-    """The sidecar's HTTP surface. `openapi` serves the schema at /openapi.json (off unless asked for)."""
+             limits: Limits | None = None) -> Starlette:
+    """The sidecar's HTTP surface: Starlette routing, the core FastAPI is built on. With `openapi` the same
+    endpoints are served by a FastAPI app that also serves their schema at /openapi.json; without it FastAPI and
+    pydantic are never imported (~15 MB of a one-target sidecar's memory, issue 25)."""
 
     @contextlib.asynccontextmanager
-    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
         task = asyncio.create_task(sidecar.run()) if start_loop else None
         try:
             yield
@@ -245,38 +286,19 @@ def make_app(sidecar: Sidecar, start_loop: bool = True, openapi: bool = False,
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
 
-    app = FastAPI(title="vllm-headroom", lifespan=lifespan, docs_url=None, redoc_url=None,
-                  openapi_url="/openapi.json" if openapi else None)
+    app: Starlette
+    if openapi:
+        from fastapi import FastAPI
+
+        api = FastAPI(title="vllm-headroom", lifespan=lifespan, docs_url=None, redoc_url=None,
+                      openapi_url="/openapi.json")
+        for path, endpoint in endpoints(sidecar):
+            api.add_api_route(path, endpoint, methods=["GET"])
+        app = api
+    else:
+        app = Starlette(routes=[Route(path, endpoint, methods=["GET"]) for path, endpoint in endpoints(sidecar)],
+                        lifespan=lifespan)
     app.add_middleware(Front, limits=limits or Limits())
-
-    @app.get("/metrics")
-    async def metrics() -> Response:
-        return Response(await sidecar.metrics_body(), media_type=CONTENT_TYPE_LATEST)
-
-    @app.get("/api/v1/diagnosis")
-    async def diagnosis_json() -> Response:
-        return Response(await sidecar.diagnosis.render_async(), media_type="application/json")
-
-    @app.get("/healthz")
-    async def healthz() -> JSONResponse:
-        ok = sidecar.healthy()
-        return JSONResponse({"status": "ok" if ok else "scrape loop stalled"}, status_code=200 if ok else 503)
-
-    @app.get("/readyz")
-    async def readyz() -> JSONResponse:
-        body = sidecar.readiness()
-        return JSONResponse(body, status_code=200 if body["ready"] else 503)
-
-    @app.get("/api/v1/history")
-    async def history_json() -> Response:
-        return Response(await sidecar.history_body.get(sidecar.generation, sidecar.epoch()),
-                        media_type="application/json")
-
-    @app.get("/")
-    async def index() -> Response:
-        return Response(await sidecar.page.get(sidecar.generation, sidecar.epoch()),
-                        media_type="text/html; charset=utf-8")
-
     return app
 
 

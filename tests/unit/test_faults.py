@@ -189,3 +189,47 @@ def test_metrics_body_is_rendered_once_per_scrape_and_only_when_read() -> None:
         assert sidecar.metrics.rendered_targets == rendered
     assert b'verdict="slots_full"} 1.0' in sidecar.exposition()
     assert sidecar.metrics.rendered_targets == rendered + 1
+
+
+def test_metrics_answer_is_reused_only_while_young_and_gzipped_once_per_build() -> None:
+    """`MetricsBody.read`: served again under max_age, served while the next builds under 2 × max_age, rebuilt
+    beyond; the gzip answer decompresses to the plain one, and Accept-Encoding decides which one a client gets."""
+    import gzip
+
+    from fastapi.testclient import TestClient
+
+    from exporter.expose.bodies import accepts_gzip
+    from exporter.expose.server import make_app
+
+    target = Target(Settings(URL, vllm_args=fixtures.vllm_argv("false-full"), discover_cmdline=False))
+    sidecar = Sidecar([target], interval=1.0)
+
+    async def reads() -> None:
+        async with httpx.AsyncClient() as client:
+            await sidecar.tick(client, now=1.0)
+        body = sidecar.metrics
+        first = await body.read(gzip=False, max_age=60.0)
+        assert b'verdict="ok"} 1.0' in first and body.builds == 1
+        assert await body.read(gzip=False, max_age=60.0) is first  # young: the same answer
+        assert gzip.decompress(await body.read(gzip=True, max_age=60.0)) == first
+        assert await body.read(gzip=False, max_age=0.0) is not first and body.builds == 2  # old: a new one
+        assert body._answer is not None
+        body._answer.built -= 1.5  # between max_age and twice it: the last answer now, the next one built behind
+        kept = body._answer.plain
+        assert await body.read(gzip=False, max_age=1.0) is kept
+        await asyncio.sleep(0.05)
+        assert body.builds == 3 and body._answer.plain is not kept
+
+    with respx.mock(assert_all_called=False) as router:
+        _models_ok(router)
+        router.get(URL + "/metrics").mock(return_value=httpx.Response(200, text=fixtures.snapshot("idle")))
+        asyncio.run(reads())
+    assert accepts_gzip("gzip, deflate") and accepts_gzip("br;q=1.0, GZIP;q=0.5") and accepts_gzip("*")
+    assert not accepts_gzip("") and not accepts_gzip("identity") and not accepts_gzip("gzip;q=0")
+    assert not accepts_gzip("gzip; q=0.000") and not accepts_gzip("deflate, br")
+    client = TestClient(make_app(sidecar, start_loop=False))
+    zipped = client.get("/metrics", headers={"accept-encoding": "gzip"})
+    assert zipped.headers["content-encoding"] == "gzip" and zipped.headers["vary"] == "Accept-Encoding"
+    plain = client.get("/metrics", headers={"accept-encoding": "identity"})
+    assert "content-encoding" not in plain.headers
+    assert _ours(zipped.content) == _ours(plain.content) and b'verdict="ok"} 1.0' in plain.content

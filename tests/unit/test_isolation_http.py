@@ -175,3 +175,29 @@ def test_security_headers_and_no_openapi_unless_asked() -> None:
     assert TestClient(make_app(sidecar, start_loop=False, openapi=True)).get("/openapi.json").status_code == 200
 
 
+
+
+def test_accepted_connections_have_nagle_off() -> None:
+    """asyncio sets TCP_NODELAY only on sockets whose proto says TCP; `bind`'s must, or every answer written
+    after its headers waits for the client's delayed ACK (40 ms on Linux)."""
+    from exporter.expose.listen import bind
+
+    sock = bind("127.0.0.1", 0)
+    seen: list[int] = []
+
+    async def main() -> None:
+        def made(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            seen.append(writer.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+            writer.close()
+
+        server = await asyncio.start_server(made, sock=sock)
+        async with server:
+            _reader, writer = await asyncio.open_connection(*sock.getsockname())
+            for _ in range(100):
+                if seen:
+                    break
+                await asyncio.sleep(0.01)
+            writer.close()
+
+    asyncio.run(main())
+    assert seen and seen[0] != 0

@@ -1116,9 +1116,10 @@ def _labels(metric: str, lb: Labels) -> str:
 # while replaying a recorded vLLM timeline (tests/monitoring/replica_replay.py: every frame through the sidecar's
 # pipeline and collector), one frame per REPLICA_FRAME seconds of rule time, the last frame held once the recording
 # ends. Pods join one after another; pod a is scraped by three jobs (counted once): a cluster-wide pod scrape, a
-# PodMonitor and a ServiceMonitor whose series carry a `service` label besides `job`. At each check the recorded sum must
-# be the sum of the pods' current values, and HPA's desired count at AverageValue 1, ceil(current x (sum / current)),
-# must be ceil(sum) whatever the current count: the rules and the sidecar agree by construction of the input.
+# PodMonitor and a ServiceMonitor whose series carry a `service` label besides `job`. At each check the recorded sum
+# must be the sum of the pods' current values, and HPA's desired count at AverageValue 1,
+# ceil(current x (sum / current)), must be ceil(sum) whatever the current count: the rules and the sidecar agree by
+# construction of the input.
 REPLICAS_RULE = "model_name:vllm_headroom_replicas_needed:sum"
 REPLICA_FRAME = 30.0  # rule-time seconds per recorded frame (recordings step ~0.5-1 s; stretched to scrape scale)
 REPLICA_CHECKS = ("2m", "4m", "7m", "9m", "12m", "14m", "16m", "19m", "22m", "28m")

@@ -1115,9 +1115,11 @@ def _labels(metric: str, lb: Labels) -> str:
 # The replica signal on a ramp (issue 24): each pod's vllm_headroom_replicas_needed is what the sidecar itself served
 # while replaying a recorded vLLM timeline (tests/monitoring/replica_replay.py: every frame through the sidecar's
 # pipeline and collector), one frame per REPLICA_FRAME seconds of rule time, the last frame held once the recording
-# ends. Pods join one after another; pod a is scraped by two jobs (counted once). At each check the recorded sum must
-# be the sum of the pods' current values, and HPA's desired count at AverageValue 1, ceil(current x (sum / current)),
-# must be ceil(sum) whatever the current count: the rules and the sidecar agree by construction of the input.
+# ends. Pods join one after another; pod a is scraped by three jobs (counted once): a cluster-wide pod scrape, a
+# PodMonitor and a ServiceMonitor whose series carry a `service` label besides `job`. At each check the recorded sum
+# must be the sum of the pods' current values, and HPA's desired count at AverageValue 1,
+# ceil(current x (sum / current)), must be ceil(sum) whatever the current count: the rules and the sidecar agree by
+# construction of the input.
 REPLICAS_RULE = "model_name:vllm_headroom_replicas_needed:sum"
 REPLICA_FRAME = 30.0  # rule-time seconds per recorded frame (recordings step ~0.5-1 s; stretched to scrape scale)
 REPLICA_CHECKS = ("2m", "4m", "7m", "9m", "12m", "14m", "16m", "19m", "22m", "28m")
@@ -1135,6 +1137,8 @@ class ReplicaPod:
     values: tuple[float | None, ...]
     source: str
     jobs: tuple[str, ...] = ("vllm-headroom",)
+    # Jobs of a ServiceMonitor scraping the same sidecar through its Service: their series carry `service` too.
+    service_jobs: tuple[str, ...] = ()
 
     def at(self, t: float) -> Value:
         if t < self.start or not self.values:
@@ -1151,9 +1155,12 @@ def replica_ramp_test(interval: str, rule_name: str, pods: list[ReplicaPod]) -> 
     clock = Clock(parse_duration(interval))
     series = []
     for pod in pods:
-        for job in pod.jobs:
+        for job in (*pod.jobs, *pod.service_jobs):
             labels = (f'job="{job}",namespace="llm",pod="{pod.name}",instance="{pod.ip}:9478",'
                       f'target="http://127.0.0.1:8000",model_name="{MODEL}"')
+            if job in pod.service_jobs:
+                labels += f',service="{job}",endpoint="metrics"'
+
             series.append({"series": f"vllm_headroom_replicas_needed{{{labels}}}",
                            "values": _encode([pod.at(t) for t in clock.times])})
     where = {"model_name": MODEL, "namespace": "llm"}

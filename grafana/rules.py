@@ -513,7 +513,12 @@ def fleet_rules(cfg: Config) -> list[tuple[str, str]]:
         # summed: the replicas the model's demand needs at the sidecars' target utilization. KEDA or HPA scale on it
         # with AverageValue 1 (deploy/autoscaling). Instant values, no scrape-gap bridge: a replica that is gone must
         # not keep counting; a blip only lowers it, and HPA's 300 s scale-down window holds the count.
-        ("model_name:vllm_headroom_replicas_needed:sum", per_model("vllm_headroom_replicas_needed")),
+        # The sidecar's raw series carry every label its scrape adds (a ServiceMonitor adds `service`, `endpoint`),
+        # so `max without (job)` would keep one copy per monitor: one per pod identity (without job), target, model
+        # and engine, as the dashboards count it.
+        ("model_name:vllm_headroom_replicas_needed:sum",
+         f"sum by ({fleet_by}) (max by ({cfg.dedup('target', 'model_name', 'engine')}) "
+         "(vllm_headroom_replicas_needed))"),
     ]
 
 

@@ -18,11 +18,13 @@ the one the render is applied to (`-n`).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 Doc = dict[str, Any]
+DNS_1035 = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
 @dataclass(frozen=True)
@@ -96,7 +98,20 @@ def unresolved(docs: list[Doc], namespace: str = "default") -> list[str]:
     for d in docs:
         kind, name, ns = d["kind"], d["metadata"]["name"], _ns(d, namespace)
         where = f"{kind} {ns}/{name}"
+        if kind in ("Deployment", "StatefulSet"):
+            tpl = d["spec"]["template"]["spec"]
+            for c in (tpl.get("initContainers") or []) + (tpl.get("containers") or []):
+                for env in c.get("env") or []:
+                    if env.get("name") == "VLLM_HEADROOM_TARGET" and isinstance(env.get("value"), str):
+                        try:
+                            port = urlsplit(env["value"]).port
+                        except ValueError:
+                            port = None
+                        if port is None:
+                            out.append(f"{where}: sidecar target {env['value']} has no port number")
         if kind == "Service":
+            if not DNS_1035.fullmatch(name):  # apimachinery validation.IsDNS1035Label: the API server refuses it
+                out.append(f"{where}: the name is no DNS-1035 label (a-z, 0-9, '-', at most 63, a letter first)")
             hit = selected(docs, d, namespace)
             if not hit:
                 out.append(f"{where} selects no pod")
@@ -111,6 +126,9 @@ def unresolved(docs: list[Doc], namespace: str = "default") -> list[str]:
             if not hit:
                 out.append(f"{where} selects no pod")
             for e in d["spec"]["podMetricsEndpoints"]:
+                if "portNumber" in e and not isinstance(e["portNumber"], int):
+                    out.append(f"{where} endpoint {e['portNumber']}: portNumber is no number")
+                    continue
                 want = e.get("port", e.get("portNumber"))
                 for p in hit:
                     if _target_port(p, want) is None:

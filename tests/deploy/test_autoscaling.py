@@ -113,6 +113,9 @@ def test_the_checks_are_not_vacuous(tools: Tools, tmp_path: Path) -> None:
                                         "'xml', 'yaml']", "targetValue=one is not a number"]
 
 
+ROUTER_REQUESTS = 'vllm:num_incoming_requests_total{'
+
+
 def test_prometheus_scaler_reads_the_recording_rule_with_average_value_1() -> None:
     (obj,) = load_all(KEDA[0].read_text())
     signal, arriving = obj["spec"]["triggers"]
@@ -124,7 +127,9 @@ def test_prometheus_scaler_reads_the_recording_rule_with_average_value_1() -> No
     assert "vllm:num_requests_waiting" not in query and "threshold" not in query
     # Activation from in front of the engines: a 0/1 quantity, so it never asks for more than one replica.
     promql_parser.parse(arriving["metadata"]["query"])
-    assert "vllm_router_requests_total" in arriving["metadata"]["query"] and "> bool 0" in arriving["metadata"]["query"]
+    # The counter production-stack's router exports (vllm:num_incoming_requests, a prometheus_client Counter:
+    # src/vllm_router/services/metrics_service/__init__.py @a6c01db0); vllm_router_requests_total exists nowhere.
+    assert ROUTER_REQUESTS in arriving["metadata"]["query"] and "> bool 0" in arriving["metadata"]["query"]
     assert float(arriving["metadata"]["activationThreshold"]) < float(arriving["metadata"]["threshold"]) == 1
 
 

@@ -152,3 +152,32 @@ def test_the_stand_in_is_a_user_deployment() -> None:
     ports = [p["containerPort"] for c in stand_in["spec"]["template"]["spec"]["containers"] for p in c["ports"]]
     assert values[1]["vllmPort"] in ports
     assert copy.deepcopy(values[0]["metadata"]["labels"]) == {"vllm-headroom/sidecar": "injected"}
+
+
+def test_the_documented_path_puts_everything_in_one_namespace(tools: Tools, tmp_path: Path) -> None:
+    """README step 1 / the overlay's header: a manifest without a namespace, `namespace` set once in
+    vllm-headroom.yaml, `kubectl apply -k` without -n. Every object carries that one namespace (before, the
+    Deployment had none and went wherever -n or the context pointed while its Service and PodMonitor went to the
+    Settings' namespace), and the README's command names no other."""
+    import re
+
+    from .targets import unresolved
+
+    tree = tmp_path / "kubernetes"
+    shutil.copytree(KUSTOMIZE, tree)
+    overlay = tree / OVERLAY
+    (overlay / "my-vllm-deployment.yaml").write_text(yaml.safe_dump(deployment("llama", {"containerPort": 8000})))
+    values = load_all((overlay / "vllm-headroom.yaml").read_text())
+    values[0]["metadata"]["name"] = "llama"
+    values[1].update(instance="llama", namespace="inference", vllmPort=8000)
+    (overlay / "vllm-headroom.yaml").write_text(yaml.safe_dump_all(values))
+    proc = subprocess.run([tools.bin("kubectl"), "kustomize", str(overlay)], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    docs = load_all(proc.stdout)
+    assert {(d["kind"], d["metadata"].get("namespace")) for d in docs} == {
+        ("Deployment", "inference"), ("Service", "inference"), ("PodMonitor", "inference")}
+    assert unresolved(docs, "elsewhere") == []  # resolves whatever namespace -n or the context names
+    readme = (KUSTOMIZE.parents[1] / "README.md").read_text()
+    line = re.search(r"kubectl apply -k deploy/kubernetes/overlays/existing-vllm([^\n#]*)", readme)
+    assert line and "-n" not in line.group(1).split(), line

@@ -66,8 +66,8 @@ def no_errors(results: list[dict[str, Any]]) -> None:
 
 @pytest.mark.parametrize(("stack", "deployment", "port", "vllm"),
                          [("production-stack", "vllm-llama3-deployment-vllm", 8000, "vllm"),
-                          ("llm-d", "ms-llm-d-modelservice-decode", 8200, "vllm"),  # behind the routing proxy
-                          ("llm-d", "ms-llm-d-modelservice-prefill", 8000, "vllm")])
+                          ("llm-d", "pd-llm-d-modelservice-decode", 8200, "vllm"),  # behind the routing proxy
+                          ("llm-d", "pd-llm-d-modelservice-prefill", 8000, "vllm")])
 def test_helm_stacks_get_the_native_sidecar(stack: str, deployment: str, port: int, vllm: str, tools: Tools,
                                             validate: Callable[..., list[dict[str, Any]]]) -> None:
     docs = render(tools, RECIPES / "examples" / stack)
@@ -86,11 +86,11 @@ def test_production_stack_router_is_left_alone(tools: Tools) -> None:
 
 
 def test_llm_d_keeps_its_routing_proxy(tools: Tools) -> None:
-    spec = find(render(tools, RECIPES / "examples" / "llm-d"), "Deployment", "ms-llm-d-modelservice-decode")[
+    spec = find(render(tools, RECIPES / "examples" / "llm-d"), "Deployment", "pd-llm-d-modelservice-decode")[
         "spec"]["template"]["spec"]
     assert sorted(c["name"] for c in spec["initContainers"]) == ["routing-proxy", "vllm-headroom"]
     proxy = named(spec["initContainers"], "routing-proxy")
-    assert proxy["args"] == ["--port=8000", "--vllm-port=8200"] and proxy["restartPolicy"] == "Always"
+    assert proxy["args"][:2] == ["--port=8000", "--vllm-port=8200"] and proxy["restartPolicy"] == "Always"
 
 
 def test_llm_d_values_file_adds_the_same_container(validate: Callable[..., list[dict[str, Any]]]) -> None:
@@ -214,6 +214,66 @@ def test_post_renderer_follows_the_charts_container_port(tools: Tools) -> None:
     assert "Settings" not in {d["kind"] for d in load_all(proc.stdout)}
 
 
+def test_llm_d_post_renderer_patches_the_real_chart_output_or_refuses(tools: Tools) -> None:
+    """The llm-d-modelservice chart's own rendering (v0.4.12: role labels on the pod template only, the key
+    llm-d.ai/inference-serving) gets the sidecar in both roles and every target resolves; an output with no
+    decode or prefill Deployment is refused in one sentence instead of passing through unchanged."""
+    from .targets import unresolved
+
+    chart_output = (RECIPES / "examples" / "llm-d" / "chart-output.yaml").read_text()
+    assert "llm-d-modelservice-v0.4.12" in chart_output and "inferenceServing" not in chart_output
+    proc = post_render(tools, "llm-d", stdin=chart_output)
+    assert proc.returncode == 0, proc.stderr
+    docs = load_all(proc.stdout)
+    for role in ("decode", "prefill"):
+        spec = find(docs, "Deployment", f"pd-llm-d-modelservice-{role}")["spec"]["template"]["spec"]
+        assert "vllm-headroom" in [c["name"] for c in spec["initContainers"]], role
+    assert unresolved(docs, "inference") == []
+    renamed = chart_output.replace("-decode\n", "-dec\n").replace("-prefill\n", "-pre\n")
+    bad = post_render(tools, "llm-d", stdin=renamed)
+    assert bad.returncode == 2 and bad.stdout == "" and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+    assert "added the sidecar to no Deployment" in bad.stderr
+
+
+LLM_D_CHART = Path("/work/.mirror/llm-d-incubation+llm-d-modelservice/repo")  # a local mirror, where there is one
+
+
+def test_llm_d_values_file_labels_the_pods_the_monitors_select(tools: Tools, tmp_path: Path) -> None:
+    """The values path: the chart labels pods with modelArtifacts.labels + llm-d.ai/role only
+    (templates/_helpers.tpl pdlabels/decodelabels @v0.4.12), so the values file must put the label the PodMonitor,
+    Service and KEDA example select there. Rendered with the real chart where a mirror of it exists."""
+    from .targets import unresolved
+
+    values = yaml.safe_load((RECIPES / "llm-d" / "values-vllm-headroom.yaml").read_text())
+    podmonitor = yaml.safe_load((RECIPES / "llm-d" / "podmonitor.yaml").read_text())
+    service = yaml.safe_load((RECIPES / "llm-d" / "service.yaml").read_text())
+    for role in ("decode", "prefill"):
+        labels = {**values["modelArtifacts"]["labels"], "llm-d.ai/inference-serving": "true", "llm-d.ai/role": role}
+        pod = {"kind": "Deployment", "metadata": {"name": role}, "spec": {"template": {
+            "metadata": {"labels": labels}, "spec": {"initContainers": values[role]["initContainers"]}}}}
+        assert unresolved([pod, podmonitor], "inference") == [], role
+        if role == "decode":
+            assert unresolved([pod, service], "inference") == []
+    if not (LLM_D_CHART / "HEAD").exists() and not (LLM_D_CHART / ".git").exists():
+        pytest.skip("no local mirror of llm-d-modelservice to render the real chart")
+    archive = subprocess.run(["git", "-C", str(LLM_D_CHART), "archive", "HEAD", "charts/llm-d-modelservice",
+                              "examples/values-pd.yaml"], capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(tmp_path)], input=archive, check=True)
+    user = yaml.safe_load((tmp_path / "examples" / "values-pd.yaml").read_text())
+
+    def merged(a: Any, b: Any) -> Any:  # Helm's -f a -f b: maps merge, lists and scalars are replaced
+        if isinstance(a, dict) and isinstance(b, dict):
+            return {**a, **{k: merged(a.get(k), v) for k, v in b.items()}}
+        return b
+
+    out = tools.run_json("helm", str(tmp_path / "charts" / "llm-d-modelservice"), json.dumps(merged(user, values)),
+                         "pd", "inference")
+    assert out["schema_error"] is None and out["render_error"] is None, out
+    docs = [d for text in out["manifests"].values() for d in load_all(text)] + [podmonitor, service]
+    assert len([d for d in docs if d["kind"] == "Deployment"]) == 2
+    assert unresolved(docs, "inference") == []
+
+
 def documented_post_renderer(section: str) -> tuple[str, list[str]]:
     """The --post-renderer and its --post-renderer-args that docs/platforms.md's sh block for `section` tells Helm 4
     users."""
@@ -227,7 +287,7 @@ def documented_post_renderer(section: str) -> tuple[str, list[str]]:
 
 
 def stand_in_chart(tmp: Path) -> Path:
-    """A chart whose templates are the production-stack stand-in output (the real chart cannot be fetched here)."""
+    """A chart whose one template is the vllm-stack chart's own rendering (its chart-output.yaml example)."""
     chart = tmp / "vllm-stack"
     (chart / "templates").mkdir(parents=True)
     (chart / "Chart.yaml").write_text("apiVersion: v2\nname: vllm-stack\nversion: 0.1.12\n")
@@ -260,7 +320,11 @@ def test_helm4_runs_the_documented_post_renderer(tools: Tools, tmp_path: Path) -
     assert out["error"] is None, out["error"]
     docs = load_all(out["manifest"])
     (tmp_path / "recipe").mkdir()
-    assert docs == recipe_only(tools, tmp_path / "recipe", "production-stack")
+
+    def key(d: Doc) -> tuple[str, str]:  # Helm sends objects in its install order (by kind), kustomize in its own
+        return d["kind"], d["metadata"]["name"]
+
+    assert sorted(docs, key=key) == sorted(recipe_only(tools, tmp_path / "recipe", "production-stack"), key=key)
     plugin = yaml.safe_load((RECIPES / "plugin.yaml").read_text())
     assert plugin["name"] == post_renderer and plugin["type"] == "postrenderer/v1"
 
@@ -285,3 +349,16 @@ def test_llm_d_scheduler_config_reads_metrics_the_sidecar_exports() -> None:
     assert "DEPRECATED" not in re.search(rf"^# HELP {engine['kvUsageSpec']} (.*)$", golden, re.M)[1]
     refs = {r["pluginRef"] for prof in config["schedulingProfiles"] for r in prof["plugins"]}
     assert refs <= {p["type"] for p in config["plugins"]}
+
+
+def test_kserve_examples_leave_scaling_to_the_scaled_object() -> None:
+    """KServe RawDeployment makes its own HPA for a predictor unless serving.kserve.io/autoscalerClass is external
+    (kserve @aaac4e29 pkg/constants AutoscalerClassExternal, autoscaler_reconciler.go): every example says so, and
+    the docs that send KServe users to a ScaledObject say it too."""
+    isvcs = [d for f in sorted((RECIPES / "examples" / "kserve").glob("inferenceservice*.yaml"))
+             for d in load_all(f.read_text()) if d["kind"] == "InferenceService"]
+    assert len(isvcs) == 2
+    for isvc in isvcs:
+        assert isvc["metadata"]["annotations"]["serving.kserve.io/autoscalerClass"] == "external", isvc["metadata"]
+    for doc in ("autoscaling.md", "platforms.md"):
+        assert "serving.kserve.io/autoscalerClass: external" in (DEPLOY.parent / "docs" / doc).read_text(), doc

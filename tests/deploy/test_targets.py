@@ -34,7 +34,7 @@ def kubectl_kustomize(tools: Tools, folder: Path) -> list[Doc]:
 
 
 def existing_vllm(tools: Tools, tmp: Path, deployment: str, namespace: str, keda: bool = False,
-                  instance: str | None = None) -> list[Doc]:
+                  instance: str | None = None, vllm_port: int | str = 8000) -> list[Doc]:
     """overlays/existing-vllm over a user's Deployment `deployment`, set up as its header says (instance = the
     Deployment's name unless `instance`), optionally with its KEDA scaler listed."""
     tree = tmp / "kubernetes"
@@ -47,7 +47,7 @@ def existing_vllm(tools: Tools, tmp: Path, deployment: str, namespace: str, keda
     (overlay / "my-vllm-deployment.yaml").write_text(yaml.safe_dump(user))
     target, settings = load_all((overlay / "vllm-headroom.yaml").read_text())
     target["metadata"]["name"] = deployment
-    settings.update(instance=instance or deployment, namespace=namespace)
+    settings.update(instance=instance or deployment, namespace=namespace, vllmPort=vllm_port)
     (overlay / "vllm-headroom.yaml").write_text(yaml.safe_dump_all([target, settings]))
     if keda:
         k = overlay / "kustomization.yaml"
@@ -122,6 +122,34 @@ def test_existing_vllm_with_keda_resolves_its_targets(tools: Tools, tmp_path: Pa
         ("Service", "inference"), ("PodMonitor", "inference"), ("ScaledObject", "inference")}
     assert unresolved(docs, "inference") == []
     assert not [r for r in validate(docs) if r["error"]]
+
+
+def test_a_port_name_as_vllm_port_is_caught(tools: Tools, tmp_path: Path) -> None:
+    """vllmPort is vLLM's port number; a name (`api`) renders http://127.0.0.1:api, which the sidecar refuses at
+    start, and a PodMonitor portNumber that is no number: the render check reports both."""
+    docs = existing_vllm(tools, tmp_path, "llama", "inference", vllm_port="api")
+    assert unresolved(docs, "inference") == [
+        "Deployment inference/llama: sidecar target http://127.0.0.1:api has no port number",
+        "PodMonitor inference/llama-headroom endpoint api: portNumber is no number"]
+
+
+def test_a_dotted_instance_is_caught_and_keeps_its_url(tools: Tools, tmp_path: Path) -> None:
+    """A Deployment named llama-3.1-8b (a valid Deployment name) as the instance: the KEDA URL keeps its host
+    <instance>-headroom.<namespace> (before, the namespace replaced a piece between the instance's dots), and the
+    Service name, which Kubernetes would refuse (dots are no DNS-1035 label), is reported by the render check."""
+    docs = existing_vllm(tools, tmp_path, "llama-3.1-8b", "inference", keda=True)
+    so = find(docs, "ScaledObject")
+    assert so["spec"]["triggers"][0]["metadata"]["url"] == \
+        "http://llama-3.1-8b-headroom.inference.svc.cluster.local:9478/metrics"
+    # KEDA splits the host at its dots as well (<service>.<namespace>): it would look for Service llama-3 in
+    # namespace 1-8b-headroom.
+    assert unresolved(docs, "inference") == [
+        "Service inference/llama-3.1-8b-headroom: the name is no DNS-1035 label (a-z, 0-9, '-', at most 63, a "
+        "letter first)",
+        "ScaledObject inference/llama-3.1-8b-headroom: URL names Service 1-8b-headroom/llama-3, not in the render"]
+    # Without KEDA, the documented way: an instance without dots for that Deployment.
+    docs = existing_vllm(tools, tmp_path / "b", "llama-3.1-8b", "inference", instance="llama-3-1-8b")
+    assert unresolved(docs, "inference") == []
 
 
 def test_an_instance_that_is_not_the_deployment_is_caught(tools: Tools, tmp_path: Path) -> None:

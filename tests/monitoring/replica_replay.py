@@ -73,15 +73,17 @@ def replay(name: str) -> Replayed:
 
 # The ramp: three replicas join 6 minutes apart, each replaying one recorded vLLM 0.32.0 timeline of the tiny model
 # (a mixed ramp up to R 5, a slot-bound plateau at R 1.5, a burst from R 5.9 draining to 0); all end idle.
-RAMP = (("vllm-a", "10.0.0.1", 0.0, "vllm-0.32.0/prod-mixed", ("vllm-headroom", "kubernetes-pods")),
-        ("vllm-b", "10.0.0.2", 360.0, "vllm-0.32.0/prod-slots", ("vllm-headroom",)),
-        ("vllm-c", "10.0.0.3", 720.0, "vllm-0.32.0/prod-burst", ("vllm-headroom",)))
+# Pod a is scraped three times: its PodMonitor, a cluster-wide pod job and a ServiceMonitor (which adds `service`).
+RAMP = (("vllm-a", "10.0.0.1", 0.0, "vllm-0.32.0/prod-mixed", ("vllm-headroom", "kubernetes-pods"),
+         ("vllm-headroom-svc",)),
+        ("vllm-b", "10.0.0.2", 360.0, "vllm-0.32.0/prod-slots", ("vllm-headroom",), ()),
+        ("vllm-c", "10.0.0.3", 720.0, "vllm-0.32.0/prod-burst", ("vllm-headroom",), ()))
 
 
 def ramp_pods() -> list[ReplicaPod]:
     out = []
-    for name, ip, start, source, jobs in RAMP:
+    for name, ip, start, source, jobs, service_jobs in RAMP:
         r = replay(source)
         assert r.model_name == MODEL, (source, r.model_name)
-        out.append(ReplicaPod(name, ip, start, r.values, source, jobs))
+        out.append(ReplicaPod(name, ip, start, r.values, source, jobs, service_jobs))
     return out

@@ -415,7 +415,7 @@ def test_the_replica_ramp_replays_the_sidecars_own_output() -> None:
     from tests.monitoring.replica_replay import FIXTURES, RAMP, ramp_pods
     from tests.monitoring.replica_replay import replay as replay_recording
 
-    for _name, _ip, _start, source, _jobs in RAMP:
+    for _name, _ip, _start, source, _jobs, _service_jobs in RAMP:
         r = replay_recording(source)
         folder = FIXTURES / source
         meta = json.loads((folder / "meta.json").read_text())

@@ -261,7 +261,7 @@
             "record": "model_name:vllm_num_preemptions:rate5m"
           },
           {
-            "expr": "sum by (cluster, namespace, model_name) (max without (job) (vllm_headroom_replicas_needed))",
+            "expr": "sum by (cluster, namespace, model_name) (max by (cluster, namespace, instance, pod, container, target, model_name, engine) (vllm_headroom_replicas_needed))",
             "record": "model_name:vllm_headroom_replicas_needed:sum"
           }
         ]

@@ -702,6 +702,8 @@ def target_json(r: TargetReport) -> dict[str, Any]:
         # The replica signal per model (one replica: this server, its engines summed); docs/autoscaling.md.
         "replicas": [replicas_json(s) for s in r.replicas] if r.up else [],
         "notes": list(r.notes),
+        # Why /v1/models did not answer (e.g. vLLM's --api-key): max_model_len then comes from elsewhere or not at all.
+        "models_error": r.models_error,
     }
 
 
@@ -794,4 +796,6 @@ def render_text(reports: list[TargetReport]) -> str:
             lines.append(f"{r.url}  model={g.model_name} engine={g.engine}: {g.explanation}")
         for n in r.notes:
             lines.append(f"{r.url}  note: {n}")
+        if r.up and r.models_error is not None:
+            lines.append(f"{r.url}  note: {r.models_error}")
     return "\n".join(lines)

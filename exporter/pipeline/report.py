@@ -296,6 +296,7 @@ class TargetReport:
     scrape_number: int | None = None
     known_engines: list[tuple[str, str]] = field(default_factory=list)  # when down: the engines last seen up
     notes: list[str] = field(default_factory=list)  # values ignored or contradicted (said once in the log)
+    models_error: str | None = None  # why the last /v1/models read failed, one sentence (None: it answered)
     rules: ReleaseRules | None = None  # the release's rules the numbers were derived with, and how we know
     attention: AttentionFacts | None = None  # from --vllm-startup-log: the attention backend and block size in effect
     replicas: list[ReplicaSignal] = field(default_factory=list)  # the replica signal per model (pipeline/replicas.py)

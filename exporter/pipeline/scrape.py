@@ -326,8 +326,11 @@ async def server_info(client: httpx.AsyncClient, url: str, timeout: float, api_k
     models: ModelsInfo | None = None
     error: str | None = None
     try:
-        models = parse_models(await fetch(client, base + "/v1/models", timeout, MODELS_MAX_BYTES, auth(api_key),
-                                          deadline=deadline))
+        body = await fetch(client, base + "/v1/models", timeout, MODELS_MAX_BYTES, auth(api_key), deadline=deadline)
+        try:
+            models = parse_models(body)
+        except ScrapeError as exc:  # its sentence names the path; the log needs the target too
+            raise ScrapeError(exc.reason, f"{redact(base)}{exc}") from None
     except ScrapeError as exc:
         error = str(exc)
         if "HTTP 401" in error or "HTTP 403" in error:

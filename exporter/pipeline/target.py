@@ -246,7 +246,7 @@ class Target:
         args, args_source = self._vllm_args(now)
         log = self._startup_log(now)
         report = TargetReport(self.settings.url, up=True, version=self.version, frontend=self.frontend,
-                              observed_at=now,
+                              observed_at=now, models_error=self.models_error,
                               notes=list(self._args_notes) + ([self._log_note] if self._log_note else []),
                               rules=snap.rules, attention=self._attention)
         if self._attention is not None:

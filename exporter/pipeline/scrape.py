@@ -175,7 +175,9 @@ async def fetch(
                 decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
                 chunks: list[str] = []
                 put = sink if sink is not None else chunks.append
-                async for raw in response.aiter_raw():
+                if response.is_stream_consumed:  # a mock transport's answer, read (and decoded) when it was made
+                    inflate = None
+                async for raw in (response.aiter_bytes() if response.is_stream_consumed else response.aiter_raw()):
                     chunk = raw if inflate is None else _inflate(shown, inflate, raw, max_bytes - size + 1)
                     size += len(chunk)
                     if size > max_bytes:

@@ -131,7 +131,8 @@ def encoded(kind: str, scenario: str = "false-full") -> bytes:
 
 ENCODED = ("gzip", "bomb", "stacked", "not-gzip", "br")
 MODES = ("ok", "drip-body", "drip-headers", "silent", "drip-models", "endless", "reset", "http500", "garbage",
-         "flap", "huge", *(f"absurd:{k}" for k in ABSURD), *(f"encoded:{k}" for k in ENCODED))
+         "flap", "huge", "redirect", "long-headers", *(f"absurd:{k}" for k in ABSURD),
+         *(f"encoded:{k}" for k in ENCODED))
 HOSTILE_ROTATION = ("drip-body", "drip-headers", "silent", "drip-models", "endless", "reset", "http500", "garbage",
                     "flap", "huge", "absurd:num_gpu_blocks=1e308", "absurd:usage=1.5", "absurd:waiting=NaN",
                     "absurd:duplicate running", "absurd:le=abc", "absurd:gpu_memory_utilization=inf")
@@ -232,6 +233,11 @@ class Target:
                     return
                 elif mode == "http500" or (mode == "flap" and self._flap):
                     writer.write(response(b"boom\n", status="500 Internal Server Error"))
+                elif mode == "redirect":  # to the cloud metadata address: said, never followed
+                    writer.write(b"HTTP/1.1 301 Moved Permanently\r\nLocation: http://169.254.169.254/latest/meta-data/"
+                                 b"\r\nContent-Length: 0\r\n\r\n")
+                elif mode == "long-headers":  # 200 KB of headers before any body
+                    writer.write(b"HTTP/1.1 200 OK\r\n" + b"X-Pad: " + b"a" * 200_000 + b"\r\n\r\n")
                 elif mode == "garbage":
                     writer.write(response(bytes(range(256)) * 64))
                 else:

@@ -167,7 +167,9 @@ async def fetch(
             async with client.stream("GET", url, timeout=timeout, headers=asked) as response:
                 phase = "body"
                 if response.status_code != 200:
-                    raise ScrapeError("http_status", f"{shown} answered HTTP {response.status_code}")
+                    where = response.headers.get("location", "") if 300 <= response.status_code < 400 else ""
+                    raise ScrapeError("http_status", f"{shown} answered HTTP {response.status_code}"
+                                      + (f", redirecting to {redact(where[:200])} (not followed)" if where else ""))
                 declared = response.headers.get("content-length")
                 if declared is not None and declared.isdigit() and int(declared) > max_bytes:
                     raise ScrapeError("too_large", f"{shown} sent {declared} bytes, over the cap of {max_bytes}")
@@ -197,7 +199,12 @@ async def fetch(
             raise ScrapeError("connect", f"cannot connect to {shown}: it closed the TLS connection before answering"
                               f"{': ' + str(exc) if str(exc) else ''} (if vLLM asks for a client certificate: "
                               "--scrape.client-cert and --scrape.client-key)") from None
-        raise ScrapeError("truncated", f"{shown} closed the connection mid-body: {exc}") from None
+        said = f": {exc}" if str(exc) else ""
+        if "Receive buffer too long" in str(exc):  # h11's bound on a response's head
+            raise ScrapeError("malformed", f"{shown} sent response headers longer than 100 KB") from None
+        if phase == "connect":
+            raise ScrapeError("truncated", f"{shown} closed the connection before answering{said}") from None
+        raise ScrapeError("truncated", f"{shown} closed the connection mid-body{said}") from None
     except httpx.HTTPError as exc:
         raise ScrapeError("connect", f"{shown}: {exc}") from None
     except ScrapeError:

@@ -348,3 +348,16 @@ def test_a_401_on_v1_models_names_the_api_key() -> None:
         _scrape(target)
     doc = diagnosis.target_json(target.last)
     assert "API key" in (doc["models_error"] or "") and doc["engines"]
+
+
+@pytest.mark.parametrize(("mode", "reason", "said"), [
+    ("reset", "truncated", "closed the connection before answering"),
+    ("redirect", "http_status", "answered HTTP 301, redirecting to http://169.254.169.254/latest/meta-data/"),
+    ("long-headers", "malformed", "sent response headers longer than 100 KB"),
+])
+def test_each_transport_fault_is_said_as_what_happened(mode: str, reason: str, said: str) -> None:
+    """A real loopback server misbehaving before any body: the sentence says what it did (not "mid-body: " with
+    nothing after it, nor a redirect without where to)."""
+    target, _ = _scrape_hostile(mode)
+    assert (target.last.up, target.last.error_reason) == (False, reason)
+    assert target.last.error is not None and said in target.last.error, target.last.error

@@ -361,3 +361,20 @@ def test_each_transport_fault_is_said_as_what_happened(mode: str, reason: str, s
     target, _ = _scrape_hostile(mode)
     assert (target.last.up, target.last.error_reason) == (False, reason)
     assert target.last.error is not None and said in target.last.error, target.last.error
+
+
+def test_two_cache_config_series_that_disagree_on_capacity_leave_it_unknown_and_say_why() -> None:
+    """A real exposition with a second cache_config_info series for engine 0 claiming 4000 blocks: neither is
+    taken (the first used to win silently), the engine is not judged, and the sentence names both."""
+    real = fixtures.snapshot("false-full")
+    line = next(ln for ln in real.splitlines() if ln.startswith("vllm:cache_config_info{"))
+    blocks = re.search(r'num_gpu_blocks="(\d+)"', line)
+    assert blocks is not None
+    forged = real.replace(line, line + "\n" + line.replace(blocks.group(0), 'num_gpu_blocks="4000"'))
+    report = Target(Settings(URL, discover_cmdline=False)).observe(1.0, forged)
+    assert not report.engines and report.gaps
+    error = report.gaps[0].config_error or ""
+    assert f"'{blocks.group(1)}' and '4000'" in error and "which holds is unknown" in error
+    # The same series twice, or a second differing only in a label that is no capacity, changes nothing.
+    same = real.replace(line, line + "\n" + line.replace('cache_dtype="auto"', 'cache_dtype="fp8"'))
+    assert Target(Settings(URL, discover_cmdline=False)).observe(1.0, same).engines

@@ -91,6 +91,8 @@ class CacheInfo:
         raw = self._raw(key)
         if raw is None or self._problem(key) is not None:
             return None
+        if self.conflict is not None and key in ("num_gpu_blocks", "block_size"):
+            return None  # two series disagree on the capacity: neither is taken (`unreadable` says so)
         return int(float(raw))
 
     def _float(self, key: str) -> float | None:
@@ -371,11 +373,14 @@ def read(expo: Samples, version: str | None = None) -> Snapshot:
     for labels, _value in expo.series(m.CACHE_CONFIG):
         engine = labels.get("engine", "0")
         seen = cache_info.get(engine)
-        if isinstance(seen, CacheInfo) and seen.labels != labels:
-            cache_info[engine] = CacheInfo(seen.labels, conflict=(
-                f"vLLM exports two different {m.CACHE_CONFIG} series for engine {engine} (num_gpu_blocks "
-                f"{seen.labels.get('num_gpu_blocks')!r} and {labels.get('num_gpu_blocks')!r}): which holds is unknown"))
-            continue
+        if isinstance(seen, CacheInfo):
+            if seen.conflict is None and any(seen.labels.get(k) != labels.get(k) for k in ("num_gpu_blocks",
+                                                                                           "block_size")):
+                cache_info[engine] = CacheInfo(seen.labels, conflict=(
+                    f"vLLM exports two different {m.CACHE_CONFIG} series for engine {engine} (num_gpu_blocks "
+                    f"{seen.labels.get('num_gpu_blocks')!r} and {labels.get('num_gpu_blocks')!r}, block_size "
+                    f"{seen.labels.get('block_size')!r} and {labels.get('block_size')!r}): which holds is unknown"))
+            continue  # the first series stays (a second differing elsewhere changes no capacity)
         cache_info[engine] = CacheInfo(labels)
     has_engine_label = any("engine" in labels for labels, _ in expo.series(m.CACHE_CONFIG)) or any(
         "engine" in labels for labels, _ in expo.series(m.RUNNING)

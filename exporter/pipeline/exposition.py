@@ -267,6 +267,12 @@ class Parser:
             self._kept += _parse_lines(lines, self.out.samples, self._want, self._seen, self.out.duplicates)
         except ExpositionError as exc:
             self._error = exc
+            if self._prefixes is not None:  # the fast path numbers no line: find the one said, numbered, once
+                numbered = [(i, ln) for i, ln in enumerate(all_lines, first) if ln.startswith(self._prefixes)]
+                try:
+                    _parse_lines(numbered, {}, self._want, {}, [])
+                except ExpositionError as said:
+                    self._error = said
         if self._max is not None and self._kept > self._max >= before:
             raise ExpositionError(f"more than {self._max:,} samples of the series the sidecar reads (a real vLLM "
                                   "exports about 50 per engine): refused rather than held in memory",

@@ -378,3 +378,17 @@ def test_two_cache_config_series_that_disagree_on_capacity_leave_it_unknown_and_
     # The same series twice, or a second differing only in a label that is no capacity, changes nothing.
     same = real.replace(line, line + "\n" + line.replace('cache_dtype="auto"', 'cache_dtype="fp8"'))
     assert Target(Settings(URL, discover_cmdline=False)).observe(1.0, same).engines
+
+
+def test_a_bad_line_in_a_read_family_is_named_by_its_number() -> None:
+    """The sidecar's fast path reads only the families it wants, without line numbers; an error in one of them
+    still names its real line (was "line 0")."""
+    from exporter.engines.vllm import metrics as vllm_metrics
+    from exporter.pipeline import exposition
+
+    real = fixtures.snapshot("false-full")
+    lines = real.splitlines()
+    at = next(i for i, ln in enumerate(lines) if ln.startswith("vllm:num_requests_waiting{"))
+    lines[at] = lines[at].rsplit(" ", 1)[0] + " abc"
+    with pytest.raises(exposition.ExpositionError, match=f"line {at + 1}:"):
+        exposition.parse("\n".join(lines) + "\n", vllm_metrics.WANTED)

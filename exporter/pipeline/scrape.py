@@ -177,9 +177,10 @@ async def fetch(
                 decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
                 chunks: list[str] = []
                 put = sink if sink is not None else chunks.append
+                raws = response.aiter_raw()
                 if response.is_stream_consumed:  # a mock transport's answer, read (and decoded) when it was made
-                    inflate = None
-                async for raw in (response.aiter_bytes() if response.is_stream_consumed else response.aiter_raw()):
+                    inflate, raws = None, response.aiter_bytes()
+                async for raw in raws:
                     chunk = raw if inflate is None else _inflate(shown, inflate, raw, max_bytes - size + 1)
                     size += len(chunk)
                     if size > max_bytes:
@@ -193,13 +194,13 @@ async def fetch(
     except httpx.ConnectError as exc:
         raise ScrapeError("connect", f"cannot connect to {shown}: {exc}{_tls_hint(exc)}") from None
     except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
+        said = f": {exc}" if str(exc) else ""
         if hint := _tls_hint(exc):  # TLS 1.3: a refused client certificate surfaces on the first read
             raise ScrapeError("connect", f"cannot connect to {shown}: {exc}{hint}") from None
         if phase == "connect" and url.startswith("https:"):  # ...or as a bare close, before any answer
             raise ScrapeError("connect", f"cannot connect to {shown}: it closed the TLS connection before answering"
-                              f"{': ' + str(exc) if str(exc) else ''} (if vLLM asks for a client certificate: "
+                              f"{said} (if vLLM asks for a client certificate: "
                               "--scrape.client-cert and --scrape.client-key)") from None
-        said = f": {exc}" if str(exc) else ""
         if "Receive buffer too long" in str(exc):  # h11's bound on a response's head
             raise ScrapeError("malformed", f"{shown} sent response headers longer than 100 KB") from None
         if phase == "connect":

@@ -728,7 +728,8 @@ def judge(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, histo
         # slots_full judged with the cap unknown: the running count is the cap this answer uses throughout.
         max_num_seqs = inferred_cap = running
         cfg = replace(cfg, max_num_seqs=Known(running, Source.INFERRED))
-    headroom = derive.with_lora(derive.with_slots(pool, max_num_seqs, running), obs.lora_admits)
+    headroom = derive.with_head_range(derive.with_lora(derive.with_slots(pool, max_num_seqs, running),
+                                                       obs.lora_admits), kv_room_typical)
     if judgement.verdict is Verdict.DEFERRED and obs.lora_admits is None and judgement.admits is not None:
         # vLLM's own count: the requests it counts deferred are skipped by its scan while the verdict holds.
         headroom = replace(headroom, admission_headroom_requests=min(headroom.admission_headroom_requests,

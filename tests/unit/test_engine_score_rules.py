@@ -3,6 +3,7 @@ real recording with the recorder's steps (tests/fixtures/vllm-*/prod-*)."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from pathlib import Path
 
@@ -178,3 +179,19 @@ def test_one_observation_suspects_preemption_only_where_the_next_step_may_not_fi
         assert str(_one_shot("vllm-0.10.2/prod-mixed", frame).verdict) == "budget_full", frame
     # Frame 91: 30 blocks free beside 146 running: suspected, as before.
     assert str(_one_shot("vllm-0.10.2/prod-mixed", 91).verdict) == "preempting"
+
+
+def test_admission_headroom_is_a_range_where_the_heads_size_is_one() -> None:
+    # vllm-0.32.0/prod-preempt frame 3: 17,099 blocks free, 210 free slots, 210 waiting; a head at the profile's
+    # quantile (1,024 blocks) lets 16 in, one of its typical 36-token prompts every slot: the engine admitted 210.
+    from exporter.expose import diagnosis
+    tr = _load("vllm-0.32.0/prod-preempt")
+    e = _sidecar_until("vllm-0.32.0/prod-preempt", 3)
+    h = e.headroom
+    assert (h.admission_headroom_requests, h.admission_headroom_requests_max) == (16, 210)
+    assert engine_score.capacity_admitted(tr.steps.steps, tr.steps.steps.index(tr.aligned[3].step))[0] == 210
+    assert diagnosis._admission(h) == "16-210"
+    # One size known (the head fits at both ends alike): one number, as before.
+    assert derive.with_head_range(h, None) is h
+    narrow = dataclasses.replace(h, admission_headroom_requests_max=None)
+    assert derive.with_head_range(narrow, 16).admission_headroom_requests_max is None

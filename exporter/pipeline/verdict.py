@@ -253,7 +253,12 @@ def classify(o: Observation, h: History, t: Thresholds) -> Judgement:
     # Within the window after a rise, preempting holds while requests wait and the pool is still tight: free
     # blocks that cover every running request's next block and a prefill chunk say the storm has passed, and what
     # binds now is judged as on any other scrape (`pool_tight`).
-    if h.preempted_now or (h.preempted_recently and o.waiting > 0 and pool_tight(o)):
+    # A rise with nothing waiting beside free blocks that cover the next step (V1, whose budget sizes the chunk
+    # `pool_tight` counts): the preempted requests were admitted again since (V1 counts a preemption when the
+    # request's next output is processed, scrapes late): nothing is held back now (engine truth: 0.32.0
+    # prod-sleep, 63 running beside 19,015 free blocks; 0.10.2 prod-kv, 20 running beside 1,975).
+    readmitted = o.waiting <= 0 and bool(o.budget_candidates) and not pool_tight(o)
+    if (h.preempted_now and not readmitted) or (h.preempted_recently and o.waiting > 0 and pool_tight(o)):
         return Judgement(Verdict.PREEMPTING, Limit.BLOCKS)
     if h.preemption_inferred or pool_exhausted(o):
         return Judgement(Verdict.PREEMPTING, Limit.BLOCKS, preemption_inferred=True, suspected=h.one_shot)

@@ -195,3 +195,12 @@ def test_admission_headroom_is_a_range_where_the_heads_size_is_one() -> None:
     assert derive.with_head_range(h, None) is h
     narrow = dataclasses.replace(h, admission_headroom_requests_max=None)
     assert derive.with_head_range(narrow, 16).admission_headroom_requests_max is None
+
+
+def test_a_late_counted_preemption_beside_room_and_no_queue_holds_nothing_back() -> None:
+    # vllm-0.32.0/prod-sleep frame 17: the preemption counter rose since the last scrape (V1 counts a preemption
+    # when the request's next output is processed), nothing waits and 19,015 blocks are free beside 63 running.
+    tr = _load("vllm-0.32.0/prod-sleep")
+    assert engine_score.judge(tr, 17).label == "ok"
+    e = _sidecar_until("vllm-0.32.0/prod-sleep", 17)
+    assert (e.waiting, str(e.verdict)) == (0, "ok")

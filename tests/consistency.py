@@ -222,6 +222,17 @@ def check(answer: dict[str, Any], held_for: float | None = None, hold: float = H
         bad("kv_full_from_a_risk_bound", f"kv_full at {100 * answer['panel_usage_ratio']:.0f} % usage with "
             f"{answer['kv_free_blocks']} free blocks for a {answer['prompt_blocks']}-block head: only a risk "
             f"(safe headroom {answer['safe_headroom_requests']}) says memory")
+    # The head's size as a range (issue 19, kind 1 at production scale): a memory claim the typical head disproves.
+    most = answer.get("admission_headroom_requests_max")
+    if verdict == "kv_full" and binding == "blocks" and most is not None and most >= answer["requests_waiting"] \
+            and answer.get("gauges_only"):
+        bad("memory_claim_the_range_disproves", f"kv_full ('the rest wait for KV cache') while the typical head "
+            f"admits {most} of {answer['requests_waiting']} waiting, from one observation")
+    text = str(answer.get("explanation", ""))
+    if "undecided binds" in text:
+        bad("undecided_as_a_limit", "a case says 'undecided binds'")
+    if "request_tokens" in text:
+        bad("evidence_named_as_a_setting", "the explanation names request_tokens (no setting) as one to state")
     return out
 
 

@@ -186,7 +186,7 @@ def _head_of_line(e: EngineReport) -> str:
             f"(max_num_batched_tokens).{_risks(e)}")
 
 
-def _admission(h: derive.Headroom) -> str:
+def admission_text(h: derive.Headroom) -> str:
     """The admission headroom as text: one number, or `fewest-most` where the exposition gives a range (the queue
     head's size between the profile's quantile and its typical prompt, or the LoRA cap's)."""
     most = h.admission_headroom_requests_max
@@ -267,11 +267,11 @@ def _cases(e: EngineReport) -> str:
 def _transient(e: EngineReport) -> str:
     h, used = e.headroom, _used(e)
     if e.decided_by:
-        return (f"{used}, {h.kv_free_blocks} blocks are free (a typical request needs {h.prompt_blocks}), "
+        return (f"{used}, {h.kv_free_blocks} blocks are free (the queue head is taken to need {h.prompt_blocks}), "
                 f"{e.running} run and {e.waiting} wait. max_num_seqs is unknown and one observation cannot infer it; "
                 f"{_cases(e)}. Most often this is the moment between two engine steps. Supply max_num_seqs, or "
                 f"watch it with `serve`.{_risks(e)}")
-    return (f"{used}, {h.kv_free_blocks} blocks are free (a typical request needs {h.prompt_blocks}) and "
+    return (f"{used}, {h.kv_free_blocks} blocks are free (the queue head is taken to need {h.prompt_blocks}) and "
             f"{e.waiting} requests wait: " + (
                 f"the next step can admit {e.admits}, so in one observation this is most often the moment between "
                 "two engine steps" if e.admits is not None else
@@ -285,11 +285,17 @@ def _undecided(e: EngineReport) -> str:
     h, used = e.headroom, _used(e)
     if not e.decided_by:
         return f"{used}, {e.running} run and {e.waiting} wait; what binds cannot be told from what is consistent."
-    unknown = sorted({c.input for c in e.decided_by})
-    return (f"{used}, {h.kv_free_blocks} blocks are free (a typical request needs {h.prompt_blocks}), {e.running} run "
-            f"and {e.waiting} wait: more than the next step could admit, so this is no moment between two steps. "
-            f"What binds depends on {' and '.join(unknown)}, which nobody stated; {_cases(e)}. State "
-            f"{' and '.join(unknown)} to decide.{_risks(e)}")
+    unknown = sorted({c.input for c in e.decided_by} - set(advice.CASE_NAMES))
+    sized = any(c.input in advice.CASE_NAMES for c in e.decided_by)
+    what = [*unknown, *(["the queue head's size"] if sized else [])]
+    todo = [*([f"State {' and '.join(unknown)}"] if unknown else []),
+            *(["watch it with `serve`, which reads the budget's use from the steps between scrapes"] if sized else [])]
+    todo = [t[0].upper() + t[1:] if i == 0 else t for i, t in enumerate(todo)]
+    return (f"{used}, {h.kv_free_blocks} blocks are free (the queue head is taken to need {h.prompt_blocks}), "
+            f"{e.running} run and {e.waiting} wait: more than the next step could admit, so this is no moment between "
+            f"two steps. What binds depends on {' and '.join(what)}, which "
+            f"{'nobody stated' if unknown else 'one observation cannot tell'}; {_cases(e)}. "
+            f"{'; or '.join(todo)} to decide.{_risks(e)}")
 
 
 def _ok(e: EngineReport) -> str:
@@ -305,9 +311,12 @@ def _ok(e: EngineReport) -> str:
                 f"P/D producer (kv_role {e.config.kv_role.value}) keeps until its decode "
                 "side reads them (vLLM's NIXL connector frees them then, or when their lease expires): held on "
                 "purpose, not leaked.")
+    late = (" vLLM counted preemptions since the last scrape; nothing waits and the free blocks cover the next step,"
+            " so the preempted requests run again (V1 counts a preemption when the request's next output is "
+            "processed)." if e.preemptions_per_second else "")
     return (f"Nothing is held back: {_used(e)}, {e.running} running, {e.waiting} waiting; room for "
-            f"{_admission(h)} more requests now and {max(h.safe_headroom_requests, 0)} more "
-            f"that could each reach max_tokens without preemption.{_risks(e)}")
+            f"{admission_text(h)} more requests now and {max(h.safe_headroom_requests, 0)} more "
+            f"that could each reach max_tokens without preemption.{late}{_risks(e)}")
 
 
 def _unreliable(e: EngineReport, inner: Callable[[EngineReport], str]) -> str:
@@ -552,7 +561,8 @@ def engine_json(e: EngineReport, engines: list[EngineReport] | None = None) -> d
         "prefix_cache_boundary_loss_ratio": _waste_json(e.prefix_boundary_loss),
         "slot_headroom_requests": h.slot_headroom_requests,
         "admission_headroom_requests": h.admission_headroom_requests,
-        # the most vLLM may admit when only a range is known (the LoRA cap); null: the figure above is exact
+        # the most vLLM may admit when only a range is known (the LoRA cap, or the queue head's size between the
+        # profile's quantile and its typical prompt); null: the figure above is exact
         "admission_headroom_requests_max": h.admission_headroom_requests_max,
         # nobody stated --watermark: the admission figure holds only below this share (null: over the whole range)
         "admission_watermark_decides": e.watermark_decides,
@@ -760,7 +770,7 @@ def render_text(reports: list[TargetReport]) -> str:
                 f"blocks {h.kv_used_blocks} used / {h.kv_free_blocks} free / {h.kv_capacity_blocks} usable "
                 f"(block size {h.block_size_tokens})")
             lines.append(
-                f"  running {e.running}, waiting {e.waiting}; headroom: admission {_admission(h)}"
+                f"  running {e.running}, waiting {e.waiting}; headroom: admission {admission_text(h)}"
                 + ("" if e.watermark_decides is None else f" (0 from --watermark {e.watermark_decides:.3g})") + ", "
                 f"slots {slots}, safe {h.safe_headroom_requests}")
             wmax = h.worst_case_blocks_max_model_len

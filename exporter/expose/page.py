@@ -190,7 +190,7 @@ def _engine(r: TargetReport, e: EngineReport, h: EngineHistory | None) -> str:
     flag = ' <span class="badge ff">false_full</span>' if e.false_full else ""
     slots = f"{e.running}/{e.max_num_seqs}" if e.max_num_seqs else f"{e.running}/?"
     nums = (f"running {slots} · waiting {e.waiting} · free blocks {hd.kv_free_blocks}/{hd.kv_capacity_blocks} · "
-            f"admission headroom {hd.admission_headroom_requests} · worst case {hd.worst_case_blocks_profile} "
+            f"admission headroom {diagnosis.admission_text(hd)} · worst case {hd.worst_case_blocks_profile} "
             f"blocks/request · a new worst-case request cannot get "
             f"{100 * headline.unreachable_pool_ratio(hd):.0f} % of the pool · binding now: {e.binding_limit}")
     acts = "".join(f"<li>{escape(a)}</li>" for a in diagnosis.actions(e, r.engines))

@@ -90,13 +90,18 @@ def limit_words(limit: Limit, admits: int | None) -> str:
     """What binds, in words, when an unknown input has one of its values."""
     return {
         Limit.SLOTS: "the slots bind (a free slot would admit the head)",
-        Limit.TOKEN_BUDGET: "the token budget binds (a typical prefill takes whole steps)",
+        Limit.TOKEN_BUDGET: "the token budget binds (such prefills take whole steps)",
         Limit.BLOCKS: (f"the next step admits the {admits} requests the free blocks hold and the pool binds the rest"
                        if admits is not None else "the pool binds"),
         Limit.HEAD_PROMPT: "the head's prompt does not fit in the free blocks",
         Limit.NONE: "vLLM admits the queue at its next step",
         Limit.DEFERRAL: "vLLM skips the rest (their LoRA adapter waits for a slot under max_loras)",
+        Limit.UNDECIDED: "it depends on max_num_batched_tokens (below)",
     }.get(limit, f"{limit} binds")
+
+
+# Inputs of a judgement's cases that are no vLLM setting, in words: what decides them is evidence, not a flag.
+CASE_NAMES = {"request_tokens": "the queue head's uncached prompt (tokens)"}
 
 
 def cases_text(cases: tuple[Case, ...] | list[Case], admits: int | None, named: bool = True) -> str:
@@ -112,7 +117,7 @@ def cases_text(cases: tuple[Case, ...] | list[Case], admits: int | None, named: 
     for name, limit, group in groups:
         values = [f"{c.value:,} ({c.rule})" for c in group]
         said = values[0] if len(values) == 1 else ", ".join(values[:-1]) + " or " + values[-1]
-        out.append(f"if {name if named else 'it'} is {said}, {limit_words(limit, admits)}")
+        out.append(f"if {CASE_NAMES.get(name, name) if named else 'it'} is {said}, {limit_words(limit, admits)}")
     return "; ".join(out)
 
 

@@ -732,8 +732,11 @@ def judge(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, histo
                                                        obs.lora_admits), kv_room_typical)
     if judgement.verdict is Verdict.DEFERRED and obs.lora_admits is None and judgement.admits is not None:
         # vLLM's own count: the requests it counts deferred are skipped by its scan while the verdict holds.
-        headroom = replace(headroom, admission_headroom_requests=min(headroom.admission_headroom_requests,
-                                                                     judgement.admits))
+        top = headroom.admission_headroom_requests_max
+        low = min(headroom.admission_headroom_requests, judgement.admits)
+        high = None if top is None else min(top, judgement.admits)
+        headroom = replace(headroom, admission_headroom_requests=low,
+                           admission_headroom_requests_max=high if high is not None and high > low else None)
     quality = ProfileQuality(
         samples=samples, basis="none" if prompt is None else prompt.basis,
         span=None if prompt is None else prompt.span, thin=thin,

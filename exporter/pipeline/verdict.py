@@ -347,6 +347,10 @@ def classify(o: Observation, h: History, t: Thresholds) -> Judgement:
         free_slots = cap - o.running
         outs = {c: step_limit(o, free_slots, kv_room, c) for c in budgets}
         limit = resolve_budget(outs)
+        by_size = [x for c in budgets for x in head_size_cases(o, free_slots, kv_room, c)]
+        if by_size and limit is not Limit.SLOTS and o.lora_admits is None:
+            # The head's size decides, and nothing seen tells it (the sidecar reads the steps' budget use).
+            return _undecided(h, by_size[:2], kv_room)
         if o.lora_admits is not None:
             lora = _lora(o, h, free_slots, kv_room, budgets, limit)
             if lora is not None:
@@ -510,11 +514,29 @@ def step_limit(o: Observation, free_slots: int | None, kv_room: int, budget: Can
     typical = next_step(free_slots, o.kv_room_typical, o.waiting, room, budget_first=o.chunked_prefill)
     if typical is large:
         return typical
-    if o.tokens_per_step is None and o.step_tokens_since is None:
-        return conservative
     if budget_used_since(o) and Limit.TOKEN_BUDGET in (typical, large):
         return Limit.TOKEN_BUDGET
-    return typical
+    return conservative
+
+
+def head_size_cases(o: Observation, free_slots: int, kv_room: int, budget: Candidate | None) -> list[Case]:
+    """Where the queue head's size decides (`step_limit`'s two sizes disagree and no step since a last scrape shows
+    the budget spent): a case per size, the typical prompt's and the quantile's; [] otherwise."""
+    if budget is None or o.head_tokens is None or o.kv_room_typical is None or o.prompt_tokens is None:
+        return []
+    taken = float(o.running) if o.tokens_per_step is None else max(float(o.running), o.tokens_per_step)
+    if math.isinf(taken):
+        return []
+    typical = next_step(free_slots, o.kv_room_typical, o.waiting,
+                        derive.budget_heads(budget.value, taken, o.prompt_tokens, o.chunked_prefill),
+                        budget_first=o.chunked_prefill)
+    large = next_step(free_slots, kv_room, o.waiting,
+                      derive.budget_heads(budget.value, taken, o.head_tokens, o.chunked_prefill),
+                      budget_first=o.chunked_prefill)
+    if typical is large or (budget_used_since(o) and Limit.TOKEN_BUDGET in (typical, large)):
+        return []  # one answer: both sizes agree, or the steps since the last scrape spent the budget
+    return [Case("request_tokens", o.prompt_tokens, "the profile's typical prompt, uncached", typical),
+            Case("request_tokens", o.head_tokens, "the profile's quantile, uncached", large)]
 
 
 def resolve_budget(outs: dict[Candidate | None, Limit], strict: bool = False) -> Limit | None:

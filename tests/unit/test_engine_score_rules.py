@@ -146,11 +146,19 @@ def test_the_head_is_one_size_on_both_sides_of_the_budget_and_the_blocks() -> No
     assert str(_one_shot("vllm-0.10.2/prod-mixed", 77).verdict) == "budget_full"
 
 
-def test_one_observation_keeps_the_conservative_reading_where_the_heads_size_decides() -> None:
-    # The same prod-preempt frame alone: no step is seen, the typical head says the queue goes in whole, the quantile's
-    # says the budget; one observation keeps the blocks at the quantile (no false-full on a head that may not fit).
+def test_one_observation_says_the_heads_size_decides_where_the_two_sizes_disagree() -> None:
+    # The same prod-preempt frame alone: no step is seen; a head of the typical 36-token prompt goes in with the whole
+    # queue, one at the 32k quantile lets the budget bind: what binds rests on a size one frame cannot tell, so the
+    # answer says so with both cases (it said kv_full, "the other 194 wait for KV cache", before).
+    from exporter.expose import diagnosis
     e = _one_shot("vllm-0.32.0/prod-preempt", 4)
-    assert str(e.verdict) == "kv_full" and not e.false_full
+    assert str(e.verdict) == "undecided" and not e.false_full
+    cases = [(c.input, c.value, str(c.limit)) for c in e.decided_by]
+    assert cases == [("request_tokens", 36, "none"), ("request_tokens", 32768, "token_budget")]
+    text = diagnosis.explain(e)
+    assert "the queue head's size" in text and "request_tokens" not in text and "`serve`" in text
+    # Where both sizes agree (prod-mixed frame 77: one such head fills the budget either way), one answer.
+    assert str(_one_shot("vllm-0.10.2/prod-mixed", 77).verdict) == "budget_full"
 
 
 def test_without_a_finished_request_the_budget_at_the_in_flight_size_is_named_among_the_cases() -> None:
@@ -190,7 +198,7 @@ def test_admission_headroom_is_a_range_where_the_heads_size_is_one() -> None:
     h = e.headroom
     assert (h.admission_headroom_requests, h.admission_headroom_requests_max) == (16, 210)
     assert engine_score.capacity_admitted(tr.steps.steps, tr.steps.steps.index(tr.aligned[3].step))[0] == 210
-    assert diagnosis._admission(h) == "16-210"
+    assert diagnosis.admission_text(h) == "16-210"
     # One size known (the head fits at both ends alike): one number, as before.
     assert derive.with_head_range(h, None) is h
     narrow = dataclasses.replace(h, admission_headroom_requests_max=None)

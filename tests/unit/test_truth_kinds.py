@@ -208,7 +208,8 @@ def test_admission_headroom_counts_prefix_cache_hits_within_one_of_what_the_engi
 def test_one_snapshot_of_a_wait_beside_room_is_transient_never_false_full() -> None:
     # kv-full, t=5.5 s: 1 running, 26 waiting, 28 blocks free: room for 2 of the 11-block heads at that instant.
     # Issue 19 (kind 8): `transient` only where the next step could admit the whole queue; here it admits 2 and the
-    # pool binds the other 24 (kv_full, the blocks: never false-full). pool-sized-head, t=4.0 s: 2 running, 1
+    # pool binds the other 24 (kv_full, the blocks: never false-full; or undecided naming the head's size where the
+    # profile's typical prompt and its quantile disagree). pool-sized-head, t=4.0 s: 2 running, 1
     # waiting, 36 blocks free for a 1-block head and 22 free slots: the next step admits it (transient).
     frames = fixtures.recording("kv-full").frames
     room = 0
@@ -217,8 +218,14 @@ def test_one_snapshot_of_a_wait_beside_room_is_transient_never_false_full() -> N
         h = e.headroom
         if e.waiting and h.kv_free_blocks >= h.prompt_blocks and h.panel_usage_ratio < 0.8:
             room += 1
-            assert e.verdict is Verdict.KV_FULL and e.binding_limit == "blocks" and not e.false_full, e.verdict
-            assert e.waiting > h.kv_free_blocks // h.prompt_blocks
+            assert e.waiting > h.kv_free_blocks // h.prompt_blocks and not e.false_full
+            if e.verdict is Verdict.UNDECIDED:
+                # The server's lifetime profile mixes the earlier 16-token traffic (typical 17 tokens) with these
+                # 352-token prompts (quantile 356): which binds rests on the head's size, and the answer says so.
+                sizes = {(c.input, str(c.limit)) for c in e.decided_by}
+                assert ("request_tokens", "blocks") in sizes and len(sizes) == 2, sizes
+            else:
+                assert e.verdict is Verdict.KV_FULL and e.binding_limit == "blocks", e.verdict
     assert room >= 1
     at = next(text for t, text in fixtures.recording("pool-sized-head").frames if t >= 4.0)
     e = once("pool-sized-head", at)

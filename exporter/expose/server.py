@@ -302,9 +302,10 @@ def make_app(sidecar: Sidecar, start_loop: bool = True, openapi: bool = False,
     return app
 
 
-def serve(sidecar: Sidecar, sock: socket.socket) -> None:
+def serve(sidecar: Sidecar, sock: socket.socket, health: socket.socket | None = None) -> None:
     """Serve the sidecar's HTTP surface (under `sidecar.limits`) and run its scrape schedules on a socket from
-    `bind`, until stopped."""
+    `bind`, until stopped; with `health` (another socket from `bind`) /healthz and /readyz also answer there, from
+    a thread of their own (`health.HealthListener`)."""
     limits, openapi = sidecar.limits, sidecar.openapi
     files = raise_file_limit()
     allowed = connection_limit(limits.max_connections, len(sidecar.targets), files)
@@ -313,4 +314,14 @@ def serve(sidecar: Sidecar, sock: socket.socket) -> None:
                     "need their own", allowed, limits.max_connections, files)
         limits = replace(limits, max_connections=allowed)
     guard = Guard(limits)
-    Server(config(make_app(sidecar, openapi=openapi, limits=limits), limits, guard)).run(sockets=[sock])
+    listener = None
+    if health is not None:
+        from .health import HealthListener
+
+        listener = HealthListener(sidecar, health, limits)
+        listener.start()
+    try:
+        Server(config(make_app(sidecar, openapi=openapi, limits=limits), limits, guard)).run(sockets=[sock])
+    finally:
+        if listener is not None:
+            listener.stop()

@@ -80,6 +80,7 @@ class Sidecar:
         self._tasks: list[asyncio.Task[None]] = []
         self.limits = Limits()  # of the HTTP side (`serve`)
         self.openapi = False  # serve the OpenAPI schema (`serve`)
+        self.servers: list[Server] = []  # what `serve` runs: the main server, then the health listener's (`stop`)
 
     # -- one scrape ---------------------------------------------------------------------------------
     async def scrape(self, target: Target, client: Any, now: float | None = None) -> TargetReport:
@@ -314,14 +315,17 @@ def serve(sidecar: Sidecar, sock: socket.socket, health: socket.socket | None = 
                     "need their own", allowed, limits.max_connections, files)
         limits = replace(limits, max_connections=allowed)
     guard = Guard(limits)
+    server = Server(config(make_app(sidecar, openapi=openapi, limits=limits), limits, guard))
+    sidecar.servers = [server]
     listener = None
     if health is not None:
         from .health import HealthListener
 
         listener = HealthListener(sidecar, health, limits)
+        sidecar.servers.append(listener.server)
         listener.start()
     try:
-        Server(config(make_app(sidecar, openapi=openapi, limits=limits), limits, guard)).run(sockets=[sock])
+        server.run(sockets=[sock])
     finally:
         if listener is not None:
             listener.stop()

@@ -127,8 +127,8 @@ class Sidecar:
         self._started, self._started_at = loop.time(), time.monotonic()
         async with contextlib.AsyncExitStack() as stack:
             for t in self.targets:
-                self._clients[t.settings.url] = await stack.enter_async_context(
-                    target_client(t.settings.trust_env, t.settings.tls))
+                self._clients[t.settings.url] = await stack.enter_async_context(target_client(
+                    t.settings.trust_env, t.settings.tls, plain=t.settings.url.startswith("http://")))
             n = max(1, len(self.targets))
             self._tasks = [asyncio.create_task(self._schedule(t, i * self.interval / n), name=f"scrape {t.shown}")
                            for i, t in enumerate(self.targets)]

@@ -84,6 +84,9 @@ def test_the_health_listener_answers_both_probe_paths_and_nothing_else() -> None
     with main_and_health(sidecar) as (port, hport):
         assert hport != port and "health listener" in {t.name for t in threading.enumerate()}
         assert _get(hport, "/healthz") == _get(port, "/healthz") == (200, b'{"status":"ok"}')
+        deadline = time.monotonic() + HANG
+        while sidecar.generation < 1 and time.monotonic() < deadline:  # the first scrape (refused at once)
+            time.sleep(0.02)
         status, body = _get(hport, "/readyz")
         assert (status, body) == _get(port, "/readyz")
         assert status == 503 and json.loads(body)["not_ready"][0]["target"] == "http://127.0.0.1:9"
@@ -222,3 +225,49 @@ def _bindable(port: int) -> bool:
             return True
     except OSError:
         return False
+
+
+
+def ours(body: bytes) -> list[bytes]:
+    """The body's lines but the process collector's (CPU seconds and memory move between two reads)."""
+    return [ln for ln in body.splitlines() if b"process_" not in ln]
+
+
+def test_metrics_is_answered_before_the_routing_with_the_routes_answer() -> None:
+    """/metrics is answered by `http.Front` itself (issue 25: the crowd's reads spent more in Starlette than in
+    the cached body), with the body, headers and encodings the route gives; HEAD without a body; other methods
+    and paths reach the app."""
+    from fastapi.testclient import TestClient
+
+    from exporter.expose.http import Front
+    from exporter.expose.server import make_app, metrics_answer
+
+    sidecar = _sidecar()
+    with TestClient(make_app(sidecar, start_loop=False)) as fast:
+        plain = fast.get("/metrics", headers={"accept-encoding": "identity"})
+        zipped = fast.get("/metrics", headers={"accept-encoding": "gzip"})
+        assert plain.status_code == zipped.status_code == 200
+        assert ours(plain.content) == ours(sidecar.exposition()) and b"vllm_headroom_up{" in plain.content
+        assert zipped.headers["content-encoding"] == "gzip" and ours(zipped.content) == ours(plain.content)
+        assert plain.headers["content-type"].startswith("text/plain; version=")
+        assert plain.headers["x-content-type-options"] == "nosniff" and plain.headers["vary"] == "Accept-Encoding"
+        head = fast.head("/metrics")
+        assert head.status_code == 200 and head.content == b"" and int(head.headers["content-length"]) > 0
+        assert fast.post("/metrics").status_code == 405
+    with TestClient(make_app(sidecar, start_loop=False, openapi=True)) as routed:
+        assert ours(routed.get("/metrics").content) == ours(plain.content)
+        assert "/metrics" in routed.get("/openapi.json").json()["paths"]
+
+    reached: list[str] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:  # the routing: only what Front does not answer
+        if scope["type"] != "http":
+            return
+        reached.append(scope["path"])
+        await send({"type": "http.response.start", "status": 404, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    bare = TestClient(Front(app, direct={"/metrics": lambda scope: metrics_answer(sidecar, scope)}))
+    assert ours(bare.get("/metrics").content) == ours(plain.content)
+    assert bare.get("/elsewhere").status_code == 404
+    assert reached == ["/elsewhere"]

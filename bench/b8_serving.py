@@ -464,6 +464,8 @@ def main() -> None:
         result["before"] = {"rev": rev, "commit": commit, **runs["before"]}
         result["ratios"] = ratios(runs["after"], runs["before"])
         print("after / before:", {k: round(v, 3) for k, v in result["ratios"].items()}, flush=True)
+    if os.environ.get("B8_NOTE"):  # what the run was (trees, lock, load), for bench/RESULTS.md
+        result["note"] = os.environ["B8_NOTE"]
     save("b8_serving", result)
 
 

@@ -22,31 +22,33 @@ import asyncio
 import logging
 import socket
 import threading
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
 from starlette.routing import Route
 
 from .http import Front, Guard, Limits, Server, config
-
-if TYPE_CHECKING:
-    from .server import Sidecar
 
 log = logging.getLogger("vllm_headroom")
 PATHS = ("/healthz", "/readyz")
 MAX_CONNECTIONS = 64  # the kubelet opens one per probe; more are someone else's and the oldest idle ones close
 
 
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
 class HealthListener:
-    """/healthz and /readyz of `sidecar` on `sock` (from `listen.bind`), served by a uvicorn server on an event
-    loop in a daemon thread of its own; `start` returns once the thread runs, `stop` ends it from any thread."""
+    """The sidecar's /healthz and /readyz (`endpoints`: the main port's, `server.endpoints`; other paths are
+    left out) on `sock` (from `listen.bind`), served by a uvicorn server on an event loop in a daemon thread of
+    its own; `start` returns once the thread runs, `stop` ends it from any thread."""
 
-    def __init__(self, sidecar: Sidecar, sock: socket.socket, limits: Limits | None = None) -> None:
-        from .server import endpoints
-
+    def __init__(self, endpoints: Sequence[tuple[str, Endpoint]], sock: socket.socket,
+                 limits: Limits | None = None) -> None:
         limits = replace(limits or Limits(), max_connections=MAX_CONNECTIONS)
-        routes = [Route(path, endpoint, methods=["GET"]) for path, endpoint in endpoints(sidecar) if path in PATHS]
+        routes = [Route(path, endpoint, methods=["GET"]) for path, endpoint in endpoints if path in PATHS]
         app = Starlette(routes=routes)
         app.add_middleware(Front, limits=limits)
         self.guard = Guard(limits)

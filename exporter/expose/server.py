@@ -349,7 +349,7 @@ def serve(sidecar: Sidecar, sock: socket.socket, health: socket.socket | None = 
     if health is not None:
         from .health import HealthListener
 
-        listener = HealthListener(sidecar, health, limits)
+        listener = HealthListener(endpoints(sidecar), health, limits)
         sidecar.servers.append(listener.server)
         listener.start()
     try:

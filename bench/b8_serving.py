@@ -89,10 +89,14 @@ def steady(tmp: Path, seconds: float, trees: dict[str, Path]) -> dict[str, dict[
         run: dict[str, dict[str, Any]] = {}
         for k, tree in trees.items():
             (_r1, urls1), (r100, urls100) = stack.enter_context(replay(1, tmp)), stack.enter_context(replay(100, tmp))
-            p1, p100 = free_port(), free_port()
+            p1, p100, h100 = free_port(), free_port(), free_port()
+            health = (tree / "exporter" / "expose" / "health.py").exists()  # a tree with the probes' own listener
             s1 = stack.enter_context(spawn(sidecar_argv(None, p1, "5s", targets_file=urls1), cwd=tree))
-            s100 = stack.enter_context(spawn(sidecar_argv(None, p100, "5s", targets_file=urls100), cwd=tree))
-            run[k] = {"p1": p1, "p100": p100, "s1": s1, "s100": s100, "r100": r100}
+            s100 = stack.enter_context(spawn(sidecar_argv(
+                None, p100, "5s", ["--web.health-address", f"127.0.0.1:{h100}"] if health else (),
+                targets_file=urls100), cwd=tree))
+            run[k] = {"p1": p1, "p100": p100, "h100": h100 if health else None, "s1": s1, "s100": s100,
+                      "r100": r100}
         for r in run.values():
             for p in (r["p1"], r["p100"]):
                 wait_http(f"http://127.0.0.1:{p}/healthz", timeout=60.0)
@@ -144,8 +148,8 @@ def steady(tmp: Path, seconds: float, trees: dict[str, Path]) -> dict[str, dict[
         for k, r in run.items():
             out, s100, p100 = outs[k], r["s100"], r["p100"]
             base = f"http://127.0.0.1:{p100}"
-            out["crowd"] = asyncio.run(crowd(p100, 1000, 20.0))
-            out["slowloris"] = asyncio.run(slowloris(p100, 1000, 15.0))
+            out["crowd"] = asyncio.run(crowd(p100, 1000, 20.0, r["h100"]))
+            out["slowloris"] = asyncio.run(slowloris(p100, 1000, 15.0, r["h100"]))
             out["after_crowd"] = {"rss_mb": rss_mb(s100.pid), "fds": _fds(s100.pid),
                                   "alive": s100.poll() is None}
             up = [ln for ln in httpx.get(base + "/metrics", timeout=30.0).text.splitlines()
@@ -204,8 +208,17 @@ async def _probe(port: int, seconds: float) -> dict[str, Any]:
     return doc
 
 
-async def crowd(port: int, clients: int, seconds: float) -> dict[str, Any]:
-    """`clients` connections asking for the expensive bodies over and over while the probe runs."""
+async def _probes(port: int, health: int | None, seconds: float) -> dict[str, Any]:
+    """The probe on the port the kubelet asks (the health listener's where there is one), and with a health
+    listener also on the main port at the same time (`main_port`)."""
+    if health is None:
+        return {"probed": "main port", **await _probe(port, seconds)}
+    kubelet, main = await asyncio.gather(_probe(health, seconds), _probe(port, seconds))
+    return {"probed": "health listener", **kubelet, "main_port": main}
+
+
+async def crowd(port: int, clients: int, seconds: float, health: int | None = None) -> dict[str, Any]:
+    """`clients` connections asking for the expensive bodies over and over while the probe runs (`_probes`)."""
     stop = asyncio.Event()
     codes: dict[int, int] = {}
     paths = ["/", "/api/v1/history", "/api/v1/diagnosis"]
@@ -223,14 +236,14 @@ async def crowd(port: int, clients: int, seconds: float) -> dict[str, Any]:
     load = loadavg()
     tasks = [asyncio.create_task(client(i)) for i in range(clients)]
     await asyncio.sleep(1.0)  # the crowd is there before the probe starts
-    result = await _probe(port, seconds)
+    result = await _probes(port, health, seconds)
     stop.set()
     await asyncio.wait(tasks, timeout=120.0)
     return {"clients": clients, "seconds": seconds, "answers": codes, **result, "load_before": load,
             "load_after": loadavg()}
 
 
-async def slowloris(port: int, connections: int, seconds: float) -> dict[str, Any]:
+async def slowloris(port: int, connections: int, seconds: float, health: int | None = None) -> dict[str, Any]:
     """`connections` requests that never finish their headers, reopened when the sidecar closes one."""
     stop = asyncio.Event()
     closed = 0
@@ -256,7 +269,7 @@ async def slowloris(port: int, connections: int, seconds: float) -> dict[str, An
     load = loadavg()
     tasks = [asyncio.create_task(hold()) for _ in range(connections)]
     await asyncio.sleep(1.0)
-    result = await _probe(port, seconds)
+    result = await _probes(port, health, seconds)
     stop.set()
     await asyncio.wait(tasks, timeout=60.0)
     return {"connections": connections, "seconds": seconds, "closed_by_sidecar": closed, **result,
@@ -451,6 +464,8 @@ def main() -> None:
         result["before"] = {"rev": rev, "commit": commit, **runs["before"]}
         result["ratios"] = ratios(runs["after"], runs["before"])
         print("after / before:", {k: round(v, 3) for k, v in result["ratios"].items()}, flush=True)
+    if os.environ.get("B8_NOTE"):  # what the run was (trees, lock, load), for bench/RESULTS.md
+        result["note"] = os.environ["B8_NOTE"]
     save("b8_serving", result)
 
 

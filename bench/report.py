@@ -288,6 +288,20 @@ def details(b: dict[str, dict[str, Any] | None]) -> list[str]:
     return out
 
 
+def _probed(phase: dict[str, Any]) -> str:
+    """Where the probe asked (b8_serving `_probes`): the health listener the shipped probes use, if any."""
+    return ("on the health listener (where the shipped probes ask): "
+            if phase.get("probed") == "health listener" else "")
+
+
+def _main_port(phase: dict[str, Any]) -> str:
+    main = phase.get("main_port")
+    if not main:
+        return ""
+    return (f"; at the same time on the main port p99 {main['p99_ms']:.1f} ms, p50 {main['p50_ms']:.1f} ms "
+            f"({main['probes']} probes, {main['failed']} failed)")
+
+
 def serving(b: dict[str, dict[str, Any] | None]) -> list[str]:
     """Section 8: bench/b8_serving.py (issue 25 and the probe of issue 21) and bench/soak.py (issue 21)."""
     out: list[str] = []
@@ -330,13 +344,14 @@ def serving(b: dict[str, dict[str, Any] | None]) -> list[str]:
                 f"{_f(fleet['interval_max_s'])} s; {100 * fleet['core_share']:.0f} % of the core; RSS "
                 f"{fleet['rss_mb']:.0f} MB | {fleet['load_after']} | {_ok(fleet_met)} |",
                 f"| `/healthz` < {g['healthz_p99_ms']:g} ms p99 under {crowd['clients']:,} clients on /, history, "
-                f"diagnosis (100 targets) | p99 {crowd['p99_ms']:.1f} ms, p50 {crowd['p50_ms']:.1f} ms, max "
-                f"{crowd['max_ms']:.1f} ms over {crowd['probes']} probes, {crowd['failed']} failed; the crowd's "
-                f"answers {crowd['answers']} | {crowd['load_after']} | "
+                f"diagnosis (100 targets) | {_probed(crowd)}p99 {crowd['p99_ms']:.1f} ms, p50 {crowd['p50_ms']:.1f} "
+                f"ms, max {crowd['max_ms']:.1f} ms over {crowd['probes']} probes, {crowd['failed']} failed"
+                f"{_main_port(crowd)}; the crowd's answers {crowd['answers']} | {crowd['load_after']} | "
                 f"{_ok(crowd['p99_ms'] < g['healthz_p99_ms'] and crowd['failed'] == 0)} |",
                 f"| `/healthz` < {g['healthz_p99_ms']:g} ms p99 under {loris['connections']:,} slowloris "
-                f"connections | p99 {loris['p99_ms']:.1f} ms, p50 {loris['p50_ms']:.1f} ms, max "
-                f"{loris['max_ms']:.1f} ms over {loris['probes']} probes, {loris['failed']} failed; "
+                f"connections | {_probed(loris)}p99 {loris['p99_ms']:.1f} ms, p50 {loris['p50_ms']:.1f} ms, max "
+                f"{loris['max_ms']:.1f} ms over {loris['probes']} probes, {loris['failed']} failed"
+                f"{_main_port(loris)}; "
                 f"{loris['closed_by_sidecar']} half-open connections closed by the sidecar | {loris['load_after']} | "
                 f"{_ok(loris['p99_ms'] < g['healthz_p99_ms'] and loris['failed'] == 0)} |",
                 f"| a 15 MiB exposition off the loop (issue 21 kind 4), beside a healthy target, 2 s interval | "

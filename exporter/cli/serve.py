@@ -9,7 +9,7 @@ from typing import Any
 
 from .. import __version__
 from ..core import defaults
-from ..expose.listen import bind, host_port, page_url, parse_listen_address
+from ..expose.listen import PortInUse, bind, health_address, host_port, page_url, parse_listen_address
 from ..pipeline.oneshot import check_url
 from ..pipeline.target import Target
 from .flags import (
@@ -48,6 +48,10 @@ def register(sub: Any) -> None:
         help="read vLLM's flags from /proc/<pid>/cmdline when the process is visible")
     g = p.add_argument_group("scraping and serving")
     add(g, "--web.listen-address", default=defaults.LISTEN_ADDRESS, help="address of our /metrics")
+    add(g, "--web.health-address", default=defaults.HEALTH_ADDRESS,
+        help="address of a listener for /healthz and /readyz alone, for the kubelet's probes: a crowd on the main "
+        "port never queues them; empty: the --web.listen-address host at its port + 1 (9479), then a port already "
+        "taken only turns it off with a warning; none: off (both paths stay on the main port either way)")
     add(g, "--scrape.interval", scrape_interval, defaults.SCRAPE_INTERVAL, help="how often to scrape vLLM's /metrics")
     add(g, "--scrape.timeout", duration, Implicit(defaults.SCRAPE_TIMEOUT),
         help="timeout of one scrape, below the interval; when not given, 80 %% of an interval shorter than it")
@@ -118,17 +122,35 @@ def run(args: argparse.Namespace) -> int:
         host, port = parse_listen_address(opt(args, "web.listen_address"))
     except ValueError as exc:
         raise UsageError(f"--web.listen-address: {exc}") from None
+    health_given = opt(args, "web.health_address")
+    try:
+        health_at = health_address(health_given, (host, port))
+    except ValueError as exc:
+        raise UsageError(f"--web.health-address: {exc}") from None
     notes: list[str] = []
     targets = [Target(settings_for(u, args)) for u in target_urls(args, notes)]
     sock = bind(host, port)  # a taken port is said in one sentence, before any "listening" line
+    health, health_note = None, None
+    if health_at is not None:
+        try:
+            health = bind(*health_at, flag="--web.health-address")
+        except PortInUse as exc:
+            if health_given.strip():  # asked for: the probes point there, so it is an error
+                sock.close()
+                raise
+            health_note = (f"no health listener: {exc}; /healthz and /readyz answer on {host_port(host, port)} "
+                           "only (--web.health-address HOST:PORT or none)")
     logging.basicConfig(level=getattr(logging, opt(args, "log.level").upper()),
                         format="%(asctime)s %(levelname)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request would drown our own
     log = logging.getLogger("vllm_headroom")
     for note in notes:
         log.info("%s", note)
-    log.info("vllm-headroom %s watching %s, listening on %s (status page %s)", __version__,
-             ", ".join(t.settings.url for t in targets), host_port(host, port), page_url(host, port))
+    if health_note is not None:
+        log.warning("%s", health_note)
+    log.info("vllm-headroom %s watching %s, listening on %s (status page %s)%s", __version__,
+             ", ".join(t.settings.url for t in targets), host_port(host, port), page_url(host, port),
+             f", probes on {host_port(*health_at)}" if health is not None and health_at is not None else "")
     from ..expose.http import Limits  # the web stack, only for the command that serves
     from ..expose.server import Sidecar
 
@@ -136,12 +158,13 @@ def run(args: argparse.Namespace) -> int:
     sidecar.limits = Limits(max_connections=opt(args, "web.max_connections"),
                             read_timeout=opt(args, "web.read_timeout"))
     sidecar.openapi = bool(opt(args, "web.enable_openapi"))
-    serve(sidecar, sock)
+    serve(sidecar, sock, health)
     return 0
 
 
-def serve(sidecar: Any, sock: Any) -> None:
-    """Serve `sidecar` on `sock` until stopped (`expose.server.serve`, imported only by this command)."""
+def serve(sidecar: Any, sock: Any, health: Any = None) -> None:
+    """Serve `sidecar` on `sock` (and its probes on `health`) until stopped (`expose.server.serve`, imported only
+    by this command)."""
     from ..expose.server import serve as run
 
-    run(sidecar, sock)
+    run(sidecar, sock, health)

@@ -13,6 +13,7 @@ from typing import Final
 
 # -- scraping (serve) ----------------------------------------------------------------------------------
 LISTEN_ADDRESS: Final = "0.0.0.0:9478"  # our /metrics, /api/v1/diagnosis, /healthz, /readyz
+HEALTH_ADDRESS: Final = ""  # /healthz and /readyz alone, for the kubelet: '' = the listen host at its port + 1 (9479)
 PORT: Final = 9478
 TARGET: Final = "http://127.0.0.1:8000"  # vLLM's default host and port
 SCRAPE_INTERVAL: Final = 5.0  # s, how often vLLM's /metrics is read

@@ -39,7 +39,7 @@ class PortInUse(OSError):
     """The listen address cannot be had: one sentence for the user (exit code 1)."""
 
 
-def bind(host: str, port: int) -> socket.socket:
+def bind(host: str, port: int, flag: str = "--web.listen-address") -> socket.socket:
     """A listening TCP socket on host:port, bound before anything says "listening".
 
     Raises PortInUse with one sentence when the port is taken or the address cannot be used.
@@ -57,10 +57,32 @@ def bind(host: str, port: int) -> socket.socket:
         sock.close()
         if exc.errno == errno.EADDRINUSE:
             raise PortInUse(f"port {port} on {host} is already in use (another vllm-headroom?): stop it or pick "
-                            "another with --web.listen-address HOST:PORT") from None
+                            f"another with {flag} HOST:PORT") from None
         raise PortInUse(f"cannot listen on {host}:{port}: {exc.strerror}") from None
     sock.listen(128)
     return sock
+
+
+HEALTH_FILES = 2 * 64  # the health listener's connections (`health.MAX_CONNECTIONS`) and a burst of its accepts
+
+
+def health_address(text: str, listen: tuple[str, int]) -> tuple[str, int] | None:
+    """`--web.health-address`: '' is the listen address's host at its port + 1 (9479 beside the default 9478),
+    'none' turns the listener off, else host:port as `parse_listen_address`; raises ValueError with one sentence
+    (also when it is the listen address itself)."""
+    if text.strip().lower() in ("none", "off"):
+        return None
+    if not text.strip():
+        host, port = listen
+        if port == 65535:
+            raise ValueError("no port follows 65535 for the health listener: give --web.health-address HOST:PORT "
+                             "(or none)")
+        return host, port + 1
+    address = parse_listen_address(text)
+    if address[1] == listen[1] and (address[0] == listen[0] or {address[0], listen[0]} & {"0.0.0.0", "::"}):
+        raise ValueError(f"health address {text!r} is the listen address's port {listen[1]}: the probes need a "
+                         "listener of their own (another port, or none)")
+    return address
 
 
 def raise_file_limit() -> int:
@@ -83,5 +105,6 @@ def connection_limit(wanted: int, targets: int, files: int) -> int:
     `up 0`)."""
     from .http import ACCEPT_BURST
 
-    reserve = 2 * targets + 64 + 2 * ACCEPT_BURST  # a burst of accepts lands before the limit can close any
+    # a burst of accepts lands before the limit can close any; the health listener holds its own (`health`)
+    reserve = 2 * targets + 64 + 2 * ACCEPT_BURST + HEALTH_FILES
     return max(1, min(wanted, files - reserve))

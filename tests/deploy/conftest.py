@@ -128,3 +128,22 @@ def sidecar_of(deployment: Doc) -> tuple[Doc, str]:
     raise AssertionError("no vllm-headroom container")
 
 
+
+
+PROBES = ("startupProbe", "livenessProbe", "readinessProbe")
+
+
+def probes_on_health_listener(sidecar: Doc) -> int:
+    """Every probe of the sidecar asks /healthz on its health listener (issue 21: a crowd on the main port queued
+    the kubelet's probes): the port each probe names is the container port the sidecar's
+    VLLM_HEADROOM_WEB_HEALTH_ADDRESS listens on, and not the main listener's. Returns that port."""
+    env = {e["name"]: e.get("value") for e in sidecar["env"]}
+    health = int(env["VLLM_HEADROOM_WEB_HEALTH_ADDRESS"].rpartition(":")[2])
+    main = int(env["VLLM_HEADROOM_WEB_LISTEN_ADDRESS"].rpartition(":")[2])
+    ports = {p["name"]: p["containerPort"] for p in sidecar["ports"]}
+    assert health != main and set(ports.values()) >= {health, main}, (ports, health, main)
+    for probe in PROBES:
+        get = sidecar[probe]["httpGet"]
+        assert get["path"] == "/healthz", (probe, get)
+        assert ports.get(get["port"], get["port"]) == health, (probe, get, ports)
+    return health

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from .conftest import K8S_VERSIONS, Doc, find, load_all, sidecar_of
+from .conftest import K8S_VERSIONS, Doc, find, load_all, probes_on_health_listener, sidecar_of
 
 Helm = Callable[..., dict[str, Any]]
 Validate = Callable[..., list[dict[str, Any]]]
@@ -30,7 +30,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
                "podMonitor": {"interval": "30s", "scrapeVllm": False},
                "thresholds": {"fullUsage": 0.9, "stuckAfter": "2m"},
                "image": {"repository": "registry.example/vllm-headroom", "tag": "0.1.0-rc1"},
-               "sidecar": {"extraEnv": [{"name": "VLLM_HEADROOM_MAX_NUM_SEQS", "value": "64"}]}},
+               "sidecar": {"extraEnv": [{"name": "VLLM_HEADROOM_MAX_NUM_SEQS", "value": "64"}],
+                           "healthPort": 9600}},
 }
 
 
@@ -92,6 +93,17 @@ def test_custom_values_reach_the_objects(rendered: dict[str, dict[str, Any]]) ->
     assert env["VLLM_HEADROOM_VERDICT_FULL_USAGE"] == "0.9" and env["VLLM_HEADROOM_VERDICT_STUCK_AFTER"] == "2m"
     assert env["VLLM_HEADROOM_MAX_NUM_SEQS"] == "64"
     assert sidecar["image"] == "registry.example/vllm-headroom:0.1.0-rc1"
+    assert probes_on_health_listener(sidecar) == 9600  # the kubelet's probes follow sidecar.healthPort
+
+
+def test_probes_ask_the_health_listener(rendered: dict[str, dict[str, Any]]) -> None:
+    """The chart's probes ask /healthz on the health listener, never on the port the crowd uses (issue 21)."""
+    for variant in ("defaults", "own-deployment", "own-deployment-legacy"):
+        out = rendered[variant]
+        deployments = [d for d in objects(out) if d["kind"] == "Deployment"]
+        sidecar = (sidecar_of(deployments[0])[0] if deployments
+                   else _patch_from_notes(notes(out))["spec"]["template"]["spec"]["initContainers"][0])
+        assert probes_on_health_listener(sidecar) == 9479, variant
 
 
 def _patch_from_notes(text: str) -> Doc:

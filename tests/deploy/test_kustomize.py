@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from .conftest import DEPLOY, K8S_VERSIONS, MONITORING, OVERLAYS, Doc, find, sidecar_of
+from .conftest import DEPLOY, K8S_VERSIONS, MONITORING, OVERLAYS, Doc, find, probes_on_health_listener, sidecar_of
 
 
 def published_image() -> str:
@@ -69,9 +69,9 @@ def test_native_sidecar_beside_vllm(overlay: str, kustomize: Render) -> None:
     env = {e["name"]: e["value"] for e in sidecar["env"]}
     assert env["VLLM_HEADROOM_TARGET"] == "http://127.0.0.1:8000"
     assert all(name.startswith("VLLM_HEADROOM_") for name in env)
-    assert sidecar["ports"] == [{"name": "headroom", "containerPort": 9478, "protocol": "TCP"}]
-    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
-        assert sidecar[probe]["httpGet"] == {"path": "/healthz", "port": "headroom"}
+    assert sidecar["ports"] == [{"name": "headroom", "containerPort": 9478, "protocol": "TCP"},
+                                {"name": "headroom-health", "containerPort": 9479, "protocol": "TCP"}]
+    assert probes_on_health_listener(sidecar) == 9479
     assert set(sidecar["resources"]) == {"requests", "limits"}
     assert {"cpu", "memory"} <= set(sidecar["resources"]["requests"]) & set(sidecar["resources"]["limits"])
     sc = sidecar["securityContext"]

@@ -131,7 +131,7 @@ def test_listening_on_ipv6_loopback_prints_a_bracketed_url(monkeypatch: pytest.M
     import socket
     if not socket.has_ipv6:
         pytest.skip("no IPv6")
-    monkeypatch.setattr(serve, "serve", lambda sidecar, sock: sock.close())
+    monkeypatch.setattr(serve, "serve", lambda sidecar, sock, *health: [s.close() for s in (sock, *health) if s])
     port = free_port()
     with caplog.at_level("INFO", logger="vllm_headroom"):
         try:

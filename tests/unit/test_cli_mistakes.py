@@ -75,7 +75,7 @@ def test_a_target_ending_in_metrics_is_its_base_url() -> None:
 
 def test_serve_logs_the_metrics_suffix_once(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     served: list[object] = []
-    monkeypatch.setattr(serve, "serve", lambda sidecar, sock: served.append(sidecar) or sock.close())
+    monkeypatch.setattr(serve, "serve", lambda sidecar, sock, *health: served.append(sidecar) or sock.close())
     with caplog.at_level(logging.INFO, logger="vllm_headroom"):
         assert cli.main(["serve", "--target", "http://127.0.0.1:8000/metrics", "--web.listen-address",
                          f"127.0.0.1:{free_port()}"]) == 0
@@ -145,7 +145,7 @@ def test_intervals_and_speeds_are_checked(argv: list[str], sentence: str,
 
 def test_a_short_interval_alone_shortens_the_default_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[object] = []
-    monkeypatch.setattr(serve, "serve", lambda sidecar, sock: seen.append(sidecar) or sock.close())
+    monkeypatch.setattr(serve, "serve", lambda sidecar, sock, *health: seen.append(sidecar) or sock.close())
     assert cli.main(["serve", "--scrape.interval", "1s", "--web.listen-address", f"127.0.0.1:{free_port()}"]) == 0
     assert seen[0].targets[0].settings.timeout == pytest.approx(0.8)  # type: ignore[attr-defined]
     assert cli.main(["serve", "--web.listen-address", f"127.0.0.1:{free_port()}"]) == 0

@@ -53,6 +53,8 @@ env:
   {{- end }}
   - name: VLLM_HEADROOM_WEB_LISTEN_ADDRESS
     value: {{ printf "0.0.0.0:%v" .Values.sidecar.port | quote }}
+  - name: VLLM_HEADROOM_WEB_HEALTH_ADDRESS
+    value: {{ printf "0.0.0.0:%v" .Values.sidecar.healthPort | quote }}
   - name: VLLM_HEADROOM_SCRAPE_INTERVAL
     value: {{ .Values.sidecar.scrapeInterval | quote }}
   - name: VLLM_HEADROOM_VERDICT_FULL_USAGE
@@ -76,17 +78,20 @@ ports:
   - name: headroom
     containerPort: {{ .Values.sidecar.port }}
     protocol: TCP
+  - name: headroom-health
+    containerPort: {{ .Values.sidecar.healthPort }}
+    protocol: TCP
 startupProbe:
-  httpGet: {path: /healthz, port: headroom}
+  httpGet: {path: /healthz, port: headroom-health}
   periodSeconds: 1
   failureThreshold: 30
 livenessProbe:
-  httpGet: {path: /healthz, port: headroom}
+  httpGet: {path: /healthz, port: headroom-health}
   periodSeconds: 10
   timeoutSeconds: 3
   failureThreshold: 3
 readinessProbe:
-  httpGet: {path: /healthz, port: headroom}
+  httpGet: {path: /healthz, port: headroom-health}
   periodSeconds: 10
   timeoutSeconds: 3
 resources:

@@ -218,6 +218,7 @@ class Parser:
         self._prefixes = None if wanted is None else tuple(wanted)
         self._want = None if wanted is None else frozenset(self._prefixes or ())
         self._prefix = prefix
+        self._heads = _heads(self._prefixes, prefix)
         self._renames = renames
         self._needle = _needle(renames) if renames else None
         self._max = max_samples
@@ -251,24 +252,37 @@ class Parser:
         if self._needle is not None and self._needle in text:
             text = _fold(text, self._renames)
         prefix = self._prefix
-        self.out.family_lines += text.count("\n" + prefix) + text.startswith(prefix)
-        all_lines = text.split("\n")
         first = self._lines_seen + 1
-        self._lines_seen += len(all_lines)
-        if self._error is not None:
-            return  # the first error is the one said; later lines are only counted
-        if self._prefixes is None:
-            lines: Iterable[tuple[int, str]] = enumerate(all_lines, first)
+        lines: Iterable[tuple[int, str]]
+        if self._heads is not None:
+            # Every wanted name starts with the engine's prefix: cut the text at each line that starts with it (which
+            # counts them too) and keep the lines whose next characters begin some wanted name, then test those.
+            size, heads, prefixes = self._heads
+            pieces = ("\n" + text).split("\n" + prefix)
+            self.out.family_lines += len(pieces) - 1
+            self._lines_seen += text.count("\n") + 1
+            if self._error is not None:
+                return  # the first error is the one said; later lines are only counted
+            lines = [(0, prefix + ln) for piece in pieces[1:] if piece[:size] in heads
+                     and (ln := piece.partition("\n")[0]).startswith(prefixes)]  # line numbers only for errors
         else:
-            prefixes = self._prefixes
-            lines = [(0, ln) for ln in all_lines if ln.startswith(prefixes)]  # line numbers only for errors
+            self.out.family_lines += text.count("\n" + prefix) + text.startswith(prefix)
+            all_lines = text.split("\n")
+            self._lines_seen += len(all_lines)
+            if self._error is not None:
+                return  # the first error is the one said; later lines are only counted
+            if self._prefixes is None:
+                lines = enumerate(all_lines, first)
+            else:
+                wanted = self._prefixes
+                lines = [(0, ln) for ln in all_lines if ln.startswith(wanted)]  # line numbers only for errors
         before = self._kept
         try:
             self._kept += _parse_lines(lines, self.out.samples, self._want, self._seen, self.out.duplicates)
         except ExpositionError as exc:
             self._error = exc
             if self._prefixes is not None:  # the fast path numbers no line: find the one said, numbered, once
-                numbered = [(i, ln) for i, ln in enumerate(all_lines, first) if ln.startswith(self._prefixes)]
+                numbered = [(i, ln) for i, ln in enumerate(text.split("\n"), first) if ln.startswith(self._prefixes)]
                 try:
                     _parse_lines(numbered, {}, self._want, {}, [])
                 except ExpositionError as said:
@@ -294,6 +308,16 @@ class Parser:
             _raise_if_not_an_exposition(self._head)
             raise self._error
         return self.out
+
+
+def _heads(wanted: tuple[str, ...] | None, prefix: str) -> tuple[int, frozenset[str], tuple[str, ...]] | None:
+    """When every wanted name starts with `prefix` (and continues past it): how many characters after the prefix
+    every wanted name has, the set of those beginnings, and the names without the prefix; else None."""
+    if not wanted or not prefix or not all(w.startswith(prefix) and len(w) > len(prefix) for w in wanted):
+        return None
+    rests = tuple(w[len(prefix):] for w in wanted)
+    size = min(map(len, rests))
+    return size, frozenset(r[:size] for r in rests), rests
 
 
 _needles: dict[tuple[tuple[str, str], ...], str] = {}

@@ -91,6 +91,16 @@ def delta(new: Histogram, old: Histogram) -> Histogram | None:
     return Histogram(tuple(buckets), new.count - old.count, new.sum - old.sum)
 
 
+def follows(new: Histogram, old: Histogram) -> bool:
+    """`delta(new, old)` is not None (the same buckets, no count fallen), without building the difference."""
+    if new is old:
+        return True
+    if len(new.buckets) != len(old.buckets) or new.count < old.count:
+        return False
+    pairs = zip(new.buckets, old.buckets, strict=True)
+    return all(bound == old_bound and n >= o for (bound, n), (old_bound, o) in pairs)
+
+
 def to_tokens(bound: float, max_model_len: int | None) -> int | None:
     """A bucket bound as a token count: +Inf (or anything beyond the context) means max_model_len."""
     if math.isinf(bound):
@@ -112,15 +122,20 @@ def histogram_quantile(hist: Histogram, q: float, max_model_len: int | None, bas
     return Quantile(tokens, basis, int(hist.count), lower, to_tokens(high, max_model_len), span)
 
 
+_Snapshot = tuple[float, Histogram]  # (seconds, the cumulative histogram then)
+
+
 class Window:
     """Recent cumulative snapshots of one histogram; quantiles over the requests finished in the window."""
 
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
-        self._snapshots: deque[tuple[float, Histogram]] = deque()
+        self._snapshots: deque[_Snapshot] = deque()
+        # `_windowed`'s last answer and the two ends it was computed from.
+        self._memo: tuple[_Snapshot, _Snapshot, tuple[Histogram, float] | None] | None = None
 
     def observe(self, now: float, hist: Histogram) -> None:
-        if self._snapshots and delta(hist, self._snapshots[-1][1]) is None:
+        if self._snapshots and not follows(hist, self._snapshots[-1][1]):
             self._snapshots.clear()  # counter reset (vLLM restarted): older snapshots no longer subtract
         self._snapshots.append((now, hist))
         # Keep one snapshot at or before the window's start, so the delta spans the whole window.
@@ -128,13 +143,18 @@ class Window:
             self._snapshots.popleft()
 
     def _windowed(self) -> tuple[Histogram, float] | None:
-        """The requests finished in the window and the seconds it spans; None when none did (or one snapshot)."""
+        """The requests finished in the window and the seconds it spans; None when none did (or one snapshot).
+        Several readers ask each scrape (quantiles, lengths): the difference is computed once per pair of ends."""
         if len(self._snapshots) < 2:
             return None
-        d = delta(self._snapshots[-1][1], self._snapshots[0][1])
-        if d is None or d.count <= 0:
-            return None
-        return d, self._snapshots[-1][0] - self._snapshots[0][0]
+        head, tail = self._snapshots[0], self._snapshots[-1]
+        memo = self._memo
+        if memo is not None and memo[0] is head and memo[1] is tail:
+            return memo[2]
+        d = delta(tail[1], head[1])
+        found = None if d is None or d.count <= 0 else (d, tail[0] - head[0])
+        self._memo = (head, tail, found)
+        return found
 
     def recent(self) -> Histogram | None:
         """The requests finished in the window (the lifetime histogram when none did)."""

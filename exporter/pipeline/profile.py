@@ -15,6 +15,7 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
+from ..core import defaults
 from ..engines.base import Histogram
 
 
@@ -126,21 +127,37 @@ _Snapshot = tuple[float, Histogram]  # (seconds, the cumulative histogram then)
 
 
 class Window:
-    """Recent cumulative snapshots of one histogram; quantiles over the requests finished in the window."""
+    """Recent cumulative snapshots of one histogram; quantiles over the requests finished in the window.
 
-    def __init__(self, seconds: float) -> None:
+    Bounded in time and, as a backstop, in snapshots: the quantiles read only the window's two ends (the newest
+    snapshot and the last one at or before `seconds` ago), and the snapshots between them only keep a start at hand
+    as time moves on. A snapshot closer than `seconds / max_snapshots` to the one before it gives its place to the
+    next, so at most ~`max_snapshots` + 3 are held whatever the scrape interval, and below that spacing the window
+    spans between `seconds` and `seconds` plus the spacing (4.7 s of 300 s by default). At a wider interval (the 5 s
+    default) every snapshot is kept, as before.
+    """
+
+    def __init__(self, seconds: float, max_snapshots: int = defaults.PROFILE_WINDOW_SNAPSHOTS) -> None:
         self.seconds = seconds
+        self.spacing = seconds / max_snapshots if max_snapshots > 0 else 0.0
         self._snapshots: deque[_Snapshot] = deque()
         # `_windowed`'s last answer and the two ends it was computed from.
         self._memo: tuple[_Snapshot, _Snapshot, tuple[Histogram, float] | None] | None = None
 
     def observe(self, now: float, hist: Histogram) -> None:
-        if self._snapshots and not follows(hist, self._snapshots[-1][1]):
-            self._snapshots.clear()  # counter reset (vLLM restarted): older snapshots no longer subtract
-        self._snapshots.append((now, hist))
+        snapshots = self._snapshots
+        if snapshots and not follows(hist, snapshots[-1][1]):
+            snapshots.clear()  # counter reset (vLLM restarted): older snapshots no longer subtract
+        elif len(snapshots) >= 2 and snapshots[-1][0] - snapshots[-2][0] < self.spacing:
+            snapshots.pop()  # closer to the one before it than the spacing: this scrape's takes its place
+        snapshots.append((now, hist))
         # Keep one snapshot at or before the window's start, so the delta spans the whole window.
-        while len(self._snapshots) >= 2 and self._snapshots[1][0] <= now - self.seconds:
-            self._snapshots.popleft()
+        while len(snapshots) >= 2 and snapshots[1][0] <= now - self.seconds:
+            snapshots.popleft()
+
+    def __len__(self) -> int:
+        """Snapshots held."""
+        return len(self._snapshots)
 
     def _windowed(self) -> tuple[Histogram, float] | None:
         """The requests finished in the window and the seconds it spans; None when none did (or one snapshot).

@@ -111,7 +111,7 @@ def test_a_body_fed_in_pieces_parses_as_one_and_numbers_a_bad_line_alike() -> No
     real = fixtures.snapshot("false-full")
     lines = real.splitlines()
     at = max(i for i, ln in enumerate(lines) if ln.startswith("vllm:request_prompt_tokens_bucket{"))
-    bad = "\n".join(lines[:at] + [lines[at].rsplit(" ", 1)[0] + " abc"] + lines[at + 1:]) + "\n"
+    bad = "\n".join([*lines[:at], lines[at].rsplit(" ", 1)[0] + " abc", *lines[at + 1:]]) + "\n"
     whole = exposition.parse(real, vllm_metrics.WANTED)
     for size in (7, 1000, 4096, len(real) - 1):
         parser = exposition.Parser(vllm_metrics.WANTED)

@@ -45,6 +45,10 @@ WEB_OPENAPI: Final = False  # serve the OpenAPI schema at /openapi.json
 # -- request profile -----------------------------------------------------------------------------------
 PROFILE_QUANTILE: Final = 0.99  # quantile of request lengths for worst-case math
 PROFILE_WINDOW: Final = 300.0  # s, window of the length quantiles
+# Snapshots a length window keeps at most (pipeline/profile.py `Window`): a scrape closer than PROFILE_WINDOW / this
+# to the one before it replaces it, so an engine's windows hold ~the same memory at a 1 s interval as at the 5 s
+# default (~65 snapshots each), not five times as much.
+PROFILE_WINDOW_SNAPSHOTS: Final = 64
 
 # -- verdict thresholds --------------------------------------------------------------------------------
 FULL_USAGE: Final = 0.8  # usage at or above which waiting is judged KV-bound

@@ -145,6 +145,7 @@ def _fold(text: str, renames: tuple[tuple[str, str], ...]) -> str:
     return text[1:]
 
 
+_NOT_BLANK = re.compile("[^\ufeff \t\r\n]")  # a character other than those `blank` strips
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")  # control characters no text exposition holds
 
 
@@ -216,7 +217,7 @@ class Parser:
     def __init__(self, wanted: Iterable[str] | None = None, prefix: str = _vllm.PREFIX,
                  renames: tuple[tuple[str, str], ...] = _vllm.RENAMES, max_samples: int | None = None) -> None:
         self._prefixes = None if wanted is None else tuple(wanted)
-        self._want = None if wanted is None else frozenset(self._prefixes or ())
+        self._want, self._heads = _wanted(self._prefixes, prefix)
         self._prefix = prefix
         self._renames = renames
         self._needle = _needle(renames) if renames else None
@@ -224,6 +225,7 @@ class Parser:
         self._rest = ""  # the last line fed so far, not yet ended by a line feed
         self._head = ""  # the body's first SNIFF_CHARS characters
         self._lines_seen = 0  # line numbers for errors (without `wanted`)
+        self._uncounted: str | None = None  # the last chunk, its lines counted only when another follows
         self._blank = True  # nothing but whitespace and byte-order marks so far
         self._error: ExpositionError | None = None
         self._seen: dict[str, set[str]] = {}  # kept series by sample name: duplicates are named, not merged
@@ -236,7 +238,7 @@ class Parser:
             return
         if len(self._head) < SNIFF_CHARS:
             self._head += text[: SNIFF_CHARS - len(self._head)]
-        if self._blank and text.strip("\ufeff \t\r\n"):
+        if self._blank and _NOT_BLANK.search(text) is not None:
             self._blank = False
         cut = text.rfind("\n")
         if cut == -1:
@@ -251,24 +253,40 @@ class Parser:
         if self._needle is not None and self._needle in text:
             text = _fold(text, self._renames)
         prefix = self._prefix
-        self.out.family_lines += text.count("\n" + prefix) + text.startswith(prefix)
-        all_lines = text.split("\n")
+        if self._uncounted is not None:
+            self._lines_seen += self._uncounted.count("\n") + 1
+            self._uncounted = None
         first = self._lines_seen + 1
-        self._lines_seen += len(all_lines)
-        if self._error is not None:
-            return  # the first error is the one said; later lines are only counted
-        if self._prefixes is None:
-            lines: Iterable[tuple[int, str]] = enumerate(all_lines, first)
+        lines: Iterable[tuple[int, str]]
+        if self._heads is not None:
+            # Every wanted name starts with the engine's prefix: cut the text at each line that starts with it (which
+            # counts them too) and keep the lines whose next characters begin some wanted name, then test those.
+            size, heads, prefixes = self._heads
+            pieces = ("\n" + text).split("\n" + prefix)
+            self.out.family_lines += len(pieces) - 1
+            self._uncounted = text  # a body fed in one piece never needs its lines counted (only errors number them)
+            if self._error is not None:
+                return  # the first error is the one said; later lines are only counted
+            lines = [(0, prefix + ln) for piece in pieces[1:] if piece[:size] in heads
+                     and (ln := piece.partition("\n")[0]).startswith(prefixes)]  # line numbers only for errors
         else:
-            prefixes = self._prefixes
-            lines = [(0, ln) for ln in all_lines if ln.startswith(prefixes)]  # line numbers only for errors
+            self.out.family_lines += text.count("\n" + prefix) + text.startswith(prefix)
+            all_lines = text.split("\n")
+            self._lines_seen += len(all_lines)
+            if self._error is not None:
+                return  # the first error is the one said; later lines are only counted
+            if self._prefixes is None:
+                lines = enumerate(all_lines, first)
+            else:
+                wanted = self._prefixes
+                lines = [(0, ln) for ln in all_lines if ln.startswith(wanted)]  # line numbers only for errors
         before = self._kept
         try:
             self._kept += _parse_lines(lines, self.out.samples, self._want, self._seen, self.out.duplicates)
         except ExpositionError as exc:
             self._error = exc
             if self._prefixes is not None:  # the fast path numbers no line: find the one said, numbered, once
-                numbered = [(i, ln) for i, ln in enumerate(all_lines, first) if ln.startswith(self._prefixes)]
+                numbered = [(i, ln) for i, ln in enumerate(text.split("\n"), first) if ln.startswith(self._prefixes)]
                 try:
                     _parse_lines(numbered, {}, self._want, {}, [])
                 except ExpositionError as said:
@@ -294,6 +312,28 @@ class Parser:
             _raise_if_not_an_exposition(self._head)
             raise self._error
         return self.out
+
+
+_Heads = tuple[int, frozenset[str], tuple[str, ...]]
+_wanted_sets: dict[tuple[tuple[str, ...] | None, str], tuple[frozenset[str] | None, _Heads | None]] = {}
+
+
+def _wanted(wanted: tuple[str, ...] | None, prefix: str) -> tuple[frozenset[str] | None, _Heads | None]:
+    """The wanted names as a set, and when every one starts with `prefix` (and continues past it): how many
+    characters after the prefix every wanted name has, the set of those beginnings, and the names without the
+    prefix (else None). Kept per (names, prefix): one engine's parser is made every scrape."""
+    known = _wanted_sets.get((wanted, prefix))
+    if known is not None:
+        return known
+    heads = None
+    if wanted and prefix and all(w.startswith(prefix) and len(w) > len(prefix) for w in wanted):
+        rests = tuple(w[len(prefix):] for w in wanted)
+        size = min(map(len, rests))
+        heads = size, frozenset(r[:size] for r in rests), rests
+    known = (None if wanted is None else frozenset(wanted)), heads
+    if len(_wanted_sets) < 64:
+        _wanted_sets[(wanted, prefix)] = known
+    return known
 
 
 _needles: dict[tuple[tuple[str, str], ...], str] = {}

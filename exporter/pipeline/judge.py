@@ -678,6 +678,15 @@ def judge(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, histo
         # No finished request sizes the head: what the requests in flight hold each is the only size there is
         # (a case of an undecided answer, never the verdict's: verdict.classify).
         head_tokens = derive.uncached_prompt(prompt.tokens, hit_share)
+    # The history's baselines move in this order, before the observation is built once.
+    latency_since = None if gauges_only else history.latency_since(now, e)
+    unfinished_tokens = None if gauges_only else history.unfinished_tokens(e)
+    tokens_per_step = None if gauges_only else history.tokens_per_step(
+        e, used_grew=running > 0 and pool.kv_used_blocks > history.used_before(pool.kv_used_blocks))
+    step_tokens_since = None
+    if not gauges_only and history.interval is not None:
+        steps_since, tokens_since = history.interval
+        step_tokens_since = tokens_since / steps_since if steps_since else math.inf
     obs = Observation(
         running, waiting, None if (d := e.waiting_by_reason.get("deferred")) is None else int(d), e.usage,
         max_num_seqs, e.awake, pool, largest_prompt_blocks(e, max_model_len, block_size),
@@ -697,17 +706,13 @@ def judge(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, histo
         # them regardless) say nothing of a role.
         connector_series=bool(e.connector_counters) and not (argv_known(cfg) and cfg.kv_connector is None),
         producer_hold_limit=producer_hold_limit(cfg),
-        latency_since=None if gauges_only else history.latency_since(now, e),
-        unfinished_tokens=None if gauges_only else history.unfinished_tokens(e),
-        tokens_per_step=None if gauges_only else history.tokens_per_step(
-            e, used_grew=running > 0 and pool.kv_used_blocks > history.used_before(pool.kv_used_blocks)),
+        latency_since=latency_since,
+        unfinished_tokens=unfinished_tokens,
+        tokens_per_step=tokens_per_step,
         finished_any=(e.histograms[GENERATION_LENGTHS].count if GENERATION_LENGTHS in e.histograms else finished),
         lora_admits=None if e.lora is None else lora_admissible(e.lora.max_lora, e.lora.waiting, e.lora.running,
                                                                 waiting),
-        head_tokens=head_tokens, kv_room_typical=kv_room_typical)
-    if not gauges_only and history.interval is not None:
-        steps_since, tokens_since = history.interval
-        obs = replace(obs, step_tokens_since=tokens_since / steps_since if steps_since else math.inf)
+        head_tokens=head_tokens, kv_room_typical=kv_room_typical, step_tokens_since=step_tokens_since)
     progress = (e.steps_total, e.generation_tokens_total)
     if tracker.restart_if_reset(obs, e.preemptions_total, progress):
         # vLLM restarted: its counters began again at 0; the prefix-hit and prefill baselines go too.
@@ -750,10 +755,8 @@ def judge(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, histo
         inputs["max_num_batched_tokens"] = budget_input
     report = _report(now, e, cfg, snap, judgement, false_full, headroom, prompt, max_tokens, max_num_seqs,
                      gauges_only, how, block_size, quality, budget, found, tracker, inputs,
-                     risks_of(headroom, running, thin, quality.stale), decides)
-    report = replace(report, block_waste=waste, prefix_boundary_loss=boundary,
-                     prefix_cache_hit_ratio=hit_share if e.prefix_queries_total is not None
-                     and e.prefix_hits_total is not None else None)
+                     risks_of(headroom, running, thin, quality.stale), decides, waste, boundary,
+                     hit_share if e.prefix_queries_total is not None and e.prefix_hits_total is not None else None)
     if judgement.gauges_reliable:
         report = replace(report, advice=tuple(advice.advise(report)))
         history.consistent = report
@@ -768,7 +771,8 @@ def _report(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, jud
             headroom: Headroom, prompt: Quantile | None, max_tokens: Quantile | None, max_num_seqs: int | None,
             gauges_only: bool, how: Judging, block_size: int, quality: ProfileQuality, budget: BudgetUse | None,
             found: FoundCmdline | None, tracker: Tracker, inputs: dict[str, Input],
-            risks: tuple[Risk, ...], decides: str | None) -> EngineReport:
+            risks: tuple[Risk, ...], decides: str | None, waste: derive.Waste | None,
+            boundary: derive.Waste | None, hit_ratio: float | None) -> EngineReport:
     return EngineReport(
         model_name=e.model_name,
         engine=e.engine,
@@ -812,4 +816,7 @@ def _report(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, jud
         deferred_causes=deferred_causes(e, cfg),
         cap_setting=cap_setting(cfg, snap),
         watermark_decides=watermark_decides(cfg, snap, headroom, int(e.running or 0)),
+        block_waste=waste,
+        prefix_boundary_loss=boundary,
+        prefix_cache_hit_ratio=hit_ratio,
     )

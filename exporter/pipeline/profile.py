@@ -15,6 +15,7 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
+from ..core import defaults
 from ..engines.base import Histogram
 
 
@@ -91,6 +92,16 @@ def delta(new: Histogram, old: Histogram) -> Histogram | None:
     return Histogram(tuple(buckets), new.count - old.count, new.sum - old.sum)
 
 
+def follows(new: Histogram, old: Histogram) -> bool:
+    """`delta(new, old)` is not None (the same buckets, no count fallen), without building the difference."""
+    if new is old:
+        return True
+    if len(new.buckets) != len(old.buckets) or new.count < old.count:
+        return False
+    pairs = zip(new.buckets, old.buckets, strict=True)
+    return all(bound == old_bound and n >= o for (bound, n), (old_bound, o) in pairs)
+
+
 def to_tokens(bound: float, max_model_len: int | None) -> int | None:
     """A bucket bound as a token count: +Inf (or anything beyond the context) means max_model_len."""
     if math.isinf(bound):
@@ -112,29 +123,55 @@ def histogram_quantile(hist: Histogram, q: float, max_model_len: int | None, bas
     return Quantile(tokens, basis, int(hist.count), lower, to_tokens(high, max_model_len), span)
 
 
-class Window:
-    """Recent cumulative snapshots of one histogram; quantiles over the requests finished in the window."""
+_Snapshot = tuple[float, Histogram]  # (seconds, the cumulative histogram then)
 
-    def __init__(self, seconds: float) -> None:
+
+class Window:
+    """Recent cumulative snapshots of one histogram; quantiles over the requests finished in the window.
+
+    Bounded in time and, as a backstop, in snapshots: the quantiles read only the window's two ends (the newest
+    snapshot and the last one at or before `seconds` ago), and the snapshots between them only keep a start at hand
+    as time moves on. A snapshot closer than `seconds / max_snapshots` to the one before it gives its place to the
+    next, so at most ~`max_snapshots` + 3 are held whatever the scrape interval, and below that spacing the window
+    spans between `seconds` and `seconds` plus the spacing (4.7 s of 300 s by default). At a wider interval (the 5 s
+    default) every snapshot is kept, as before.
+    """
+
+    def __init__(self, seconds: float, max_snapshots: int = defaults.PROFILE_WINDOW_SNAPSHOTS) -> None:
         self.seconds = seconds
-        self._snapshots: deque[tuple[float, Histogram]] = deque()
+        self.spacing = seconds / max_snapshots if max_snapshots > 0 else 0.0
+        self._snapshots: deque[_Snapshot] = deque()
+        # `_windowed`'s last answer and the two ends it was computed from.
+        self._memo: tuple[_Snapshot, _Snapshot, tuple[Histogram, float] | None] | None = None
 
     def observe(self, now: float, hist: Histogram) -> None:
-        if self._snapshots and delta(hist, self._snapshots[-1][1]) is None:
-            self._snapshots.clear()  # counter reset (vLLM restarted): older snapshots no longer subtract
-        self._snapshots.append((now, hist))
+        snapshots = self._snapshots
+        if snapshots and not follows(hist, snapshots[-1][1]):
+            snapshots.clear()  # counter reset (vLLM restarted): older snapshots no longer subtract
+        elif len(snapshots) >= 2 and snapshots[-1][0] - snapshots[-2][0] < self.spacing:
+            snapshots.pop()  # closer to the one before it than the spacing: this scrape's takes its place
+        snapshots.append((now, hist))
         # Keep one snapshot at or before the window's start, so the delta spans the whole window.
-        while len(self._snapshots) >= 2 and self._snapshots[1][0] <= now - self.seconds:
-            self._snapshots.popleft()
+        while len(snapshots) >= 2 and snapshots[1][0] <= now - self.seconds:
+            snapshots.popleft()
+
+    def __len__(self) -> int:
+        """Snapshots held."""
+        return len(self._snapshots)
 
     def _windowed(self) -> tuple[Histogram, float] | None:
-        """The requests finished in the window and the seconds it spans; None when none did (or one snapshot)."""
+        """The requests finished in the window and the seconds it spans; None when none did (or one snapshot).
+        Several readers ask each scrape (quantiles, lengths): the difference is computed once per pair of ends."""
         if len(self._snapshots) < 2:
             return None
-        d = delta(self._snapshots[-1][1], self._snapshots[0][1])
-        if d is None or d.count <= 0:
-            return None
-        return d, self._snapshots[-1][0] - self._snapshots[0][0]
+        head, tail = self._snapshots[0], self._snapshots[-1]
+        memo = self._memo
+        if memo is not None and memo[0] is head and memo[1] is tail:
+            return memo[2]
+        d = delta(tail[1], head[1])
+        found = None if d is None or d.count <= 0 else (d, tail[0] - head[0])
+        self._memo = (head, tail, found)
+        return found
 
     def recent(self) -> Histogram | None:
         """The requests finished in the window (the lifetime histogram when none did)."""

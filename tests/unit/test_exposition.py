@@ -102,3 +102,25 @@ def test_the_label_cache_is_bounded_in_bytes_not_only_in_entries() -> None:
         short = real.replace('vllm:num_requests_waiting{', f'vllm:num_requests_waiting{{junk="{i:05d}{"y" * 3000}",', 1)
         exposition.parse(short, vllm_metrics.WANTED)
         assert exposition._label_cache_chars <= exposition._CACHE_CHARS + 2 * exposition._CACHED_LABEL_CHARS
+
+
+def test_a_body_fed_in_pieces_parses_as_one_and_numbers_a_bad_line_alike() -> None:
+    """The sidecar feeds a body as it arrives (cut anywhere, mid-line too): the samples kept, the engine's line
+    count and the number of a malformed wanted line are those of the body parsed in one piece (the fast path
+    counts a piece's lines only when another piece follows)."""
+    real = fixtures.snapshot("false-full")
+    lines = real.splitlines()
+    at = max(i for i, ln in enumerate(lines) if ln.startswith("vllm:request_prompt_tokens_bucket{"))
+    bad = "\n".join([*lines[:at], lines[at].rsplit(" ", 1)[0] + " abc", *lines[at + 1:]]) + "\n"
+    whole = exposition.parse(real, vllm_metrics.WANTED)
+    for size in (7, 1000, 4096, len(real) - 1):
+        parser = exposition.Parser(vllm_metrics.WANTED)
+        for start in range(0, len(real), size):
+            parser.feed(real[start:start + size])
+        pieces = parser.close()
+        assert (pieces.samples, pieces.family_lines) == (whole.samples, whole.family_lines)
+        parser = exposition.Parser(vllm_metrics.WANTED)
+        for start in range(0, len(bad), size):
+            parser.feed(bad[start:start + size])
+        with pytest.raises(exposition.ExpositionError, match=f"^line {at + 1}:"):
+            parser.close()

@@ -62,3 +62,36 @@ def test_interpolation_inside_a_bucket_carries_its_bounds() -> None:
     assert q is not None and (q.lower, q.upper) == (200, 500) and abs(q.tokens - 352) <= 10
     # Only the bucket bound was known before: 500 for a 352-token prompt (16 blocks of 32 instead of 11).
     assert profile.bucket_quantile(AFTER.buckets, 0.999) == 500
+
+
+def test_a_window_holds_about_the_same_snapshots_at_a_1s_interval_as_at_5s() -> None:
+    """Issue 21: the window is bounded in time and, as a backstop, in snapshots, so an engine's memory does not
+    grow five times when the interval is 1 s instead of 5 s. Every recorded frame of the kv-full timeline, fed for
+    20 minutes (the recording replayed on and on, its counters carried on): at the 5 s default every snapshot is
+    kept and every answer is the exact window's; at 1 s the capped window holds at most its cap + 3 snapshots where
+    the exact one holds 301, and covers at least the window, at most the window plus the spacing."""
+    hists = [prompt_hist(text) for _t, text in FRAMES]
+    top = hists[-1]
+
+    def carried(i: int) -> base.Histogram:  # the i-th scrape: the recording's frame on top of earlier passes
+        laps, h = divmod(i, len(hists))
+        at = hists[h]
+        return base.Histogram(tuple((b, c + laps * t) for (b, c), (_b, t) in zip(at.buckets, top.buckets,
+                                                                                  strict=True)),
+                              at.count + laps * top.count, at.sum + laps * top.sum)
+
+    for interval in (5.0, 1.0):
+        capped, exact = profile.Window(300.0), profile.Window(300.0, max_snapshots=0)
+        for i in range(int(1200 / interval)):
+            now, hist = i * interval, carried(i)
+            capped.observe(now, hist)
+            exact.observe(now, hist)
+            assert len(capped) <= profile.defaults.PROFILE_WINDOW_SNAPSHOTS + 3
+            a, b = capped.quantile(0.99, 512), exact.quantile(0.99, 512)
+            if interval == 5.0:
+                assert a == b
+            elif now >= 300.0:
+                assert a is not None and b is not None and a.span is not None and b.span is not None
+                assert 300.0 <= b.span <= a.span <= 300.0 + capped.spacing + interval and a.samples >= b.samples
+        assert len(exact) == (61 if interval == 5.0 else 301)
+        assert len(capped) == (61 if interval == 5.0 else 62)

@@ -7,7 +7,6 @@ terms of `exporter.engines.base`; the names come from `metrics`, the release rul
 from __future__ import annotations
 
 import functools
-import itertools
 import math
 from dataclasses import dataclass
 
@@ -159,7 +158,7 @@ def _key(labels: Labels) -> tuple[str, str]:
 def _gauge_by_engine(expo: Samples, name: str) -> dict[tuple[str, str], float]:
     out: dict[tuple[str, str], float] = {}
     for labels, value in expo.series(name):
-        key = _key(labels)
+        key = labels.get("model_name", ""), labels.get("engine", "0")  # `_key`, inline: every sample, every scrape
         # Several series per engine only under multiprocess mode (a `pid` label); they are summed. A series that
         # appears twice with the same labels is named by `read` (bad_values), never summed into a verdict.
         out[key] = out.get(key, 0.0) + value
@@ -211,40 +210,49 @@ def _histograms(expo: Samples, name: str, bad: _Bad) -> dict[tuple[str, str], Hi
     """The histograms of family `name` by engine; one whose buckets are not a histogram (a bound that is no
     number, counts not finite, negative or falling with the bound, no +Inf bucket) is named in `bad`."""
     buckets: dict[tuple[str, str], dict[float, float]] = {}
+    key: tuple[str, str] | None = None
+    per: dict[float, float] = {}
     for labels, value in expo.series(name + "_bucket"):
         le = labels.get("le")
         if le is None:
             continue
-        key = _key(labels)
+        here = labels.get("model_name", ""), labels.get("engine", "0")  # `_key`, inline
         bound = _bound(le)
         if bound is None:
-            bad.add(key, f"{name}_bucket of model {key[0]!r} engine {key[1]} has the bound le={le!r}, not a number")
+            bad.add(here, f"{name}_bucket of model {here[0]!r} engine {here[1]} has the bound le={le!r}, not a "
+                          "number")
             continue
-        per = buckets.setdefault(key, {})
+        if here != key:  # an engine's buckets come one after another: look its dict up once per run of them
+            key, per = here, buckets.setdefault(here, {})
         per[bound] = per.get(bound, 0.0) + value
     counts = bad.check(name + "_count", _gauge_by_engine(expo, name + "_count"), MAX_COUNTER)
     sums = _gauge_by_engine(expo, name + "_sum")
     out: dict[tuple[str, str], Histogram] = {}
     for key, per in buckets.items():
         ordered = tuple(sorted(per.items()))
-        model, engine = key
-        where = f"{name} of model {model!r} engine {engine}"
         cumulative = [c for _b, c in ordered]
-        if not all(math.isfinite(c) and 0 <= c <= MAX_COUNTER for c in cumulative):
-            bad.add(key, f"{where} has a bucket count that is not a finite count")
+        # Every count in 0..MAX_COUNTER (a NaN or an infinity makes the sum no finite number), then never falling:
+        # the list sorted is itself (the same tests as one comparison per bucket, in C).
+        if not (math.isfinite(sum(cumulative)) and min(cumulative) >= 0 and max(cumulative) <= MAX_COUNTER):
+            bad.add(key, f"{_where(name, key)} has a bucket count that is not a finite count")
             continue
-        if any(b < a for a, b in itertools.pairwise(cumulative)):
-            bad.add(key, f"{where} has bucket counts that fall as the bound rises, which no histogram can")
+        if cumulative != sorted(cumulative):
+            bad.add(key, f"{_where(name, key)} has bucket counts that fall as the bound rises, which no histogram "
+                         "can")
             continue
         if ordered[-1][0] != math.inf:
-            bad.add(key, f"{where} has no +Inf bucket")
+            bad.add(key, f"{_where(name, key)} has no +Inf bucket")
             continue
         total = sums.get(key, 0.0)
         if not math.isfinite(total):
-            bad.add(key, f"{where} has the sum {total:g}, not a finite number")
+            bad.add(key, f"{_where(name, key)} has the sum {total:g}, not a finite number")
             continue
         out[key] = Histogram(ordered, counts.get(key, ordered[-1][1]), total)
     return out
+
+
+def _where(name: str, key: tuple[str, str]) -> str:
+    return f"{name} of model {key[0]!r} engine {key[1]}"
 
 
 def _duplicates(expo: Samples, bad: _Bad) -> None:

@@ -7,6 +7,7 @@ the same files) and, where a recording exists, is checked against tests/fixtures
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from ..base import FIRST_CHUNK, FULL_PROMPT, AdmissionRule, Samples
@@ -155,6 +156,15 @@ def rules(version: str | None, expo: Samples) -> Rules:
     has_engine_label = any("engine" in labels for labels, _ in expo.series(m.RUNNING)) or any(
         "engine" in labels for labels, _ in expo.series(m.CACHE_CONFIG))
     has_kv, has_gpu = bool(expo.series(m.KV_USAGE)), bool(expo.series(m.GPU_USAGE))
+    cci = [labels for labels, _ in expo.series(m.CACHE_CONFIG)]
+    return _rules(version, has_engine_label, has_kv, has_gpu, bool(expo.series(m.WAITING_BY_REASON)),
+                  any("kv_cache_max_concurrency" in c for c in cci))
+
+
+@functools.lru_cache(maxsize=256)  # a pure function of a few facts, the same every scrape (Rules is frozen)
+def _rules(version: str | None, has_engine_label: bool, has_kv: bool, has_gpu: bool, by_reason: bool,
+           max_concurrency: bool) -> Rules:
+    """`rules` from the facts of the exposition it reads."""
     engine = "V1" if has_engine_label else ("V0" if has_gpu or has_kv else "unknown")
     release = parse_release(version)
     if release is not None and version is not None:
@@ -167,11 +177,10 @@ def rules(version: str | None, expo: Samples) -> Rules:
         null, counts, admission, summed = _rules_of_release(release, engine)
         return Rules("version", version, engine, null, counts, admission, summed,
                      gate=admission_rule_of(release, engine, admission))
-    cci = [labels for labels, _ in expo.series(m.CACHE_CONFIG)]
     if engine == "V0":
         return Rules("exposition", "V0 (<= 0.10)", "V0", *_rules_of_release((0, 8, 5), "V0"))
-    if expo.series(m.WAITING_BY_REASON) or any("kv_cache_max_concurrency" in c for c in cci):
-        label = ">= 0.24" if any("kv_cache_max_concurrency" in c for c in cci) else ">= 0.20"
+    if by_reason or max_concurrency:
+        label = ">= 0.24" if max_concurrency else ">= 0.20"
         # 0.24 to 0.33 cannot be told apart by the exposition (0.33's metrics file is 0.32's): every later gate is
         # applied (fewer admissions predicted, never more).
         return Rules("exposition", label, "V1", *_rules_of_release((0, 20, 0), "V1"),

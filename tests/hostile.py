@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import re
 import threading
@@ -111,10 +112,12 @@ def response(body: bytes, content_type: str = "text/plain; version=0.0.4", statu
             "Connection: keep-alive\r\n\r\n").encode() + body
 
 
+@functools.cache
 def encoded(kind: str, scenario: str = "false-full") -> bytes:
     """A /metrics answer with a Content-Encoding although identity was asked (a compressing proxy, a hostile target):
     "gzip" the real snapshot gzipped; "bomb" 64 MiB of newlines in one gzip layer (65 KB on the wire); "stacked"
-    256 MiB twice gzipped ("gzip, gzip", 1 KB); "not-gzip" a body that is no gzip at all; "br" brotli named."""
+    256 MiB twice gzipped ("gzip, gzip", 1 KB); "not-gzip" a body that is no gzip at all; "br" brotli named. Built
+    once per process (compressing 256 MiB takes seconds: a scrape of the first answer must not wait for it)."""
     import gzip
 
     body, names = {

@@ -240,6 +240,8 @@ def test_metrics_answer_is_reused_only_while_young_and_gzipped_once_per_build() 
 def _scrape_hostile(mode: str) -> tuple[Target, bytes]:
     from tests import hostile
 
+    if mode.startswith("encoded:"):
+        hostile.encoded(mode.split(":", 1)[1])  # built before the server answers (256 MiB take seconds to compress)
     with hostile.serving(mode) as server:
         # These faults are about what the body says, not how fast it comes: a deadline no loaded machine reaches.
         target = Target(Settings(server.url, discover_cmdline=False, timeout=60.0))

@@ -297,7 +297,7 @@ def test_a_down_target_exports_no_signal() -> None:
 
 
 def test_signal_dataclass_demand_ratio() -> None:
-    s = ReplicaSignal("m", 1, 6, 4, 10, 6 / (4 * U), U, LIMIT_SLOTS, "flag", "profile", False)
+    s = ReplicaSignal("m", 1, 6, 6.0, 4, 10, 6 / (4 * U), U, LIMIT_SLOTS, "flag", "profile", False)
     assert s.demand_ratio == pytest.approx(1.5)
 
 

@@ -7,12 +7,14 @@ Per model served by the target:
   D = Σ (running + waiting) over the target's engines: the requests the replica holds now.
   L = the offered load in requests, what the replicas' demand is: the busy slots the arrivals need, λ × T (arrival
       rate, time in the engine; Little's law), over the last `window` seconds of the sidecar's scrapes:
-          L = r̄ × max(1, A / N)
+          L = max(r̄ × max(1, A / N), A − N)
       r̄ = the time-average of running over the window (the busy slots, = admissions × T), A = the requests that
       arrived (finished + the rise of running + waiting), N = the requests admitted (finished + the rise of
       running). Unsaturated, every arrival is admitted (A = N) and L = r̄; saturated, arrivals outrun admissions
       and L grows with them without bound (A / N), while r̄ alone would stop at the slots. A queue that stands or
-      drains keeps L at the busy slots (never below: the backlog is work). Without a window (one observation, the
+      drains keeps L at the busy slots (never below: the backlog is work). A − N, the window's arrivals still
+      waiting, floors it: each needs a slot, even where the slots sat idle at the scrapes (requests shorter than
+      a scrape interval, or admission bound by something else than slots). Without a window (one observation, the
       first scrape, a counter reset, vLLM exporting no finished count) or with nothing admitted in it (a stuck
       engine, requests longer than the window), L = max(r̄, D): the requests held.
       Why not D itself (the signal before issue 24's closed loop): D counts each queued request as a slot needed
@@ -139,8 +141,8 @@ class LoadWindow:
 
 
 def offered_load(samples: Sequence[_Sample]) -> float:
-    """L = r̄ × max(1, A / N) over `samples` (oldest first), or max(r̄, D) of the last when nothing was admitted
-    between the first and the last (or there is one sample)."""
+    """L = max(r̄ × max(1, A / N), A − N) over `samples` (oldest first), or max(r̄, D) of the last when nothing
+    was admitted between the first and the last (or there is one sample)."""
     last = samples[-1]
     held = float(last.running + last.waiting)
     if len(samples) < 2:
@@ -153,7 +155,7 @@ def offered_load(samples: Sequence[_Sample]) -> float:
     admitted = done + last.running - first.running
     if admitted <= 0:
         return max(busy, held)
-    return busy * max(1.0, arrived / admitted)
+    return max(busy * max(1.0, arrived / admitted), arrived - admitted)
 
 
 def worst_case_basis(e: EngineReport) -> str:

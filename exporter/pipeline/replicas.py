@@ -28,7 +28,7 @@ Per model served by the target:
       between R_low (K at the range's upper end, floor(B / ceil(used / running))) and R_high (K at max_model_len).
       The count moves only where the whole range agrees (`worst_case="in_flight_thin"`): R = R_low when R_low ≥ 1
       (even the most the pool may hold needs more replicas: a 32k-context server running 256 short requests with
-      a queue of 952 asks for 5.9, not the 80 a max_model_len W would), R = R_high when R_high ≤ 1 (even at
+      a queue of 952 asks for 5.9 on D, not the 80 a max_model_len W would), R = R_high when R_high ≤ 1 (even at
       max_model_len one replica is enough), else R = 1, held (`conservative`). Nothing in flight and a thin
       profile: K is unknown and R is held (below).
   S = max_num_seqs of the answer: stated (our flag, --vllm-args, vLLM's command line) or inferred by the
@@ -72,6 +72,11 @@ from dataclasses import dataclass
 
 from ..engines.base import E2E_LATENCY, PROMPT_LENGTHS
 from .report import EngineReport, ReplicaSignal
+
+# The signal in one line, for every text that states it (the series' HELP, the dashboard panel, the docs).
+FORMULA = ("the offered load L (the running count's time-average over the load window x max(1, arrived / admitted), "
+           "at least the window's arrivals still waiting) / (min(max_num_seqs, floor(blocks / worst-case blocks per "
+           "request)) x the target utilization)")
 
 # What bounds C, on the basis series.
 LIMIT_SLOTS = "max_num_seqs"

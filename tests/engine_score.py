@@ -363,6 +363,7 @@ class EngineScore:
     adm_ranged: int = 0  # ... of them answered with a range (admission_headroom_requests_max)
     adm_frames_exact: int = 0  # ... of them, the engine's scan reached a capacity stop (capacity_admitted: exact)
     adm_within_exact: int = 0
+    adm_within_fewest: int = 0  # within ±1 by the fewest alone (a ranged answer's low end: its point estimate)
     safe_frames: int = 0  # frames saying safe headroom > 0
     safe_bad: int = 0  # ... followed by a preemption within SAFE_WINDOW_S
     safe_misses: list[tuple[int, int, int]] = field(default_factory=list)  # (frame, safe headroom, preempted)
@@ -453,6 +454,8 @@ def score(folder: Path) -> list[EngineScore]:
                           else most >= got - ADMISSION_TOLERANCE)
                 sc.adm_frames_exact += exact
                 sc.adm_within_exact += exact and within
+                sc.adm_within_fewest += (pred - ADMISSION_TOLERANCE <= got <= pred + ADMISSION_TOLERANCE if exact
+                                         else pred >= got - ADMISSION_TOLERANCE)
                 if within:
                     sc.adm_within += 1
                 else:

@@ -670,12 +670,14 @@ def render_engine(scores: list[engine_score.EngineScore]) -> list[str]:
     side_all = [s for s in scores if s.mode == "sidecar"]
     ex, ex_n = sum(s.adm_within_exact for s in side_all), sum(s.adm_frames_exact for s in side_all)
     ranged = sum(s.adm_ranged for s in side_all)
+    fewest = sum(s.adm_within_fewest for s in side_all)
     named = sum(s.undecided_named for s in scores if s.mode == "one-shot-noflags")
     lines += [f"All: {n} frames; sidecar {_pct(a, n)}, one-shot {_pct(b, n)}, one-shot without flags {_pct(c, n)} "
               f"({named} of them undecided, naming the engine's reason among its cases; without them "
               f"{_pct(c - named, n)}), "
               f"admission ±1 {_pct(adm, adm_n)} of {adm_n} (exact counts: {_pct(ex, ex_n)} of {ex_n}; "
-              f"{ranged} answered with a range, the LoRA cap's).", ""]
+              f"{ranged} answered with a range: the LoRA cap's, or the queue head's size between the profile's "
+              f"typical prompt and its quantile; by the range's low end alone {_pct(fewest, adm_n)}).", ""]
     lines += ["| release | shape | frames | sidecar | one-shot | one-shot no flags | admission ±1 | admission ±1, "
               "exact counts | false-full forbidden (sidecar / one-shot / no flags) | false-full found "
               "(sidecar) | safe > 0, then preempted |",

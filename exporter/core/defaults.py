@@ -52,6 +52,10 @@ STUCK_AFTER: Final = 60.0  # s without an engine step while requests wait: stuck
 LEAK_AFTER: Final = 120.0  # s of blocks in use with nothing running or waiting: leak
 PREEMPT_WINDOW: Final = 60.0  # s, preempting while a preemption happened this recently
 CEILING_WINDOW: Final = 300.0  # s of running counts that stand in for an unknown max_num_seqs
+# With chunked prefill, steps that used on average at least this share of the token budget spent it (a step with
+# budget left admits a partial chunk; prompt tokens are counted when a prefill completes, so averages are lumpy).
+# Engine truth (tests/fixtures/SCORE.md, 0.32.0 prod-preempt): budget-stopped steps averaged 8,106-8,340 of 8,192.
+BUDGET_SPENT_SHARE: Final = 0.95
 PROFILE_MIN_REQUESTS: Final = 20  # fewer finished requests behind the profile: worst case at max_model_len
 # vLLM V1's max_num_batched_tokens when nobody sets it, for the OpenAI server on CPU and on GPUs under 70 GiB
 # (vllm/engine/arg_utils.py `get_batch_defaults` @0.32.0; 8192 on H100/H200-class, 16384 from 160 GiB):

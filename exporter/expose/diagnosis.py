@@ -186,6 +186,13 @@ def _head_of_line(e: EngineReport) -> str:
             f"(max_num_batched_tokens).{_risks(e)}")
 
 
+def _admission(h: derive.Headroom) -> str:
+    """The admission headroom as text: one number, or `fewest-most` where the exposition gives a range (the queue
+    head's size between the profile's quantile and its typical prompt, or the LoRA cap's)."""
+    most = h.admission_headroom_requests_max
+    return f"{h.admission_headroom_requests}" if most is None else f"{h.admission_headroom_requests}-{most}"
+
+
 def _deferred(e: EngineReport) -> str:
     role = "" if e.config.kv_role is None else (f" (this instance is a P/D {e.config.kv_role.value}: requests "
                                                 "waiting for remote KV are deferred until the transfer completes)")
@@ -299,7 +306,7 @@ def _ok(e: EngineReport) -> str:
                 "side reads them (vLLM's NIXL connector frees them then, or when their lease expires): held on "
                 "purpose, not leaked.")
     return (f"Nothing is held back: {_used(e)}, {e.running} running, {e.waiting} waiting; room for "
-            f"{h.admission_headroom_requests} more requests now and {max(h.safe_headroom_requests, 0)} more "
+            f"{_admission(h)} more requests now and {max(h.safe_headroom_requests, 0)} more "
             f"that could each reach max_tokens without preemption.{_risks(e)}")
 
 
@@ -754,7 +761,7 @@ def render_text(reports: list[TargetReport]) -> str:
                 f"blocks {h.kv_used_blocks} used / {h.kv_free_blocks} free / {h.kv_capacity_blocks} usable "
                 f"(block size {h.block_size_tokens})")
             lines.append(
-                f"  running {e.running}, waiting {e.waiting}; headroom: admission {h.admission_headroom_requests}"
+                f"  running {e.running}, waiting {e.waiting}; headroom: admission {_admission(h)}"
                 + ("" if e.watermark_decides is None else f" (0 from --watermark {e.watermark_decides:.3g})") + ", "
                 f"slots {slots}, safe {h.safe_headroom_requests}")
             wmax = h.worst_case_blocks_max_model_len

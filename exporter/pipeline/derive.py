@@ -420,6 +420,19 @@ def with_lora(h: Headroom, lora_admits: tuple[int, int] | None) -> Headroom:
                    admission_headroom_requests_max=hi if hi != min(adm, fewest) else None)
 
 
+def with_head_range(h: Headroom, kv_room_typical: int | None) -> Headroom:
+    """`h` with the admission headroom as a range where the queue head's size is one: the fewest at the profile's
+    quantile (`admission_headroom_requests`, as before), the most at its typical prompt, `kv_room_typical` heads
+    of which the free blocks admit (`admission_headroom_requests_max`). A range already given (the LoRA cap's:
+    `with_lora`) stands; None or no wider: unchanged."""
+    if kv_room_typical is None or h.admission_headroom_requests_max is not None:
+        return h
+    most = admission_headroom(h.slot_headroom_requests, kv_room_typical)
+    if most <= h.admission_headroom_requests:
+        return h
+    return replace(h, admission_headroom_requests_max=most)
+
+
 def derive(x: Inputs) -> Headroom:
     """All headroom numbers of one engine: `pool`, then `with_slots` under `x.max_num_seqs`."""
     return with_slots(pool(x), x.max_num_seqs, x.running)

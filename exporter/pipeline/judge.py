@@ -660,6 +660,24 @@ def judge(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, histo
     if budget is not None:
         budget_cands = ((Candidate(budget.max_num_batched_tokens, budget.source),)
                         if budget.max_num_batched_tokens is not None else budget.candidates)
+    head_tokens = kv_room_typical = None
+    if budget is not None and budget.prefill_tokens is not None and prompt is not None \
+            and prompt.basis in advice.SIZED_BASES:
+        # The head's size as a range (verdict.step_limit): the quantile's prompt (floored by what requests in flight
+        # hold, as the pool's head is) and the KV room of a head of the typical prompt, by the same gates.
+        q_tokens = derived_from.prompt_tokens or 0
+        if floored and held is not None:
+            q_tokens = max(q_tokens, held * block_size)
+        head_tokens = derive.uncached_prompt(q_tokens, hit_share)
+        need = derive.admission_need(int(budget.prefill_tokens), block_size, gate[0],
+                                     derived_from.max_num_batched_tokens, gate[1],
+                                     derive.watermark_blocks(gate[2], n_blocks), max_model_len)
+        kv_room_typical = derive.kv_admission_headroom(pool.kv_free_blocks, need.blocks, need.watermark_blocks,
+                                                       running)
+    elif prompt is not None and prompt.basis == "in_flight":
+        # No finished request sizes the head: what the requests in flight hold each is the only size there is
+        # (a case of an undecided answer, never the verdict's: verdict.classify).
+        head_tokens = derive.uncached_prompt(prompt.tokens, hit_share)
     obs = Observation(
         running, waiting, None if (d := e.waiting_by_reason.get("deferred")) is None else int(d), e.usage,
         max_num_seqs, e.awake, pool, largest_prompt_blocks(e, max_model_len, block_size),
@@ -685,7 +703,8 @@ def judge(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, histo
             e, used_grew=running > 0 and pool.kv_used_blocks > history.used_before(pool.kv_used_blocks)),
         finished_any=(e.histograms[GENERATION_LENGTHS].count if GENERATION_LENGTHS in e.histograms else finished),
         lora_admits=None if e.lora is None else lora_admissible(e.lora.max_lora, e.lora.waiting, e.lora.running,
-                                                                waiting))
+                                                                waiting),
+        head_tokens=head_tokens, kv_room_typical=kv_room_typical)
     if not gauges_only and history.interval is not None:
         steps_since, tokens_since = history.interval
         obs = replace(obs, step_tokens_since=tokens_since / steps_since if steps_since else math.inf)
@@ -709,7 +728,8 @@ def judge(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, histo
         # slots_full judged with the cap unknown: the running count is the cap this answer uses throughout.
         max_num_seqs = inferred_cap = running
         cfg = replace(cfg, max_num_seqs=Known(running, Source.INFERRED))
-    headroom = derive.with_lora(derive.with_slots(pool, max_num_seqs, running), obs.lora_admits)
+    headroom = derive.with_head_range(derive.with_lora(derive.with_slots(pool, max_num_seqs, running),
+                                                       obs.lora_admits), kv_room_typical)
     if judgement.verdict is Verdict.DEFERRED and obs.lora_admits is None and judgement.admits is not None:
         # vLLM's own count: the requests it counts deferred are skipped by its scan while the verdict holds.
         headroom = replace(headroom, admission_headroom_requests=min(headroom.admission_headroom_requests,

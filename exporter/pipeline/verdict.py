@@ -118,6 +118,12 @@ class Observation:
     # Tokens the engine scheduled per step over the interval since the last scrape alone (sidecar only; inf: all
     # prefill): whether those steps used the token budget.
     step_tokens_since: float | None = None
+    # The head's size is known only as a range, from the typical (median) prompt of the profile to its quantile
+    # (the conservative size `headroom.prompt_blocks` and the KV room are taken at): the quantile's uncached prompt
+    # tokens (what it would take of the token budget) and how many heads of the typical prompt the free blocks
+    # admit. None: no profile of finished requests (one size only).
+    head_tokens: int | None = None
+    kv_room_typical: int | None = None
 
 
 @dataclass(frozen=True)
@@ -201,7 +207,9 @@ def suspected_preemption(o: Observation) -> bool:
     # room to grow for many steps, whatever their count says at the worst case (that is risk: safe headroom).
     # Engine truth (tests/fixtures/SCORE.md, prod-burst / prod-mixed): 256 short requests beside 16,000 free
     # blocks and a profile worst case of 1,024 preempted nothing.
-    near = hr.kv_free_blocks < 2 * hr.worst_case_blocks_profile
+    # ... and within what the next step may ask of them (`pool_tight`: every running request's next block and a
+    # prefill chunk): 472-771 free blocks beside 144-173 running preempted nothing (prod-mixed, 0.10.2).
+    near = hr.kv_free_blocks < 2 * hr.worst_case_blocks_profile and pool_tight(o)
     no_room = o.profile_backed and not o.thin_profile and (o.running + 1) * hr.worst_case_blocks_profile > \
         hr.kv_capacity_blocks
     return (near and no_room) or o.stale_profile
@@ -245,7 +253,12 @@ def classify(o: Observation, h: History, t: Thresholds) -> Judgement:
     # Within the window after a rise, preempting holds while requests wait and the pool is still tight: free
     # blocks that cover every running request's next block and a prefill chunk say the storm has passed, and what
     # binds now is judged as on any other scrape (`pool_tight`).
-    if h.preempted_now or (h.preempted_recently and o.waiting > 0 and pool_tight(o)):
+    # A rise with nothing waiting beside free blocks that cover the next step (V1, whose budget sizes the chunk
+    # `pool_tight` counts): the preempted requests were admitted again since (V1 counts a preemption when the
+    # request's next output is processed, scrapes late): nothing is held back now (engine truth: 0.32.0
+    # prod-sleep, 63 running beside 19,015 free blocks; 0.10.2 prod-kv, 20 running beside 1,975).
+    readmitted = o.waiting <= 0 and bool(o.budget_candidates) and not pool_tight(o)
+    if (h.preempted_now and not readmitted) or (h.preempted_recently and o.waiting > 0 and pool_tight(o)):
         return Judgement(Verdict.PREEMPTING, Limit.BLOCKS)
     if h.preemption_inferred or pool_exhausted(o):
         return Judgement(Verdict.PREEMPTING, Limit.BLOCKS, preemption_inferred=True, suspected=h.one_shot)
@@ -354,12 +367,23 @@ def classify(o: Observation, h: History, t: Thresholds) -> Judgement:
     by_budget: list[Case] = []
     for c in larger:
         outs = {b: step_limit(o, c.value - o.running, kv_room, b) for b in budgets}
-        limit = resolve_budget(outs)
+        limit = resolve_budget(outs, strict=True)
         if limit is None:
             limit = Limit.UNDECIDED
             by_budget = [Case("max_num_batched_tokens", b.value, default_rule(b), lim) for b, lim in outs.items()
                          if b is not None]
         cases.append(Case("max_num_seqs", c.value, default_rule(c), limit))
+    if o.prompt_tokens is None and o.head_tokens is not None and not o.profile_backed:
+        # No finished request sizes the head, so the budget's share is not judged (`step_limit`); at the size the
+        # requests in flight hold each, the budget may bind first: a case of what decides, never a verdict.
+        sized = replace(o, prompt_tokens=o.head_tokens)
+        room = larger[-1].value - o.running
+        binds = [b for b in budgets if b is not None and step_limit(sized, room, kv_room, b) is Limit.TOKEN_BUDGET]
+        if binds:
+            by_budget.append(Case("request_tokens", o.head_tokens, "no finished request sizes the queue head: as "
+                                  f"long as the requests in flight hold each, against a budget of {binds[-1].value} "
+                                  f"({'stated' if o.budget_stated else default_rule(binds[-1])})",
+                                  Limit.TOKEN_BUDGET))
     others = {c.limit for c in cases[1:]}
     if others == {Limit.NONE}:
         # Most often the moment between two engine steps: vLLM admits the queue at its next step unless every slot
@@ -405,7 +429,11 @@ def budget_used_since(o: Observation) -> bool | None:
         return None
     if math.isinf(spent):
         return True
-    used = {spent + o.prompt_tokens > c.value for c in o.budget_candidates}
+    # With chunked prefill a step with budget left admits the head with a partial chunk, so steps that average
+    # within `BUDGET_SPENT_SHARE` of the budget spent it (the rest is the counters' lumpiness: prompt tokens count
+    # when a prefill completes).
+    share = defaults.BUDGET_SPENT_SHARE if o.chunked_prefill else math.inf
+    used = {spent + o.prompt_tokens > c.value or spent >= share * c.value for c in o.budget_candidates}
     return used.pop() if len(used) == 1 else None
 
 
@@ -456,7 +484,16 @@ def _lora(o: Observation, h: History, free_slots: int, kv_room: int, budgets: tu
 def step_limit(o: Observation, free_slots: int | None, kv_room: int, budget: Candidate | None) -> Limit:
     """`next_step` with the token budget's admissions when the budget (`budget`) and a typical prompt are known:
     one typical prefill each of what the running requests leave of it, by what the engine scheduled per step
-    lately (the sidecar: decodes and the running prefills' chunks) or, in one observation, their decode tokens."""
+    lately (the sidecar: decodes and the running prefills' chunks) or, in one observation, their decode tokens.
+
+    The head's size is a range (`Observation.head_tokens`, `kv_room_typical`): the limit is judged with one size
+    on both sides, the typical prompt's and the quantile's (the same head takes the budget and the blocks: a
+    long head that takes a whole step's budget binds the budget first, whatever the blocks). Where the two
+    agree, that limit binds. Where they differ, what the head is decides: the sidecar reads the steps since its
+    last scrape (they used the budget: the budget binds; else the typical head's limit), one observation, which
+    sees no step, keeps the conservative reading (the blocks at the quantile's size, the budget at the typical
+    prompt's: no false-full on a head that may not fit) (engine truth, tests/fixtures/SCORE.md: 0.32.0
+    prod-preempt, a lifetime profile of 36-token prompts and a 32k quantile while 2k prompts took the budget)."""
     saturated = o.tokens_per_step is not None and math.isinf(o.tokens_per_step)
     if budget is None or (o.prompt_tokens is None and not saturated):
         return next_step(free_slots, kv_room, o.waiting)
@@ -464,17 +501,32 @@ def step_limit(o: Observation, free_slots: int | None, kv_room: int, budget: Can
     # All prefill lately (blocks grew, no step or token counted): the running prefills take the whole budget.
     room = 0.0 if math.isinf(taken) or o.prompt_tokens is None else derive.budget_heads(
         budget.value, taken, o.prompt_tokens, o.chunked_prefill)
-    return next_step(free_slots, kv_room, o.waiting, room, budget_first=o.chunked_prefill)
+    conservative = next_step(free_slots, kv_room, o.waiting, room, budget_first=o.chunked_prefill)
+    if o.head_tokens is None or o.kv_room_typical is None or o.prompt_tokens is None:
+        return conservative
+    room_large = 0.0 if math.isinf(taken) else derive.budget_heads(budget.value, taken, o.head_tokens,
+                                                                    o.chunked_prefill)
+    large = next_step(free_slots, kv_room, o.waiting, room_large, budget_first=o.chunked_prefill)
+    typical = next_step(free_slots, o.kv_room_typical, o.waiting, room, budget_first=o.chunked_prefill)
+    if typical is large:
+        return typical
+    if o.tokens_per_step is None and o.step_tokens_since is None:
+        return conservative
+    if budget_used_since(o) and Limit.TOKEN_BUDGET in (typical, large):
+        return Limit.TOKEN_BUDGET
+    return typical
 
 
-def resolve_budget(outs: dict[Candidate | None, Limit]) -> Limit | None:
+def resolve_budget(outs: dict[Candidate | None, Limit], strict: bool = False) -> Limit | None:
     """One limit over the values the token budget may have, or None when what binds depends on it: the same limit
     at every value; or the token budget at the small defaults and slots or blocks at the large ones, where those run
-    out before the queue does whatever the budget (they bind regardless; the budget may bind first)."""
+    out before the queue does whatever the budget (they bind regardless; the budget may bind first). `strict`: the
+    answer is already a list of cases (max_num_seqs unknown), so a budget that may bind first is one of them (the
+    loop's first test binds before the blocks: vllm/v1/core/sched/scheduler.py:334 @0.10.2, :912 @0.32.0)."""
     limits = set(outs.values())
     if len(limits) == 1:
         return next(iter(limits))
-    if len(limits) == 2 and Limit.TOKEN_BUDGET in limits:
+    if not strict and len(limits) == 2 and Limit.TOKEN_BUDGET in limits:
         other = next(iter(limits - {Limit.TOKEN_BUDGET}))
         if other in (Limit.SLOTS, Limit.BLOCKS):
             return other

@@ -98,4 +98,8 @@ def test_diagnose_keeps_head_of_line_apart_from_slots(capsys: pytest.CaptureFixt
     engine = json.loads(capsys.readouterr().out)["targets"][0]["engines"][0]
     assert (engine["verdict"], engine["false_full"]) == ("undecided", False)
     assert engine["requests_waiting"] > engine["kv_free_blocks"] // engine["prompt_blocks"]
-    assert {c["input"] for c in engine["decided_by"]} == {"max_num_seqs"}
+    assert {c["input"] for c in engine["decided_by"]} == {"max_num_seqs", "request_tokens"}
+    # No finished request sizes the head: at the 2,112 tokens the running one holds, vLLM's CPU default budget of
+    # 2,048 takes one such prompt a step, so the budget is among what decides.
+    sized = [c for c in engine["decided_by"] if c["input"] == "request_tokens"]
+    assert sized[0]["limit"] == "token_budget" and "2048" in sized[0]["rule"]

@@ -3,6 +3,7 @@ real recording with the recorder's steps (tests/fixtures/vllm-*/prod-*)."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from pathlib import Path
 
@@ -115,3 +116,91 @@ def test_chunked_prefill_admits_a_last_partial_chunk_and_then_the_budget_ends_th
     assert next_step(10, 1, 2, 1, budget_first=True) is Limit.TOKEN_BUDGET
     assert next_step(10, 1, 2, 1) is Limit.BLOCKS
     assert derive.budget_heads(8192, 7200, 7000) == 1 and derive.budget_heads(8192, 7200, 7000, chunked=False) == 0
+
+
+def _one_shot(name: str, frame: int, flags: bool = True) -> EngineReport:
+    from exporter.pipeline.target import one_shot
+    tr = _load(name)
+    settings = Settings("recorded", vllm_args=[str(a) for a in tr.meta["server_argv"]] if flags else None,
+                        discover_cmdline=False)
+    t, text = tr.frames[frame]
+    out = fixtures.as_recorded(one_shot(settings), tr.meta).observe(t, text, gauges_only=True).engines
+    assert out
+    return out[0]
+
+
+def test_the_head_is_one_size_on_both_sides_of_the_budget_and_the_blocks() -> None:
+    # vllm-0.32.0/prod-preempt frames 3-7: the profile (finished requests of earlier traffic) says a typical prompt of
+    # 36 tokens and a quantile of 32,768; 2,000-3,000-token prompts took the 8,192-token budget, ~4 admitted a step
+    # while 4,463-17,099 blocks stayed free. Blocks at the quantile against the budget at 36 tokens said kv_full;
+    # one size on both sides says the budget (the steps since the last scrape spent ~8,100 of 8,192 a step).
+    tr = _load("vllm-0.32.0/prod-preempt")
+    for frame in (3, 4, 5, 6, 7):
+        assert engine_score.judge(tr, frame).label == "budget_full"
+        e = _sidecar_until("vllm-0.32.0/prod-preempt", frame)
+        assert (str(e.verdict), str(e.binding_limit)) == ("budget_full", "token_budget"), frame
+    # vllm-0.10.2/prod-mixed frame 77: 474 blocks free, 8k-token heads; at either size one such head fills the
+    # budget before the blocks run out: the budget binds (engine: 0 tokens left, 1 admitted).
+    assert engine_score.judge(_load("vllm-0.10.2/prod-mixed"), 77).label == "budget_full"
+    assert str(_sidecar_until("vllm-0.10.2/prod-mixed", 77).verdict) == "budget_full"
+    assert str(_one_shot("vllm-0.10.2/prod-mixed", 77).verdict) == "budget_full"
+
+
+def test_one_observation_keeps_the_conservative_reading_where_the_heads_size_decides() -> None:
+    # The same prod-preempt frame alone: no step is seen, the typical head says the queue goes in whole, the quantile's
+    # says the budget; one observation keeps the blocks at the quantile (no false-full on a head that may not fit).
+    e = _one_shot("vllm-0.32.0/prod-preempt", 4)
+    assert str(e.verdict) == "kv_full" and not e.false_full
+
+
+def test_without_a_finished_request_the_budget_at_the_in_flight_size_is_named_among_the_cases() -> None:
+    # vllm-0.10.2/prod-never-fits without flags: one request prefills a prompt beyond the pool, 13-65 wait; the
+    # engine stops on the budget. No finished request sizes the head; at what the running one holds (1,536 blocks)
+    # vLLM's default budgets bind first: that is among what decides, beside max_num_seqs.
+    tr = _load("vllm-0.10.2/prod-never-fits")
+    assert engine_score.judge(tr, 17).label == "budget_full"
+    e = _one_shot("vllm-0.10.2/prod-never-fits", 17, flags=False)
+    assert str(e.verdict) == "undecided"
+    limits = {(c.input, str(c.limit)) for c in e.decided_by}
+    assert ("request_tokens", "token_budget") in limits and ("max_num_seqs", "slots") in limits
+    # Nobody stated the budget or the cap: the advice may ask to state them, never to change them.
+    assert all(a.direction in ("state", "check", "keep") for a in e.advice
+               if a.setting in ("max_num_batched_tokens", "max_num_seqs"))
+
+
+def test_one_observation_suspects_preemption_only_where_the_next_step_may_not_find_its_blocks() -> None:
+    # vllm-0.10.2/prod-mixed frames 92-98, seconds after 5 preemptions: 472-515 blocks free for 144 running requests
+    # (each asks at most one block a step) and a 256-block chunk; free blocks under two worst cases (331 each) said
+    # "preempting" to one observation, the engine stopped on the budget and preempted nobody.
+    tr = _load("vllm-0.10.2/prod-mixed")
+    for frame in (92, 97, 98):
+        step = tr.aligned[frame].step
+        assert engine_score.judge(tr, frame).label == "budget_full" and step is not None and not step.pre
+        assert str(_one_shot("vllm-0.10.2/prod-mixed", frame).verdict) == "budget_full", frame
+    # Frame 91: 30 blocks free beside 146 running: suspected, as before.
+    assert str(_one_shot("vllm-0.10.2/prod-mixed", 91).verdict) == "preempting"
+
+
+def test_admission_headroom_is_a_range_where_the_heads_size_is_one() -> None:
+    # vllm-0.32.0/prod-preempt frame 3: 17,099 blocks free, 210 free slots, 210 waiting; a head at the profile's
+    # quantile (1,024 blocks) lets 16 in, one of its typical 36-token prompts every slot: the engine admitted 210.
+    from exporter.expose import diagnosis
+    tr = _load("vllm-0.32.0/prod-preempt")
+    e = _sidecar_until("vllm-0.32.0/prod-preempt", 3)
+    h = e.headroom
+    assert (h.admission_headroom_requests, h.admission_headroom_requests_max) == (16, 210)
+    assert engine_score.capacity_admitted(tr.steps.steps, tr.steps.steps.index(tr.aligned[3].step))[0] == 210
+    assert diagnosis._admission(h) == "16-210"
+    # One size known (the head fits at both ends alike): one number, as before.
+    assert derive.with_head_range(h, None) is h
+    narrow = dataclasses.replace(h, admission_headroom_requests_max=None)
+    assert derive.with_head_range(narrow, 16).admission_headroom_requests_max is None
+
+
+def test_a_late_counted_preemption_beside_room_and_no_queue_holds_nothing_back() -> None:
+    # vllm-0.32.0/prod-sleep frame 17: the preemption counter rose since the last scrape (V1 counts a preemption
+    # when the request's next output is processed), nothing waits and 19,015 blocks are free beside 63 running.
+    tr = _load("vllm-0.32.0/prod-sleep")
+    assert engine_score.judge(tr, 17).label == "ok"
+    e = _sidecar_until("vllm-0.32.0/prod-sleep", 17)
+    assert (e.waiting, str(e.verdict)) == (0, "ok")

@@ -47,6 +47,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.common import REPO, free_port, loadavg, quick, save, spawn, wait_http
+from exporter.core import defaults
 from tests.e2e.load import prompt_ids
 from tests.e2e.vllm_server import VllmServer
 
@@ -57,6 +58,8 @@ UP_WINDOW = 0.0
 TOLERANCE = 0.1
 POLICY_PERIOD = 15.0 / SCALE  # HPA's default policies: up max(4 pods, 100 %) per 15 s, down 100 % per 15 s
 MIN_REPLICAS, MAX_REPLICAS = 1, 4
+TARGET_UTILIZATION = defaults.TARGET_UTILIZATION  # the sidecar's, at its default
+LOAD_WINDOW = defaults.LOAD_WINDOW / SCALE  # the sidecar's offered-load window, scaled like every other duration
 
 MAX_NUM_SEQS = 4
 NUM_GPU_BLOCKS = 80  # 79 usable (block 0 is the null block)
@@ -84,6 +87,8 @@ class Signal:
 
 
 SIGNALS = (Signal("ours", "Σ vllm_headroom_replicas_needed, AverageValue 1"),
+           Signal("ours-D", "Σ (running + waiting) / (C × u) per replica: the signal before the offered load (the "
+                  "sidecar's replica_demand_requests / replica_capacity_requests / 0.8), AverageValue 1"),
            Signal("waiting>5", "Σ vllm:num_requests_waiting, AverageValue 5"),
            Signal("queue|kv", "max(Σ waiting / 5, Σ kv_cache_usage_perc / 0.8), AverageValue"))
 
@@ -343,18 +348,29 @@ def closed_loop(signal: Signal, shape: Shape, servers: Sequence[VllmServer], rou
         kv = sum(total(f, "vllm:kv_cache_usage_perc") for f in vllm)
         side = metrics(sidecar, client)
         needed = total(side, "vllm_headroom_replicas_needed", lambda lb: lb.get("target") in active)  # noqa: B023
+        # The signal before the offered load (issue 24's closed loop): D / (C × u) per replica, from the same
+        # sidecar's demand and capacity series; a replica whose capacity is unknown counts as the sidecar holds it.
+        capacities = {lb["target"]: v for lb, v in side.get("vllm_headroom_replica_capacity_requests", [])}
+        held = {lb["target"]: v for lb, v in side.get("vllm_headroom_replicas_needed", [])}
+        needed_d = sum(v / (capacities[lb["target"]] * TARGET_UTILIZATION) if capacities.get(lb["target"])
+                       else held.get(lb["target"], 0.0)
+                       for lb, v in side.get("vllm_headroom_replica_demand_requests", [])
+                       if lb.get("target") in active)
         basis = sorted({lb["limit"] + ("/held" if lb["conservative"] == "true" else "")
                         for lb, _v in side.get("vllm_headroom_replicas_needed_basis", [])
                         if lb.get("target") in active})
         if signal.name == "ours":
             inputs = [(needed, 1.0)]
+        elif signal.name == "ours-D":
+            inputs = [(needed_d, 1.0)]
         elif signal.name == "waiting>5":
             inputs = [(waiting, 5.0)]
         else:
             inputs = [(waiting, 5.0), (kv, 0.8)]
         new = hpa.decide(now, replicas, inputs)
         trace.append({"t": round(now, 2), "replicas": replicas, "decided": new, "running": running,
-                      "waiting": waiting, "kv_sum": round(kv, 3), "replicas_needed": round(needed, 3), "basis": basis})
+                      "waiting": waiting, "kv_sum": round(kv, 3), "replicas_needed": round(needed, 3),
+                      "replicas_needed_d": round(needed_d, 3), "basis": basis})
         while new > replicas:
             router.add(urls[replicas])
             replicas += 1
@@ -487,11 +503,12 @@ def main() -> int:
 
 
 def sidecar_argv(servers: Sequence[VllmServer], port: int) -> list[str]:
-    """The real sidecar watching every replica, told max_num_seqs (stated), scraping every 2 s; its other settings
-    are the defaults (profile window 300 s, target utilization 0.8)."""
+    """The real sidecar watching every replica, told max_num_seqs (stated), scraping every 2 s, its offered-load
+    window scaled (30 s / SCALE: each poll reads the load since the last); its other settings are the defaults
+    (profile window 300 s, target utilization 0.8)."""
     argv = [sys.executable, "-m", "exporter", "serve", "--web.listen-address", f"127.0.0.1:{port}",
             "--scrape.interval", "2s", "--max-num-seqs", str(MAX_NUM_SEQS), "--no-vllm-cmdline-discovery",
-            "--log.level", "warning"]
+            "--autoscaling.load-window", f"{LOAD_WINDOW:g}s", "--log.level", "warning"]
     for s in servers:
         argv += ["--target", s.url]
     return argv

@@ -46,6 +46,7 @@ from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 from grafana_foundation_sdk.models.text import TextMode
 
 from exporter.engines.vllm import VLLM
+from exporter.pipeline import replicas
 from exporter.pipeline.catalogue import COLOUR_BY_VERDICT
 
 from .config import DEFAULT, Config
@@ -307,10 +308,9 @@ def admission(cfg: Config = DEFAULT) -> dash.Dashboard:
     d = d.with_panel(
         _ts("Replicas needed (replica signal)",
             "What KEDA or an HPA at AverageValue 1 scales to (deploy/autoscaling, on the recording rule "
-            "model_name:vllm_headroom_replicas_needed:sum): ceil of the sum over the selected replicas of (running + "
-            "waiting) / (min(max_num_seqs, floor(blocks / worst-case blocks per request)) x the sidecars' target "
-            "utilization); beside it the replicas reporting it and those held at one because max_num_seqs is unknown "
-            f"(state it to let them scale down). {NEEDS_SIDECAR}.", "short", 24)
+            f"model_name:vllm_headroom_replicas_needed:sum): ceil of the sum over the selected replicas of "
+            f"{replicas.FORMULA}; beside it the replicas reporting it and those held at one because max_num_seqs is "
+            f"unknown (state it to let them scale down). {NEEDS_SIDECAR}.", "short", 24)
         .with_target(q(f"ceil(sum by (model_name) ({per_engine(cfg, f'vllm_headroom_replicas_needed{{{rs}}}')}))",
                        "needed {{model_name}}", "A"))
         .with_target(q(f"count by (model_name) ({basis})", "replicas {{model_name}}", "B"))

@@ -70,6 +70,9 @@ def register(sub: Any) -> None:
     add(g, "--autoscaling.target-utilization", fraction, defaults.TARGET_UTILIZATION,
         help="share of a replica's worst-case capacity the replica signal (vllm_headroom_replicas_needed) fills; "
         "1 - this is the headroom kept")
+    add(g, "--autoscaling.load-window", duration, defaults.LOAD_WINDOW,
+        help="how far back the replica signal reads the offered load (requests arrived and admitted, the running "
+        "count's average over the sidecar's scrapes)")
     add_config_flags(p)
     p.set_defaults(run=run)
 

@@ -149,6 +149,7 @@ def settings_for(url: str, args: argparse.Namespace) -> Settings:
         startup_log=opt(args, "vllm_startup_log"),
         kv_pool=pool,
         target_utilization=opt(args, "autoscaling.target_utilization") or defaults.target_utilization,
+        load_window=opt(args, "autoscaling.load_window") or defaults.load_window,
     )
 
 

@@ -73,6 +73,9 @@ VLLM_MAX_NUM_BATCHED_TOKENS_DEFAULTS: Final = (2048, 8192, 16384)
 # Share of a replica's worst-case capacity (min(max_num_seqs, floor(B / W))) the replica signal fills: 0.8 keeps
 # 20 % headroom for arrivals between two autoscaler periods.
 TARGET_UTILIZATION: Final = 0.8
+# Seconds of the sidecar's scrapes over which the replica signal reads the offered load (arrivals x time in the
+# engine): KEDA's default pollingInterval, so each poll reads the load since the last one (HPA's sync is 15 s).
+LOAD_WINDOW: Final = 30.0
 
 # -- demo and replay -----------------------------------------------------------------------------------
 DEMO_LISTEN_ADDRESS: Final = "127.0.0.1:9478"
@@ -120,6 +123,7 @@ DURATIONS: Final[dict[str, float]] = {
     "stuck_after": STUCK_AFTER,
     "leak_after": LEAK_AFTER,
     "preempt_window": PREEMPT_WINDOW,
+    "load_window": LOAD_WINDOW,
 }
 
 

@@ -12,7 +12,7 @@ from prometheus_client.registry import Collector
 
 from .. import __version__
 from ..engines.vllm import VLLM
-from ..pipeline import derive
+from ..pipeline import derive, replicas
 from ..pipeline.report import EngineReport, TargetStatus
 from ..pipeline.target import Target
 from ..pipeline.verdict import Verdict
@@ -180,14 +180,17 @@ class HeadroomCollector(Collector):
             "where it says nothing.", labels=[*tl, "backend", "block_size", "block_size_asked", "kv_cache_dtype"])
         ml = [*tl, "model_name"]  # the replica signal: one series per replica (target) and model, engines summed
         needed = GaugeMetricFamily(
-            P + "replicas_needed", "Replicas of this server the requests it holds need at the target utilization: "
-            "(running + waiting) / (min(max_num_seqs, floor(blocks / worst-case blocks per request)) x target "
-            "utilization), summed over its engines; grows with load. Sum over a model's replicas and scale on "
+            P + "replicas_needed", f"Replicas of this server its offered load needs at the target utilization: "
+            f"{replicas.FORMULA}, summed over its engines; grows with load. Sum over a model's replicas and scale on "
             "AverageValue 1. Held at 1 per busy replica when max_num_seqs or the KV capacity is unknown (see "
             "_basis).", labels=ml)
         demand = GaugeMetricFamily(P + "replica_demand_requests",
                                    "Requests the server holds now (running + waiting), summed over its engines.",
                                    labels=ml)
+        load = GaugeMetricFamily(
+            P + "replica_load_requests", "The server's offered load in requests over the load window "
+            "(--autoscaling.load-window): the running count's time-average x max(1, arrived / admitted), at least "
+            "the window's arrivals still waiting; running + waiting without a window.", labels=ml)
         capacity = GaugeMetricFamily(
             P + "replica_capacity_requests", "Requests the server runs at once without queueing or preemption: "
             "min(max_num_seqs, floor(blocks / worst-case blocks per request)) summed over its engines; absent "
@@ -274,6 +277,7 @@ class HeadroomCollector(Collector):
                 labels = [*tv(t), sig.model_name]
                 needed.add_metric(labels, sig.replicas_needed)
                 demand.add_metric(labels, sig.demand_requests)
+                load.add_metric(labels, sig.load_requests)
                 if sig.capacity_requests is not None:
                     capacity.add_metric(labels, sig.capacity_requests)
                 basis.add_metric([*labels, sig.limit, sig.max_num_seqs_source, sig.worst_case,
@@ -304,6 +308,7 @@ class HeadroomCollector(Collector):
         if describing or needed.samples:
             yield needed
             yield demand
+            yield load
             if describing or capacity.samples:
                 yield capacity
             yield basis

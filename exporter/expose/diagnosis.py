@@ -691,7 +691,8 @@ def _gap_json(g: EngineGap) -> dict[str, str | None]:
 
 def replicas_json(s: ReplicaSignal) -> dict[str, Any]:
     return {"model_name": s.model_name, "replicas_needed": round(s.replicas_needed, 6),
-            "replica_demand_requests": s.demand_requests, "replica_capacity_requests": s.capacity_requests,
+            "replica_demand_requests": s.demand_requests, "replica_load_requests": round(s.load_requests, 6),
+            "replica_capacity_requests": s.capacity_requests,
             "replicas_needed_basis": {"limit": s.limit, "max_num_seqs_source": s.max_num_seqs_source,
                                       "worst_case": s.worst_case, "conservative": s.conservative},
             "kv_capacity_requests": s.kv_capacity_requests, "target_utilization": s.target_utilization}

@@ -4,8 +4,23 @@ A pure function of one target's engine reports (`EngineReport`, the one judgemen
 One target is one vLLM API server, i.e. one replica of a Deployment (its data-parallel engines are one replica).
 Per model served by the target:
 
-  D = Σ (running + waiting) over the target's engines: the requests the replica holds now. It grows with load
-      without bound while the replicas cannot keep up (the queue grows), unlike headroom, which falls to 0.
+  D = Σ (running + waiting) over the target's engines: the requests the replica holds now.
+  L = the offered load in requests, what the replicas' demand is: the busy slots the arrivals need, λ × T (arrival
+      rate, time in the engine; Little's law), over the last `window` seconds of the sidecar's scrapes:
+          L = max(r̄ × max(1, A / N), A − N)
+      r̄ = the time-average of running over the window (the busy slots, = admissions × T), A = the requests that
+      arrived (finished + the rise of running + waiting), N = the requests admitted (finished + the rise of
+      running). Unsaturated, every arrival is admitted (A = N) and L = r̄; saturated, arrivals outrun admissions
+      and L grows with them without bound (A / N), while r̄ alone would stop at the slots. A queue that stands or
+      drains keeps L at the busy slots (never below: the backlog is work). A − N, the window's arrivals still
+      waiting, floors it: each needs a slot, even where the slots sat idle at the scrapes (requests shorter than
+      a scrape interval, or admission bound by something else than slots). Without a window (one observation, the
+      first scrape, a counter reset, vLLM exporting no finished count) or with nothing admitted in it (a stuck
+      engine, requests longer than the window), L = max(r̄, D): the requests held.
+      Why not D itself (the signal before issue 24's closed loop): D counts each queued request as a slot needed
+      now, so HPA sized for queueing on top of load (utilisation settled below u: more replica-seconds), and a
+      burst the replicas absorb in one service time, or 3 running of 4 slots at one scrape, moved the count, which
+      HPA's scale-down window then holds at the peak for 5 minutes. L's noise falls with the window's arrivals.
   K = Σ floor(B / W) over the engines: the requests each engine's KV pool holds at once if every request reaches
       the profile's worst case W (the judgement's W, floored by the blocks requests in flight already hold when
       the profile is stale). While the profile is thin (fewer than 20 finished requests) W is not known: it lies
@@ -13,27 +28,27 @@ Per model served by the target:
       between R_low (K at the range's upper end, floor(B / ceil(used / running))) and R_high (K at max_model_len).
       The count moves only where the whole range agrees (`worst_case="in_flight_thin"`): R = R_low when R_low ≥ 1
       (even the most the pool may hold needs more replicas: a 32k-context server running 256 short requests with
-      a queue of 952 asks for 5.9, not the 80 a max_model_len W would), R = R_high when R_high ≤ 1 (even at
+      a queue of 952 asks for 5.9 on D, not the 80 a max_model_len W would), R = R_high when R_high ≤ 1 (even at
       max_model_len one replica is enough), else R = 1, held (`conservative`). Nothing in flight and a thin
       profile: K is unknown and R is held (below).
   S = max_num_seqs of the answer: stated (our flag, --vllm-args, vLLM's command line) or inferred by the
       judgement from the running plateau while requests waited beside room, which is a lower bound of the real
       cap (running never exceeds it), so a capacity on it is never above the real one.
   C = Σ min(S, floor(B / W)): the requests one replica runs at once without queueing or preemption.
-  replicas needed R = D / (C × u)    (u = the target utilisation, 1 − u the headroom kept free)
+  replicas needed R = L / (C × u)    (u = the target utilisation, 1 − u the headroom kept)
 
-Summed over a model's replicas, R is the replica count the observed demand needs at utilisation u. An HPA (or KEDA)
+Summed over a model's replicas, R is the replica count the offered load needs at utilisation u. An HPA (or KEDA)
 target of AverageValue 1 on Σ R gives `desired = ceil(current × (Σ R / current) / 1) = ceil(Σ R)`: the current
-count cancels, so the fixed point is the demand's, not the controller's. While the replicas cannot keep up the
-queue grows, Σ R grows and the count rises; once nothing waits, Σ R = λ × T / (C × u) by Little's law (arrival
-rate λ, time in the engine T), which does not depend on how many replicas share the load: the count settles there
-and falls when λ does.
+count cancels, so the fixed point is the demand's, not the controller's: ceil(λ × T / (C × u)), which does not
+depend on how many replicas share the load. While the replicas cannot keep up, a saturated replica reads at least
+1 / u (> 1 + HPA's tolerance 0.1 for u < 0.9) and A / N > 1 adds the arrivals it could not admit: the count rises
+until they are admitted; it falls when λ does.
 
 Unknown capacity (max_num_seqs neither stated nor inferred, W unknown (thin profile, nothing in flight), or a pool
 that cannot hold one worst-case request):
 the cap could be anything from the running count to K, so no scale-down can be justified and R is held at one
 replica per replica that holds requests, raised only by the KV bound that holds whatever the cap:
-R = max(1 if D > 0 else 0, D / (K × u)). It never divides by an unknown and never moves the count on a guess;
+R = max(1 if D > 0 else 0, L / (K × u)). It never divides by an unknown and never moves the count on a guess;
 requests that queue behind the cap make the judgement infer it, and the signal then scales on it. The basis says
 which case holds (`limit`, `max_num_seqs_source`, `worst_case`, `conservative`).
 
@@ -42,17 +57,26 @@ count in D, and the model's signal on this replica is held as above (K from the 
 dropped: a replica missing from the sum would read as demand gone and let the count fall. An undetermined engine
 whose running or waiting gauge is absent holds its replica at 1 even when nothing else shows demand.
 
-Idle: D = 0 gives R = 0 (never NaN: no division by D, C ≥ 1 where it divides). A target that is down exports no
-signal; with no replica at all (scaled to zero) nothing here can see demand: activation needs a signal from in
-front of the engines (the router's or gateway's request count; deploy/autoscaling).
+Idle: L = 0 gives R = 0 (never NaN: no division by D or A, N ≥ 1 and C ≥ 1 where they divide). A target that is
+down exports no signal; with no replica at all (scaled to zero) nothing here can see demand: activation needs a
+signal from in front of the engines (the router's or gateway's request count; deploy/autoscaling).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections import deque
 from collections.abc import Sequence
+from dataclasses import dataclass
 
+from ..engines.base import E2E_LATENCY, PROMPT_LENGTHS
 from .report import EngineReport, ReplicaSignal
+
+# The signal in one line, for every text that states it (the series' HELP, the dashboard panel, the docs).
+FORMULA = ("the offered load L (the running count's time-average over the load window x max(1, arrived / admitted), "
+           "at least the window's arrivals still waiting) / (min(max_num_seqs, floor(blocks / worst-case blocks per "
+           "request)) x the target utilization)")
 
 # What bounds C, on the basis series.
 LIMIT_SLOTS = "max_num_seqs"
@@ -64,6 +88,79 @@ WORST_MAX_MODEL_LEN = "max_model_len"  # thin profile (or none) and nothing in f
 WORST_THIN = "in_flight_thin"  # thin profile: K at the upper end of its range, from the blocks in flight
 WORST_IN_FLIGHT = "in_flight"  # stale profile: requests in flight already hold more than it says
 UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class _Sample:
+    t: float  # s, the scrape's time
+    finished: float  # requests the engines finished, lifetime (vLLM's e2e latency histogram count)
+    running: int
+    waiting: int
+
+
+def finished_requests(e: EngineReport) -> float | None:
+    """Requests the engine finished in its lifetime: the count of vLLM's e2e latency histogram (observed when a
+    request finishes; vllm/v1/metrics/loggers.py), else of its prompt-length histogram; None without either."""
+    for role in (E2E_LATENCY, PROMPT_LENGTHS):
+        hist = e.histograms.get(role)
+        if hist is not None:
+            return hist.count
+    return None
+
+
+class LoadWindow:
+    """One target's recent scrapes per model, from which the offered load L is read (module docstring). Owned by the
+    sidecar's `Target`; `observe` is called once per scrape with that scrape's engine reports."""
+
+    __slots__ = ("_samples", "seconds")
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._samples: dict[str, deque[_Sample]] = {}
+
+    def observe(self, now: float, engines: Sequence[EngineReport]) -> dict[str, float]:
+        """Offered load L (requests) per model of this scrape's engine reports; a model whose engines do not all
+        export a finished count, or whose count fell (a restart), starts its window again (L = max(r̄, D))."""
+        by_model: dict[str, list[EngineReport]] = {}
+        for e in engines:
+            by_model.setdefault(e.model_name, []).append(e)
+        out: dict[str, float] = {}
+        for model, group in by_model.items():
+            counts = [finished_requests(e) for e in group]
+            running, waiting = sum(e.running for e in group), sum(e.waiting for e in group)
+            if any(c is None for c in counts):
+                self._samples.pop(model, None)
+                out[model] = float(running + waiting)
+                continue
+            sample = _Sample(now, sum(c for c in counts if c is not None), running, waiting)
+            kept = self._samples.setdefault(model, deque())
+            if kept and (sample.finished < kept[-1].finished or now <= kept[-1].t):
+                kept.clear()
+            kept.append(sample)
+            while len(kept) > 2 and kept[1].t <= now - self.seconds:  # the oldest kept is the window's start
+                kept.popleft()
+            out[model] = offered_load(list(kept))
+        for model in [m for m in self._samples if m not in by_model]:
+            del self._samples[model]
+        return out
+
+
+def offered_load(samples: Sequence[_Sample]) -> float:
+    """L = max(r̄ × max(1, A / N), A − N) over `samples` (oldest first), or max(r̄, D) of the last when nothing
+    was admitted between the first and the last (or there is one sample)."""
+    last = samples[-1]
+    held = float(last.running + last.waiting)
+    if len(samples) < 2:
+        return held
+    first = samples[0]
+    span = last.t - first.t
+    busy = sum((a.running + b.running) / 2 * (b.t - a.t) for a, b in itertools.pairwise(samples)) / span
+    done = last.finished - first.finished
+    arrived = done + (last.running + last.waiting) - (first.running + first.waiting)
+    admitted = done + last.running - first.running
+    if admitted <= 0:
+        return max(busy, held)
+    return max(busy * max(1.0, arrived / admitted), arrived - admitted)
 
 
 def worst_case_basis(e: EngineReport) -> str:
@@ -91,7 +188,7 @@ def kv_capacity_requests(e: EngineReport) -> int | None:
     return h.max_concurrency_profile
 
 
-def _thin(group: Sequence[EngineReport], demand: int, u: float, low: float, limit: str) -> tuple[float, str, bool]:
+def _thin(group: Sequence[EngineReport], demand: float, u: float, low: float, limit: str) -> tuple[float, str, bool]:
     """(R, limit, conservative) while a thin profile leaves W between the blocks in flight and max_model_len: R
     lies between `low` (K at its upper end) and the R of K at max_model_len. A count the whole range agrees on
     moves it: out to `low` when even the upper K needs more than this replica (low >= 1), in when even K at
@@ -122,12 +219,14 @@ def check_utilization(u: float) -> float:
 
 
 def replica_signal(engines: Sequence[EngineReport], target_utilization: float,
-                   undetermined: Sequence[tuple[str, float | None]] = ()) -> list[ReplicaSignal]:
+                   undetermined: Sequence[tuple[str, float | None]] = (),
+                   load: dict[str, float] | None = None) -> list[ReplicaSignal]:
     """One `ReplicaSignal` per model of one target's engine reports (sorted by model name); [] for no engine.
 
     `undetermined`: (model_name, running + waiting or None when vLLM did not export both) of each engine whose
     capacity cannot be derived (an `EngineGap`); a model with one is held (see the module docstring).
-    Raises ValueError for a target utilisation outside (0, 1].
+    `load`: the offered load L per model (`LoadWindow.observe`); a model without one (one observation) is read at
+    L = D, the requests it holds. Raises ValueError for a target utilisation outside (0, 1].
     """
     u = check_utilization(target_utilization)
     by_model: dict[str, list[EngineReport]] = {}
@@ -140,7 +239,9 @@ def replica_signal(engines: Sequence[EngineReport], target_utilization: float,
     out = []
     for model, group in sorted(by_model.items()):
         gap = gaps.get(model, [])
-        demand = sum(e.running + e.waiting for e in group) + sum(int(d) for d in gap if d is not None)
+        held_gap = sum(int(d) for d in gap if d is not None)
+        demand = sum(e.running + e.waiting for e in group) + held_gap
+        offered = demand if load is None or model not in load else load[model] + held_gap
         kvs = [kv_capacity_requests(e) for e in group]
         kv = sum(k for k in kvs if k is not None) if all(k is not None for k in kvs) else 0
         caps = [None if e.max_num_seqs is None or k is None else min(e.max_num_seqs, k)
@@ -156,17 +257,17 @@ def replica_signal(engines: Sequence[EngineReport], target_utilization: float,
         if capacity is not None and capacity > 0 and all(c for c in caps):
             slots_bind = all(e.max_num_seqs is not None and k is not None and e.max_num_seqs <= k
                              for e, k in zip(group, kvs, strict=True))
-            needed = demand / (capacity * u)
+            needed = offered / (capacity * u)
             limit, conservative = (LIMIT_SLOTS if slots_bind else LIMIT_KV), False
             if worst_case == WORST_THIN:
-                needed, limit, conservative = _thin(group, demand, u, needed, limit)
+                needed, limit, conservative = _thin(group, offered, u, needed, limit)
         else:
             # Unknown cap, or a pool that holds no worst-case request: hold, raised by the KV bound alone.
             held = 1.0 if demand > 0 or None in gap else 0.0
-            needed = max(held, demand / (kv * u)) if kv > 0 else held
+            needed = max(held, offered / (kv * u)) if kv > 0 else held
             limit, conservative = LIMIT_UNKNOWN, True
         out.append(ReplicaSignal(
-            model_name=model, engines=len(group) + len(gap), demand_requests=demand,
+            model_name=model, engines=len(group) + len(gap), demand_requests=demand, load_requests=offered,
             capacity_requests=capacity if capacity else None, kv_capacity_requests=kv, replicas_needed=needed,
             target_utilization=u, limit=limit, max_num_seqs_source=source, worst_case=worst_case,
             conservative=conservative))

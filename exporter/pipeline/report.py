@@ -234,6 +234,7 @@ class ReplicaSignal:
     model_name: str
     engines: int
     demand_requests: int  # D: running + waiting
+    load_requests: float  # L: the offered load, busy slots the arrivals need over the window (D without one)
     capacity_requests: int | None  # C: Σ min(max_num_seqs, floor(B / W)); None when max_num_seqs is unknown
     kv_capacity_requests: int  # K: Σ floor(B / W), the KV pool's worst-case capacity alone
     replicas_needed: float  # R
@@ -245,7 +246,7 @@ class ReplicaSignal:
 
     @property
     def demand_ratio(self) -> float:
-        """D / C: the replica's demand in its own capacity (R × u)."""
+        """L / C: the replica's offered load in its own capacity (R × u)."""
         return self.replicas_needed * self.target_utilization
 
 

@@ -31,7 +31,7 @@ from .config import (
     resolve,
 )
 from .judge import EngineHistory, Judging, judge
-from .replicas import replica_signal
+from .replicas import LoadWindow, replica_signal
 from .report import BudgetUse as BudgetUse
 from .report import EngineGap as EngineGap
 from .report import EngineReport as EngineReport
@@ -74,6 +74,7 @@ class Settings:
     startup_log: str | None = None  # vLLM's start-up log (a file): capacity when vLLM exports none
     kv_pool: KvPool | None = None  # the KV pool per device we were told (--kv-cache-memory, --gpu-memory)
     target_utilization: float = defaults.TARGET_UTILIZATION  # of a replica's capacity, for the replica signal
+    load_window: float = defaults.LOAD_WINDOW  # s, over which the replica signal reads the offered load
 
 
 class Target:
@@ -85,6 +86,7 @@ class Target:
         self.judging = Judging(settings.thresholds, settings.quantile, settings.window, settings.model_shape,
                                draft_shape=settings.draft_shape, engine=settings.engine)
         self.histories: dict[tuple[str, str], EngineHistory] = {}  # per (model_name, engine)
+        self.load = LoadWindow(settings.load_window)  # the replica signal's offered load, per model
         self.models: ModelsInfo | None = None
         self.version: str | None = None
         self.frontend: str | None = None  # "rust X" behind vLLM's Rust frontend (its /version says so)
@@ -291,7 +293,8 @@ class Target:
         self.histories = {k: v for k, v in self.histories.items() if k in live}
         live_engines = {engine for _model, engine in live}
         self._configs = {k: v for k, v in self._configs.items() if k in live_engines}
-        report.replicas = replica_signal(report.engines, self.settings.target_utilization, undetermined)
+        load = None if gauges_only else self.load.observe(now, report.engines)
+        report.replicas = replica_signal(report.engines, self.settings.target_utilization, undetermined, load)
         return report
 
     # -- the HTTP side ----------------------------------------------------------------------------

@@ -9,6 +9,7 @@ recording rule and HPA's fixed point are checked on what the sidecar exports, no
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from tests import fixtures
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 SIGNAL = "vllm_headroom_replicas_needed"
+IDLE_STEP = 10.0  # s between the sidecar's reads of the idle server after a recording ends
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,13 @@ def replay(name: str) -> Replayed:
     start = rec.frames[0][0]
     values: list[float | None] = []
     models: set[str] = set()
-    for t, text in rec.frames:
+    # The recordings end a few seconds after vLLM went idle; the sidecar goes on scraping the idle server, and its
+    # offered load (over the last --autoscaling.load-window) falls to 0 once the window holds only idle scrapes:
+    # the last (idle) exposition is read again every IDLE_STEP seconds until one window has passed.
+    last_t, last_text = rec.frames[-1]
+    window = target.settings.load_window
+    tail = [(last_t + k * IDLE_STEP, last_text) for k in range(1, math.ceil(window / IDLE_STEP) + 2)]
+    for t, text in [*rec.frames, *tail]:
         try:
             target.last = target.observe(t - start, text)
         except ScrapeError:
@@ -72,7 +80,7 @@ def replay(name: str) -> Replayed:
 
 
 # The ramp: three replicas join 6 minutes apart, each replaying one recorded vLLM 0.32.0 timeline of the tiny model
-# (a mixed ramp up to R 5, a slot-bound plateau at R 1.5, a burst from R 5.9 draining to 0); all end idle.
+# (a mixed ramp up to R 2.4, a slot-bound plateau at R 1.1-1.2, a burst up to R 4.6 draining); all end idle (R 0).
 # Pod a is scraped three times: its PodMonitor, a cluster-wide pod job and a ServiceMonitor (which adds `service`).
 RAMP = (("vllm-a", "10.0.0.1", 0.0, "vllm-0.32.0/prod-mixed", ("vllm-headroom", "kubernetes-pods"),
          ("vllm-headroom-svc",)),

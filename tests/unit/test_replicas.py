@@ -6,6 +6,7 @@ recorded flags (max_num_seqs), never from the signal's own code path.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from dataclasses import replace
@@ -25,7 +26,10 @@ from exporter.pipeline.replicas import (
     LIMIT_UNKNOWN,
     WORST_MAX_MODEL_LEN,
     WORST_THIN,
+    LoadWindow,
     ReplicaSignal,
+    _Sample,
+    offered_load,
     replica_signal,
 )
 from exporter.pipeline.report import EngineReport, TargetReport
@@ -297,7 +301,7 @@ def test_a_down_target_exports_no_signal() -> None:
 
 
 def test_signal_dataclass_demand_ratio() -> None:
-    s = ReplicaSignal("m", 1, 6, 4, 10, 6 / (4 * U), U, LIMIT_SLOTS, "flag", "profile", False)
+    s = ReplicaSignal("m", 1, 6, 6.0, 4, 10, 6 / (4 * U), U, LIMIT_SLOTS, "flag", "profile", False)
     assert s.demand_ratio == pytest.approx(1.5)
 
 
@@ -354,3 +358,107 @@ def test_one_undetermined_engine_beside_a_known_one_holds_the_replica() -> None:
     assert not known.conservative and mixed.conservative and mixed.capacity_requests is None
     assert mixed.demand_requests == known.demand_requests + 3 and mixed.engines == 2
     assert mixed.replicas_needed >= 1.0
+
+
+# -- the offered load (issue 24 review: the closed loop) ---------------------------------------------------------
+
+
+def _finished(text: str) -> float:
+    """Requests vLLM says it finished (its e2e latency histogram's count), summed over the frame's series."""
+    return sum(s.value for fam in text_string_to_metric_families(text) for s in fam.samples
+               if s.name == "vllm:e2e_request_latency_seconds_count")
+
+
+@pytest.mark.parametrize("window", [30.0, 4.0])
+@pytest.mark.parametrize("scenario", ["false-full", "kv-full", "preemption", "workload-switch"])
+def test_replicas_needed_is_the_offered_load_over_worst_case_capacity(scenario: str, window: float) -> None:
+    """Through the sidecar's Target, R = L / (C x u) with L = r̄ x max(1, A / N) over the scrapes of the last
+    `window` seconds (the newest one at or before its start kept as its base), every term from what vLLM exported
+    in the frames: r̄ the time-average of its running gauge, A = finished + the rise of running + waiting,
+    N = finished + the rise of running; nothing admitted: max(r̄, running + waiting)."""
+    rec = fixtures.recording(scenario)
+    target = Target(Settings("http://vllm:8000", vllm_args=fixtures.vllm_argv(scenario), discover_cmdline=False,
+                             load_window=window))
+    fixtures.as_recorded(target, rec.meta)
+    start = rec.frames[0][0]
+    cap = stated_cap(scenario)
+    seen: list[tuple[float, float, int, int]] = []
+    checked = differs = 0
+    for t, text in rec.frames:
+        now = t - start
+        target.last = report = target.observe(now, text)
+        truth = engine_state(text)
+        running, waiting = int(truth["running"] or 0), int(truth["waiting"] or 0)
+        seen.append((now, _finished(text), running, waiting))
+        base = max((i for i, s in enumerate(seen) if s[0] <= now - window), default=0)
+        kept = seen[base:]
+        if len(kept) == 1:
+            load = float(running + waiting)
+        else:
+            (t0, f0, r0, w0), (t1, f1, r1, w1) = kept[0], kept[-1]
+            busy = sum((a[2] + b[2]) / 2 * (b[0] - a[0]) for a, b in itertools.pairwise(kept)) / (t1 - t0)
+            arrived, admitted = (f1 - f0) + (r1 + w1) - (r0 + w0), (f1 - f0) + r1 - r0
+            load = (max(busy * max(1.0, arrived / admitted), arrived - admitted) if admitted > 0
+                    else max(busy, r1 + w1))
+        if not report.engines:
+            continue
+        (e,) = report.engines
+        (sig,) = report.replicas
+        assert sig.demand_requests == running + waiting
+        assert sig.load_requests == pytest.approx(load)
+        if e.profile is None or e.profile.thin or e.headroom.max_concurrency_profile == 0:
+            continue
+        capacity = min(cap, e.headroom.max_concurrency_profile)
+        assert sig.replicas_needed == pytest.approx(load / (capacity * U))
+        checked += 1
+        differs += abs(load - (running + waiting)) > 0.5
+    assert checked >= 5 and differs >= 1
+
+
+def _samples(points: list[tuple[float, int, int]], every: float = 1.0) -> list[_Sample]:
+    """Scrapes `every` seconds apart of (finished, running, waiting)."""
+    return [_Sample(i * every, f, r, w) for i, (f, r, w) in enumerate(points)]
+
+
+def test_unsaturated_the_load_is_the_busy_slots_averaged_not_one_scrapes_count() -> None:
+    """Every arrival admitted (waiting back where it was): L is the time-average of running, so one scrape's 4 of 4
+    slots among 2s does not read as a full replica, and a burst admitted within the window adds only its slots."""
+    steady = _samples([(0, 2, 0), (1, 2, 0), (2, 4, 0), (3, 2, 0), (4, 2, 0)])
+    assert offered_load(steady) == pytest.approx(2.5)
+    burst = _samples([(0, 2, 0), (0, 4, 6), (2, 4, 2), (5, 4, 0), (8, 2, 0)])  # 6 at once, all admitted
+    assert offered_load(burst) == pytest.approx((3 + 4 + 4 + 3) / 4)
+
+
+@settings(max_examples=200, deadline=None)
+@given(finished=st.integers(1, 40), running=st.integers(0, 8), queued=st.integers(0, 50), more=st.integers(1, 50))
+def test_saturated_the_load_grows_with_the_arrivals_the_replica_could_not_admit(finished: int, running: int,
+                                                                               queued: int, more: int) -> None:
+    """Arrivals outrunning admissions raise L without bound (A / N, at least the A − N still waiting), where the
+    running count stops at the slots (or reads 0 between short requests); a queue that stands or drains never
+    reads below the busy slots."""
+    start = _Sample(0.0, 0, running, queued)
+    lo = offered_load([start, _Sample(10.0, finished, running, queued)])
+    hi = offered_load([start, _Sample(10.0, finished, running, queued + more)])
+    assert hi > lo >= running and hi >= more
+    drained = offered_load([start, _Sample(10.0, finished, running, max(0, queued - more))])
+    assert drained == pytest.approx(lo) == pytest.approx(float(running))
+
+
+def test_without_a_window_or_admissions_the_load_is_the_requests_held() -> None:
+    """One scrape, a counter reset (a restart) or nothing admitted in the window (a stuck engine): L = max(r̄, D)."""
+    assert offered_load(_samples([(5, 3, 7)])) == 10.0
+    assert offered_load(_samples([(5, 4, 0), (5, 4, 9)])) == 13.0  # nothing finished or admitted, 9 arrived
+    assert offered_load(_samples([(0, 0, 0), (0, 0, 0)])) == 0.0  # idle: 0, never NaN
+    window = LoadWindow(10.0)
+    base = _busiest("false-full")
+    first = replace(base, histograms={k: v for k, v in base.histograms.items()})
+    window.observe(0.0, [first])
+    (load,) = window.observe(1.0, [replace(first, histograms={})]).values()  # no finished count: no window
+    assert load == first.running + first.waiting
+
+
+def test_the_load_window_flag_reaches_the_target() -> None:
+    from exporter.cli.settings import settings_for
+
+    args = cli.build_parser().parse_args(["serve", "--autoscaling.load-window", "2m"])
+    assert Target(settings_for("http://x", args)).load.seconds == 120.0

@@ -1498,7 +1498,7 @@
         "type": "prometheus",
         "uid": "${datasource}"
       },
-      "description": "What KEDA or an HPA at AverageValue 1 scales to (deploy/autoscaling, on the recording rule model_name:vllm_headroom_replicas_needed:sum): ceil of the sum over the selected replicas of (running + waiting) / (min(max_num_seqs, floor(blocks / worst-case blocks per request)) x the sidecars' target utilization); beside it the replicas reporting it and those held at one because max_num_seqs is unknown (state it to let them scale down). Needs the vllm-headroom sidecar (vllm_headroom_* metrics).",
+      "description": "What KEDA or an HPA at AverageValue 1 scales to (deploy/autoscaling, on the recording rule model_name:vllm_headroom_replicas_needed:sum): ceil of the sum over the selected replicas of the offered load L (the running count's time-average over the load window x max(1, arrived / admitted), at least the window's arrivals still waiting) / (min(max_num_seqs, floor(blocks / worst-case blocks per request)) x the target utilization); beside it the replicas reporting it and those held at one because max_num_seqs is unknown (state it to let them scale down). Needs the vllm-headroom sidecar (vllm_headroom_* metrics).",
       "fieldConfig": {
         "defaults": {
           "custom": {},

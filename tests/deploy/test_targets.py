@@ -160,11 +160,11 @@ def test_an_instance_that_is_not_the_deployment_is_caught(tools: Tools, tmp_path
         "ScaledObject inference/llama-headroom scales Deployment inference/llama, not in the render"]
     docs = existing_vllm(tools, tmp_path / "b", "qwen", "inference", keda=True)
     service = find(docs, "Service")
-    service["spec"]["ports"][0]["targetPort"] = 9479
+    service["spec"]["ports"][0]["targetPort"] = 9477  # no port of the pod (9479 is the health listener's)
     monitor = find(docs, "PodMonitor")
     monitor["spec"]["selector"]["matchLabels"]["vllm-headroom/instance"] = "llama"
     assert unresolved(docs, "inference") == [
-        "Service inference/qwen-headroom port headroom: Deployment/qwen has no port 9479",
+        "Service inference/qwen-headroom port headroom: Deployment/qwen has no port 9477",
         "ScaledObject inference/qwen-headroom: URL port 9478 is no endpoint port of Service qwen-headroom "
         "(its pods' target ports: [])",
         "PodMonitor inference/qwen-headroom selects no pod"]

@@ -448,7 +448,7 @@ def _step_room(o: Observation, free_slots: int, kv_room: int, budget: Candidate 
     saturated = o.tokens_per_step is not None and math.isinf(o.tokens_per_step)
     if budget is None:
         return room
-    taken = float(o.running) if o.tokens_per_step is None else max(float(o.running), o.tokens_per_step)
+    taken = _taken(o)
     if saturated or math.isinf(taken):
         return 0.0
     if o.prompt_tokens is None:
@@ -493,25 +493,23 @@ def step_limit(o: Observation, free_slots: int | None, kv_room: int, budget: Can
     The head's size is a range (`Observation.head_tokens`, `kv_room_typical`): the limit is judged with one size
     on both sides, the typical prompt's and the quantile's (the same head takes the budget and the blocks: a
     long head that takes a whole step's budget binds the budget first, whatever the blocks). Where the two
-    agree, that limit binds. Where they differ, what the head is decides: the sidecar reads the steps since its
-    last scrape (they used the budget: the budget binds; else the typical head's limit), one observation, which
-    sees no step, keeps the conservative reading (the blocks at the quantile's size, the budget at the typical
-    prompt's: no false-full on a head that may not fit) (engine truth, tests/fixtures/SCORE.md: 0.32.0
-    prod-preempt, a lifetime profile of 36-token prompts and a 32k quantile while 2k prompts took the budget)."""
+    agree, that limit binds. Where they differ, the steps since the sidecar's last scrape may decide (they spent
+    the budget: the budget binds); otherwise this returns the conservative reading (the blocks at the quantile's
+    size, the budget at the typical prompt's), and `classify` answers undecided with `head_size_cases` (engine
+    truth, tests/fixtures/SCORE.md: 0.32.0 prod-preempt, a lifetime profile of 36-token prompts and a 32k quantile
+    while 2k prompts took the budget)."""
     saturated = o.tokens_per_step is not None and math.isinf(o.tokens_per_step)
     if budget is None or (o.prompt_tokens is None and not saturated):
         return next_step(free_slots, kv_room, o.waiting)
-    taken = float(o.running) if o.tokens_per_step is None else max(float(o.running), o.tokens_per_step)
+    taken = _taken(o)
     # All prefill lately (blocks grew, no step or token counted): the running prefills take the whole budget.
     room = 0.0 if math.isinf(taken) or o.prompt_tokens is None else derive.budget_heads(
         budget.value, taken, o.prompt_tokens, o.chunked_prefill)
     conservative = next_step(free_slots, kv_room, o.waiting, room, budget_first=o.chunked_prefill)
-    if o.head_tokens is None or o.kv_room_typical is None or o.prompt_tokens is None:
+    sizes = _head_limits(o, free_slots, kv_room, budget, taken)
+    if sizes is None:
         return conservative
-    room_large = 0.0 if math.isinf(taken) else derive.budget_heads(budget.value, taken, o.head_tokens,
-                                                                    o.chunked_prefill)
-    large = next_step(free_slots, kv_room, o.waiting, room_large, budget_first=o.chunked_prefill)
-    typical = next_step(free_slots, o.kv_room_typical, o.waiting, room, budget_first=o.chunked_prefill)
+    typical, large = sizes
     if typical is large:
         return typical
     if budget_used_since(o) and Limit.TOKEN_BUDGET in (typical, large):
@@ -519,22 +517,37 @@ def step_limit(o: Observation, free_slots: int | None, kv_room: int, budget: Can
     return conservative
 
 
+def _taken(o: Observation) -> float:
+    """Tokens of a step the running requests take before any waiting one: their decodes, or what the engine
+    scheduled per step lately where the sidecar measured it (inf: all prefill)."""
+    return float(o.running) if o.tokens_per_step is None else max(float(o.running), o.tokens_per_step)
+
+
+def _head_limits(o: Observation, free_slots: int | None, kv_room: int, budget: Candidate,
+                 taken: float) -> tuple[Limit, Limit] | None:
+    """What binds with the queue head at one size on both sides of the budget and the blocks: (at the profile's
+    typical prompt, at its quantile); None where the head has one size only (no profile of finished requests)."""
+    if o.head_tokens is None or o.kv_room_typical is None or o.prompt_tokens is None:
+        return None
+
+    def room(tokens: int) -> float:
+        return 0.0 if math.isinf(taken) else derive.budget_heads(budget.value, taken, tokens, o.chunked_prefill)
+
+    return (next_step(free_slots, o.kv_room_typical, o.waiting, room(o.prompt_tokens), budget_first=o.chunked_prefill),
+            next_step(free_slots, kv_room, o.waiting, room(o.head_tokens), budget_first=o.chunked_prefill))
+
+
 def head_size_cases(o: Observation, free_slots: int, kv_room: int, budget: Candidate | None) -> list[Case]:
     """Where the queue head's size decides (`step_limit`'s two sizes disagree and no step since a last scrape shows
     the budget spent): a case per size, the typical prompt's and the quantile's; [] otherwise."""
-    if budget is None or o.head_tokens is None or o.kv_room_typical is None or o.prompt_tokens is None:
+    taken = _taken(o)
+    sizes = None if budget is None or math.isinf(taken) else _head_limits(o, free_slots, kv_room, budget, taken)
+    if sizes is None:
         return []
-    taken = float(o.running) if o.tokens_per_step is None else max(float(o.running), o.tokens_per_step)
-    if math.isinf(taken):
-        return []
-    typical = next_step(free_slots, o.kv_room_typical, o.waiting,
-                        derive.budget_heads(budget.value, taken, o.prompt_tokens, o.chunked_prefill),
-                        budget_first=o.chunked_prefill)
-    large = next_step(free_slots, kv_room, o.waiting,
-                      derive.budget_heads(budget.value, taken, o.head_tokens, o.chunked_prefill),
-                      budget_first=o.chunked_prefill)
+    typical, large = sizes
     if typical is large or (budget_used_since(o) and Limit.TOKEN_BUDGET in (typical, large)):
         return []  # one answer: both sizes agree, or the steps since the last scrape spent the budget
+    assert o.prompt_tokens is not None and o.head_tokens is not None  # _head_limits gave two sizes
     return [Case("request_tokens", o.prompt_tokens, "the profile's typical prompt, uncached", typical),
             Case("request_tokens", o.head_tokens, "the profile's quantile, uncached", large)]
 

@@ -74,12 +74,17 @@ class _Protocol(asyncio.Protocol):
             self.writable.set_result(None)
 
 
-async def _within(future: asyncio.Future[None], timeout: float | None) -> None:
-    if timeout is None:
-        await future
-    else:
-        async with asyncio.timeout(timeout):
+async def _within(future: asyncio.Future[None], timeout: float | None,
+                  timed_out: type[httpcore.TimeoutException]) -> None:
+    """Wait for `future` (the protocol resolves it), raising httpcore's `timed_out` past `timeout` seconds."""
+    try:
+        if timeout is None:
             await future
+        else:
+            async with asyncio.timeout(timeout):
+                await future
+    except TimeoutError:
+        raise timed_out("") from None
 
 
 class Stream(httpcore.AsyncNetworkStream):
@@ -94,9 +99,7 @@ class Stream(httpcore.AsyncNetworkStream):
         if not p.buffer and not p.eof:
             p.readable = asyncio.get_running_loop().create_future()
             try:
-                await _within(p.readable, timeout)
-            except TimeoutError:
-                raise httpcore.ReadTimeout("") from None
+                await _within(p.readable, timeout, httpcore.ReadTimeout)
             finally:
                 p.readable = None
         if p.buffer:
@@ -120,9 +123,7 @@ class Stream(httpcore.AsyncNetworkStream):
         if p.write_paused:
             p.writable = asyncio.get_running_loop().create_future()
             try:
-                await _within(p.writable, timeout)
-            except TimeoutError:
-                raise httpcore.WriteTimeout("") from None
+                await _within(p.writable, timeout, httpcore.WriteTimeout)
             finally:
                 p.writable = None
             if p.error is not None or self._transport.is_closing():

@@ -4,7 +4,9 @@
 # e.g. VLLM_HEADROOM_TARGET=http://127.0.0.1:8000. Nothing at run time needs a shell or a writable filesystem.
 # serve, demo and replay each read their own listen address (VLLM_HEADROOM_WEB_LISTEN_ADDRESS,
 # VLLM_HEADROOM_DEMO_LISTEN_ADDRESS, VLLM_HEADROOM_REPLAY_LISTEN_ADDRESS); the HEALTHCHECK follows the one the
-# running command uses, including a --web.listen-address given on the command line.
+# running command uses, including a --web.listen-address given on the command line; for serve it asks the probes'
+# own listener (--web.health-address, default the listen port + 1 = 9479) and the main port only if nothing
+# listens there, so a crowd on the main port never fails it.
 # The entrypoint is the CLI and `serve` only its default command: `docker run IMAGE diagnose http://vllm:8000`.
 # Labels: pass --build-arg SOURCE=<repository URL> --build-arg REVISION=$(git rev-parse HEAD) when publishing.
 # VERSION has no default here: pyproject.toml holds it once; deploy/docker/build passes it, and a VERSION that
@@ -51,7 +53,7 @@ ENV PATH=/opt/vllm-headroom/bin:/usr/local/bin:/usr/bin:/bin \
 # Numeric, so Kubernetes' runAsNonRoot can verify it without an /etc/passwd entry.
 USER 65532:65532
 WORKDIR /
-EXPOSE 9478
+EXPOSE 9478 9479
 HEALTHCHECK --interval=30s --timeout=5s --start-period=15s --retries=3 \
     CMD ["/opt/vllm-headroom/bin/python", "/opt/vllm-headroom/healthcheck.py"]
 ENTRYPOINT ["/opt/vllm-headroom/bin/vllm-headroom"]

@@ -188,23 +188,66 @@ def _healthcheck() -> object:
     return module
 
 
-@pytest.mark.parametrize(("argv", "env", "url"), [
-    # `docker run IMAGE serve --web.listen-address :9000`: the flag, not the image's env var, is followed.
+@pytest.mark.parametrize(("argv", "env", "urls"), [
+    # `docker run IMAGE serve --web.listen-address :9000`: the flag, not the image's env var, is followed; serve's
+    # probes are asked on its health listener (the listen port + 1 unless given), the main port only if that
+    # refuses (serve falls back to it when the default health port is taken).
     (["python", "/opt/vllm-headroom/bin/vllm-headroom", "serve", "--web.listen-address", ":9000"],
-     {"VLLM_HEADROOM_WEB_LISTEN_ADDRESS": "0.0.0.0:9478"}, "http://127.0.0.1:9000/healthz"),
+     {"VLLM_HEADROOM_WEB_LISTEN_ADDRESS": "0.0.0.0:9478"},
+     ["http://127.0.0.1:9001/healthz", "http://127.0.0.1:9000/healthz"]),
     (["python", "/opt/vllm-headroom/bin/vllm-headroom", "serve", "--web.listen-address=[::1]:9001"], {},
-     "http://[::1]:9001/healthz"),
+     ["http://[::1]:9002/healthz", "http://[::1]:9001/healthz"]),
     (["python", "/opt/vllm-headroom/bin/vllm-headroom", "serve"], {"VLLM_HEADROOM_WEB_LISTEN_ADDRESS": "[::]:9002"},
-     "http://[::1]:9002/healthz"),
+     ["http://[::1]:9003/healthz", "http://[::1]:9002/healthz"]),
+    (["python", "/opt/vllm-headroom/bin/vllm-headroom", "serve", "--web.health-address", "127.0.0.1:7000"], {},
+     ["http://127.0.0.1:7000/healthz", "http://127.0.0.1:9478/healthz"]),
+    (["python", "/opt/vllm-headroom/bin/vllm-headroom", "serve"], {"VLLM_HEADROOM_WEB_HEALTH_ADDRESS": ":7001"},
+     ["http://127.0.0.1:7001/healthz", "http://127.0.0.1:9478/healthz"]),
+    (["python", "/opt/vllm-headroom/bin/vllm-headroom", "serve", "--web.health-address=none"], {},
+     ["http://127.0.0.1:9478/healthz"]),
     # replay and demo have their own env names, so the image's serve address does not move them.
     (["python", "/opt/vllm-headroom/bin/vllm-headroom", "replay"],
      {"VLLM_HEADROOM_WEB_LISTEN_ADDRESS": "0.0.0.0:9478", "VLLM_HEADROOM_REPLAY_LISTEN_ADDRESS": "0.0.0.0:8000"},
-     "http://127.0.0.1:8000/health"),
+     ["http://127.0.0.1:8000/health"]),
     (["python", "/opt/vllm-headroom/bin/vllm-headroom", "demo"], {"VLLM_HEADROOM_DEMO_LISTEN_ADDRESS": ":9478"},
-     "http://127.0.0.1:9478/healthz"),
-    (["python", "/opt/vllm-headroom/bin/vllm-headroom", "diagnose", "http://vllm:8000"], {}, None),
-    (["python", "/opt/vllm-headroom/bin/vllm-headroom", "demo", "--once"], {}, None),
+     ["http://127.0.0.1:9478/healthz"]),
+    (["python", "/opt/vllm-headroom/bin/vllm-headroom", "diagnose", "http://vllm:8000"], {}, []),
+    (["python", "/opt/vllm-headroom/bin/vllm-headroom", "demo", "--once"], {}, []),
 ])
 def test_healthcheck_follows_the_running_commands_address(argv: list[str], env: dict[str, str],
-                                                           url: str | None) -> None:
-    assert _healthcheck().target(argv, env) == url  # type: ignore[attr-defined]
+                                                           urls: list[str]) -> None:
+    assert _healthcheck().targets(argv, env) == urls  # type: ignore[attr-defined]
+
+
+def test_healthcheck_asks_the_health_listener_and_falls_back_only_when_nothing_listens() -> None:
+    """Against real listeners: a health port that answers decides (even when the main port is wedged); a health
+    port nothing listens on falls back to the main port; a health port answering 503 is unhealthy."""
+    import http.server
+    import threading
+
+    check = _healthcheck().check  # type: ignore[attr-defined]
+
+    def server(status: int) -> http.server.HTTPServer:
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self.send_response(status)
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+        httpd = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=httpd.serve_forever, daemon=True).start()
+        return httpd
+
+    ok, failing = server(200), server(503)
+    closed = free_port()  # nothing listens here
+    try:
+        url = "http://127.0.0.1:{}/healthz".format
+        assert check([url(ok.server_port), url(failing.server_port)]) == 0
+        assert check([url(closed), url(ok.server_port)]) == 0
+        assert check([url(closed), url(failing.server_port)]) == 1
+        assert check([url(failing.server_port), url(ok.server_port)]) == 1
+        assert check([url(closed)]) == 1
+    finally:
+        ok.shutdown()
+        failing.shutdown()

@@ -30,7 +30,7 @@ from typing import Any
 
 from exporter.core import defaults
 from exporter.expose import diagnosis
-from exporter.pipeline.advice import seqs_range
+from exporter.pipeline.advice import EVIDENCE, seqs_range
 from exporter.pipeline.target import EngineReport, Settings, Target, one_shot
 from exporter.pipeline.verdict import Thresholds
 from exporter.replay import recording
@@ -231,8 +231,9 @@ def check(answer: dict[str, Any], held_for: float | None = None, hold: float = H
     text = str(answer.get("explanation", ""))
     if "undecided binds" in text:
         bad("undecided_as_a_limit", "a case says 'undecided binds'")
-    if "request_tokens" in text:
-        bad("evidence_named_as_a_setting", "the explanation names request_tokens (no setting) as one to state")
+    for name in EVIDENCE:
+        if name in text:
+            bad("evidence_named_as_a_setting", f"the explanation names {name} (no setting) as one to state")
     return out
 
 

@@ -126,6 +126,11 @@ def _kv_full(e: EngineReport) -> str:
                if h.kv_free_blocks < h.prompt_blocks else f"the pool is {_pct(h.panel_usage_ratio)} used")
         return (f"{used}; all {e.max_num_seqs} slots{slots} are taken and memory binds too: {why}. "
                 f"{e.waiting} requests wait for memory as much as for a slot: more slots would not admit them.")
+    if h.head_may_fit and not h.head_fits and h.admission is not None:
+        return (f"{used}: {h.kv_free_blocks} blocks are free and the queue head needs {_head_need(h)} (its prefill "
+                "chunk and its prompt's blocks cached in free blocks, which no metric counts); since the last "
+                f"scrape the engine's steps left token budget, nothing was admitted and nothing finished: its "
+                f"cached blocks do not fit beside its chunk, and {e.waiting} requests wait for KV cache.{_risks(e)}")
     if h.kv_free_blocks < h.prompt_blocks:
         return (f"{used}: {h.kv_free_blocks} blocks are free and the next request needs about {h.prompt_blocks} "
                 f"({_profile_text(e)}); {e.waiting} requests wait for KV cache.{_risks(e)}")
@@ -259,6 +264,15 @@ def _never_fits(e: EngineReport) -> str:
             f"which is this, not a hang.{sure}")
 
 
+def _head_need(h: derive.Headroom) -> str:
+    """The blocks the queue head needs: one figure, or `least-most` where its cached blocks decide
+    (`AdmissionNeed.least_blocks`)."""
+    need = h.admission
+    if need is None or need.least_blocks is None:
+        return f"{h.prompt_blocks}"
+    return f"{need.least_blocks}-{h.prompt_blocks}"
+
+
 def _cases(e: EngineReport) -> str:
     """The undecided answer's cases, each a conditional clause."""
     return advice.cases_text(e.decided_by, e.admits)
@@ -267,11 +281,11 @@ def _cases(e: EngineReport) -> str:
 def _transient(e: EngineReport) -> str:
     h, used = e.headroom, _used(e)
     if e.decided_by:
-        return (f"{used}, {h.kv_free_blocks} blocks are free (the queue head is taken to need {h.prompt_blocks}), "
+        return (f"{used}, {h.kv_free_blocks} blocks are free (the queue head is taken to need {_head_need(h)}), "
                 f"{e.running} run and {e.waiting} wait. max_num_seqs is unknown and one observation cannot infer it; "
                 f"{_cases(e)}. Most often this is the moment between two engine steps. Supply max_num_seqs, or "
                 f"watch it with `serve`.{_risks(e)}")
-    return (f"{used}, {h.kv_free_blocks} blocks are free (the queue head is taken to need {h.prompt_blocks}) and "
+    return (f"{used}, {h.kv_free_blocks} blocks are free (the queue head is taken to need {_head_need(h)}) and "
             f"{e.waiting} requests wait: " + (
                 f"the next step can admit {e.admits}, so in one observation this is most often the moment between "
                 "two engine steps" if e.admits is not None else
@@ -285,13 +299,13 @@ def _undecided(e: EngineReport) -> str:
     h, used = e.headroom, _used(e)
     if not e.decided_by:
         return f"{used}, {e.running} run and {e.waiting} wait; what binds cannot be told from what is consistent."
-    unknown = sorted({c.input for c in e.decided_by} - set(advice.CASE_NAMES))
-    sized = any(c.input in advice.CASE_NAMES for c in e.decided_by)
-    what = [*unknown, *(["the queue head's size"] if sized else [])]
+    unknown = sorted({c.input for c in e.decided_by} - set(advice.EVIDENCE))
+    evidence = [advice.EVIDENCE[i] for i in dict.fromkeys(c.input for c in e.decided_by) if i in advice.EVIDENCE]
+    what = [*unknown, *(x.what for x in evidence)]
     todo = [*([f"State {' and '.join(unknown)}"] if unknown else []),
-            *(["watch it with `serve`, which reads the budget's use from the steps between scrapes"] if sized else [])]
+            *((x.one_shot if e.gauges_only else x.serve) for x in evidence)]
     todo = [t[0].upper() + t[1:] if i == 0 else t for i, t in enumerate(todo)]
-    return (f"{used}, {h.kv_free_blocks} blocks are free (the queue head is taken to need {h.prompt_blocks}), "
+    return (f"{used}, {h.kv_free_blocks} blocks are free (the queue head is taken to need {_head_need(h)}), "
             f"{e.running} run and {e.waiting} wait: more than the next step could admit, so this is no moment between "
             f"two steps. What binds depends on {' and '.join(what)}, which "
             f"{'nobody stated' if unknown else 'one observation cannot tell'}; {_cases(e)}. "
@@ -609,6 +623,7 @@ def admission_json(e: EngineReport) -> dict[str, Any]:
         "blocks_per_request": e.headroom.prompt_blocks,
         "full_prompt_blocks": None if need is None else need.full_prompt_blocks,
         "step_blocks": None if need is None else need.step_blocks,
+        "least_blocks": None if need is None else need.least_blocks,
         "watermark_blocks": 0 if need is None else need.watermark_blocks,
         "lookahead_tokens": 0 if need is None else need.lookahead_tokens,
         "cap": e.max_num_seqs,

@@ -25,6 +25,7 @@ Rules, from one engine's report:
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from ..core import defaults
 from . import derive
@@ -100,8 +101,29 @@ def limit_words(limit: Limit, admits: int | None) -> str:
     }.get(limit, f"{limit} binds")
 
 
-# Inputs of a judgement's cases that are no vLLM setting, in words: what decides them is evidence, not a flag.
-CASE_NAMES = {"request_tokens": "the queue head's uncached prompt (tokens)"}
+@dataclass(frozen=True)
+class Evidence:
+    """An input of a judgement's cases that is no vLLM setting: what decides it is evidence, not a flag."""
+
+    name: str  # the input in a case's words: "if <name> is <value>, ..."
+    what: str  # what the answer depends on: "What binds depends on <what>"
+    one_shot: str  # what decides it, said to one observation
+    serve: str  # ... said by the sidecar, which looks again at the next scrape
+
+
+EVIDENCE = {
+    "request_tokens": Evidence(
+        "the queue head's uncached prompt (tokens)", "the queue head's size",
+        "watch it with `serve`, which reads the budget's use from the steps between scrapes",
+        "wait for the next scrape (the steps until then show the budget's use)"),
+    "head_cached_blocks": Evidence(
+        "the queue head's prompt blocks cached in free blocks",
+        "how much of the queue head's prompt sits cached in free blocks (vLLM's per-step gate counts them with "
+        "its chunk; no metric exports them)",
+        "watch it with `serve` (a head still waiting after steps that left token budget does not fit)",
+        "wait for the next scrape (a head still waiting after steps that left token budget does not fit)"),
+}
+CASE_NAMES = {k: v.name for k, v in EVIDENCE.items()}
 
 
 def cases_text(cases: tuple[Case, ...] | list[Case], admits: int | None, named: bool = True) -> str:

@@ -88,6 +88,10 @@ class AdmissionNeed:
     lookahead_tokens: int = 0
     gate: str = FULL_PROMPT
     reserved_blocks: int = 0  # kept for in-flight async KV loads (the per-step gate of an async-load head only)
+    # The fewest blocks the head may need where its need is a range (`with_head_floor`: the per-step gate with
+    # prefix caching on also counts the head's cached blocks that sit evictable, which no metric shows): the
+    # step's chunk alone (the per-step gate's blocks, before `reserved_blocks`). None where the need is one figure.
+    least_blocks: int | None = None
 
     def admits(self, free: int, running: int) -> bool:
         """The head passes both gates with `free` blocks: full-prompt blocks + watermark <= free, and step
@@ -95,6 +99,14 @@ class AdmissionNeed:
         wm = self.watermark_blocks if running > 0 else 0
         full_ok = self.full_prompt_blocks is None or self.full_prompt_blocks + wm <= free
         return full_ok and self.step_blocks + wm <= free - self.reserved_blocks
+
+    def may_admit(self, free: int, running: int) -> bool:
+        """The head passes the gates with `free` blocks at the fewest blocks it may need (`least_blocks`; `admits`
+        where the need is one figure)."""
+        if self.least_blocks is None:
+            return self.admits(free, running)
+        wm = self.watermark_blocks if running > 0 else 0
+        return self.least_blocks + wm <= free - self.reserved_blocks
 
 
 def admission_need(prompt: int, block_size: int, rule: str = FULL_PROMPT, token_budget: int | None = None,
@@ -252,11 +264,18 @@ class Pool:
     worst_case_blocks_profile_only: int = 0  # W from the profile alone, before the in-flight floor
     admission: AdmissionNeed | None = None  # what the head's admission takes (gates, watermark, lookahead)
     head_admissible: bool = True  # the queue head passes the admission gates with the free blocks now
+    head_may_be_admissible: bool = False  # ... at the fewest blocks it may need (`AdmissionNeed.may_admit`)
 
     @property
     def head_fits(self) -> bool:
         """The queue head's blocks (and the watermark beside running requests) fit in the free blocks now."""
         return self.kv_free_blocks >= self.prompt_blocks and self.head_admissible
+
+    @property
+    def head_may_fit(self) -> bool:
+        """The head fits at the fewest blocks it may need (`AdmissionNeed.least_blocks`): where it does and
+        `head_fits` does not, how much of the head's prompt sits cached and evictable decides."""
+        return self.head_fits or self.head_may_be_admissible
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -338,7 +357,8 @@ def pool(x: Inputs) -> Pool:
     )
 
 
-def with_head_floor(p: Pool, blocks: int, running: int, token_budget: int | None = None) -> Pool:
+def with_head_floor(p: Pool, blocks: int, running: int, token_budget: int | None = None,
+                    chunk_is_least: bool = False) -> Pool:
     """`p` with the queue head's prompt floored at `blocks` (what requests in flight hold each, when they already
     hold more than any finished request did: the head is as likely one of the new workload's), and the admission
     need and headroom under it (watermark and gates as in `pool`). The worst case per request is unchanged (it is
@@ -348,12 +368,16 @@ def with_head_floor(p: Pool, blocks: int, running: int, token_budget: int | None
     per-step gate (every V1 release; the only one before 0.19) only the step's chunk, min(prompt, token budget)
     plus the lookahead (`num_new_tokens = min(num_new_tokens, token_budget)` before `allocate_slots`,
     vllm/v1/core/sched/scheduler.py:435/:474 @0.10.2, :1169/:1256 @0.32.0), as `admission_need` has it, but only
-    with prefix caching off (`token_budget` given): with it on, the step gate also counts the head's cached prefix
-    blocks that sit evictable in the free queue (`get_num_blocks_to_allocate` adds `num_evictable_computed_blocks`,
-    vllm/v1/core/single_type_kv_cache_manager.py @0.10.2), which no metric shows: a head resumed after a preemption
-    needs up to its whole prompt (engine truth, tests/fixtures/vllm-0.10.2/prod-kv: 573 blocks asked for a
-    28k-token head against a chunk of 256). So with the budget unknown or prefix caching on, the step gate takes
-    the whole prompt (never more admissions than the engine makes)."""
+    with prefix caching off and the budget stated (`token_budget` given, `chunk_is_least` False). With prefix
+    caching on the step gate also counts the head's cached prefix blocks that sit evictable in the free queue
+    (`get_num_blocks_to_allocate` adds `num_evictable_computed_blocks`, vllm/v1/core/single_type_kv_cache_manager.py
+    @0.10.2), which no metric shows: a head resumed after a preemption needs up to its whole prompt; with the budget
+    not stated the chunk is not known either. Then (`chunk_is_least`, `token_budget` the budget or the smallest it
+    may have) the need is a range: the whole prompt at most (`blocks`, what the headroom counts: never more
+    admissions than the engine makes), the step's chunk at least (`AdmissionNeed.least_blocks`,
+    `head_may_be_admissible`); where only that end fits, the verdict says what decides (verdict.classify). Engine
+    truth, tests/fixtures/vllm-0.10.2/prod-kv: 304-573 blocks asked of 27-28k-token heads whose chunk is 256,
+    beside 262-791 free. Without `token_budget` the step gate takes the whole prompt, one figure."""
     need = p.admission
     if need is None:
         if blocks <= p.prompt_blocks:
@@ -361,18 +385,25 @@ def with_head_floor(p: Pool, blocks: int, running: int, token_budget: int | None
         return replace(p, prompt_blocks=blocks, head_admissible=p.kv_free_blocks >= blocks,
                        kv_admission_headroom_requests=kv_admission_headroom(p.kv_free_blocks, blocks, 0, running))
     step = blocks - need.reserved_blocks
+    least: int | None = None
     if token_budget is not None:
-        step = min(blocks, max(1, blocks_for_tokens(token_budget + max(need.lookahead_tokens, 0),
-                                                    p.block_size_tokens)))
+        chunk = min(blocks, max(1, blocks_for_tokens(token_budget + max(need.lookahead_tokens, 0),
+                                                     p.block_size_tokens)))
+        if chunk_is_least:
+            least = max(need.step_blocks, chunk) if need.full_prompt_blocks is None else None
+        else:
+            step = chunk
     step = max(need.step_blocks, step)
     if need.full_prompt_blocks is not None:
         full = max(need.full_prompt_blocks, blocks)
         need = replace(need, full_prompt_blocks=full, step_blocks=step, blocks=max(full, step + need.reserved_blocks))
     else:
-        need = replace(need, step_blocks=step, blocks=step + need.reserved_blocks)
+        need = replace(need, step_blocks=step, blocks=step + need.reserved_blocks,
+                       least_blocks=least if least is not None and least < step else None)
     if need.blocks <= p.prompt_blocks and need == p.admission:
         return p
     return replace(p, prompt_blocks=need.blocks, admission=need, head_admissible=need.admits(p.kv_free_blocks, running),
+                   head_may_be_admissible=need.may_admit(p.kv_free_blocks, running),
                    kv_admission_headroom_requests=kv_admission_headroom(p.kv_free_blocks, need.blocks,
                                                                         need.watermark_blocks, running))
 
@@ -399,6 +430,7 @@ def with_slots(p: Pool, max_num_seqs: int | None, running: int) -> Headroom:
         worst_case_blocks_profile_only=p.worst_case_blocks_profile_only,
         admission=p.admission,
         head_admissible=p.head_admissible,
+        head_may_be_admissible=p.head_may_be_admissible,
         effective_usage_ratio=effective_usage(p.kv_capacity_blocks, p.worst_case_blocks_profile, slots,
                                               p.safe_headroom_requests),
         slot_headroom_requests=slots,

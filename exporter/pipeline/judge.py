@@ -647,8 +647,13 @@ def judge(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, histo
         # Requests in flight already hold more than any finished request did (the workload changed), or too few
         # requests finished to size one: the queue's head is as likely one of those in flight. Its admission blocks,
         # and the prefill it will ask of the step's budget, are floored by what they hold now.
-        pool = derive.with_head_floor(pool, held, running, derived_from.max_num_batched_tokens
-                                      if value(cfg.enable_prefix_caching) is False else None)
+        # The step's chunk at the budget, or at the smallest it may have (the fewest blocks the head may need).
+        chunk_budget = derived_from.max_num_batched_tokens
+        if chunk_budget is None:
+            chunk_budget = min((c.value for c in _batch_defaults(how, cfg, snap).max_num_batched_tokens),
+                               default=None)
+        pool = derive.with_head_floor(pool, held, running, chunk_budget, chunk_is_least=value(
+            cfg.enable_prefix_caching) is not False or derived_from.max_num_batched_tokens is None)
         if median is not None and held * block_size > median.tokens:
             median = replace(median, tokens=held * block_size)
     waste, boundary = kv_waste(history, e, pool, max_model_len, hit_share, cfg)

@@ -314,6 +314,8 @@ def classify(o: Observation, h: History, t: Thresholds) -> Judgement:
     # more than one 20 % used (the usage threshold only decides whether the panel hides the wait: false-full).
     head_fits = hr.head_fits  # free >= the head's blocks, and the watermark beside running requests
     kv_room = hr.kv_admission_headroom_requests  # heads the free blocks admit (the watermark kept once)
+    if not head_fits and hr.head_may_fit and o.profile_backed:
+        return _cached_prefix(o, h, t)
     cap = o.max_num_seqs
     if cap is None and o.running > 0 and not h.one_shot:
         # max_num_seqs unknown: a running count pinned at its recent maximum while requests waited, or free blocks
@@ -397,6 +399,43 @@ def classify(o: Observation, h: History, t: Thresholds) -> Judgement:
     return _undecided(h, cases + by_budget, kv_room)
 
 
+def _cached_prefix(o: Observation, h: History, t: Thresholds) -> Judgement:
+    """The head fits at the fewest blocks it may need and not at the most (`Pool.head_may_fit`): with prefix
+    caching on, vLLM's per-step gate counts the step's chunk and the head's cached blocks that sit evictable in the
+    free queue (`get_num_blocks_to_allocate` adds `num_evictable_computed_blocks`,
+    vllm/v1/core/single_type_kv_cache_manager.py @0.10.2), a count no metric exports. The answer holds over the
+    range or names what decides it: what binds with the head at its fewest blocks (`classify` on that reading)
+    where the blocks bind there too, or the token budget leaves no room before any head is examined (the scan's
+    `while token_budget > 0` ends the step first: vllm/v1/core/sched/scheduler.py:334 @0.10.2, :912 @0.32.0);
+    otherwise undecided between that and the head's prompt (engine truth, tests/fixtures/vllm-0.10.2/prod-kv:
+    the same 28k-token heads asked 304 and 573 blocks beside 262-791 free)."""
+    hr = o.headroom
+    need = hr.admission
+    assert need is not None and need.least_blocks is not None  # head_may_fit
+    if not h.one_shot and h.head_of_line_before and budget_used_since(o) is False:
+        # The sidecar looked twice: since the last scrape the steps left budget (so they examined the head), nothing
+        # was admitted and nothing finished: the head's cached blocks did not fit beside its chunk.
+        return Judgement(Verdict.KV_FULL, Limit.HEAD_PROMPT, head_of_line_candidate=True, admits=0)
+    least = replace(need, blocks=need.least_blocks + need.reserved_blocks, step_blocks=need.least_blocks,
+                    least_blocks=None)
+    room = derive.kv_admission_headroom(hr.kv_free_blocks, least.blocks, least.watermark_blocks, o.running)
+    fits = replace(o, headroom=replace(hr, prompt_blocks=least.blocks, admission=least, head_admissible=True,
+                                       kv_admission_headroom_requests=room))
+    # Looking twice is judged here (above), with the steps' budget use: at its fewest blocks the head is not
+    # concluded larger than they because it stood.
+    j = classify(fits, replace(h, head_of_line_before=False), t)
+    spent = o.chunked_prefill and bool(o.budget_candidates) and all(
+        _taken(o) >= c.value for c in o.budget_candidates)
+    if j.binds in (Limit.HEAD_PROMPT, Limit.BLOCKS) or (j.binds is Limit.TOKEN_BUDGET and spent):
+        return j
+    cached = need.blocks - need.reserved_blocks - need.least_blocks
+    first = j.decided_by or (Case("head_cached_blocks", 0, f"none: its chunk alone, {need.least_blocks:,} blocks",
+                                  j.binds),)
+    return replace(_undecided(h, [*first, Case("head_cached_blocks", cached, "all of its prompt, as a request resumed "
+                                               f"after a preemption: {need.blocks:,} blocks", Limit.HEAD_PROMPT)],
+                              room), head_of_line_candidate=True)
+
+
 def lora_admissible(max_lora: int | None, waiting_adapters: tuple[str, ...], running_adapters: tuple[str, ...],
                     waiting: int) -> tuple[int, int] | None:
     """How many of the `waiting` requests vLLM's LoRA cap lets through at the next step: (fewest, most); None when
@@ -437,7 +476,8 @@ def budget_used_since(o: Observation) -> bool | None:
     # within `BUDGET_SPENT_SHARE` of the budget spent it (the rest is the counters' lumpiness: prompt tokens count
     # when a prefill completes).
     share = defaults.BUDGET_SPENT_SHARE if o.chunked_prefill else math.inf
-    used = {spent + o.prompt_tokens > c.value or spent >= share * c.value for c in o.budget_candidates}
+    used = {spent >= share * c.value if o.chunked_prefill else spent + o.prompt_tokens > c.value
+            for c in o.budget_candidates}
     return used.pop() if len(used) == 1 else None
 
 

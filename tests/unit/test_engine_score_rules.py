@@ -212,3 +212,38 @@ def test_a_late_counted_preemption_beside_room_and_no_queue_holds_nothing_back()
     assert engine_score.judge(tr, 17).label == "ok"
     e = _sidecar_until("vllm-0.32.0/prod-sleep", 17)
     assert (e.waiting, str(e.verdict)) == (0, "ok")
+
+
+def test_with_prefix_caching_the_heads_need_is_a_range_and_only_what_holds_over_it_is_claimed() -> None:
+    # vllm-0.10.2/prod-kv frames 113-125: 27-28k-token heads whose chunk is 256 blocks, prefix caching on (the
+    # default). The engine asked 304-573 blocks of them (the chunk and the cached blocks evictable in the free
+    # queue, which no metric counts) beside 262-791 free, and stopped on the budget (113-116) or refused the head
+    # (117-125). We said kv_full on all of them, from the whole prompt (874-898 blocks): right on half by luck.
+    from exporter.expose import diagnosis
+    name = "vllm-0.10.2/prod-kv"
+    tr = _load(name)
+    assert [engine_score.judge(tr, i).label for i in (114, 115, 116)] == ["budget_full"] * 3
+    assert [engine_score.judge(tr, i).label for i in range(118, 122)] == ["kv_full"] * 4
+    for i in (114, 115, 116, 118, 119):
+        e = _one_shot(name, i)
+        need = e.headroom.admission
+        assert need is not None and need.least_blocks == 256 and e.headroom.prompt_blocks > e.headroom.kv_free_blocks
+        # One observation: the blocks at the range's low end fit, at its high end not: what decides is said.
+        assert str(e.verdict) == "undecided" and not e.false_full, (i, e.verdict)
+        assert {c.input for c in e.decided_by} >= {"head_cached_blocks"}
+        assert any(c.input == "head_cached_blocks" and c.limit is Limit.HEAD_PROMPT for c in e.decided_by)
+        text = diagnosis.explain(e)
+        assert f"taken to need 256-{e.headroom.prompt_blocks}" in text and "head_cached_blocks" not in text
+        assert "cached in free blocks" in text and "`serve`" in text
+        assert all(a.setting not in ("kv_capacity", "gpu_memory_utilization") or a.direction != "raise"
+                   for a in e.advice), e.advice
+    # The sidecar looks twice: after steps that left budget (no prefill ran), the head still waits with nothing
+    # admitted or finished: its cached blocks did not fit beside its chunk (the engine: needs 565-573, 301-326 free).
+    for i in (119, 120, 121):
+        e = _sidecar_until(name, i)
+        assert (str(e.verdict), str(e.binding_limit)) == ("kv_full", "head_prompt"), (i, e.verdict)
+        assert "since the last scrape the engine's steps left token budget" in diagnosis.explain(e)
+    # Without a stated budget the chunk is the smallest vLLM may have: the same range, not a single guessed figure.
+    e = _one_shot(name, 118, flags=False)
+    assert e.headroom.admission is not None and e.headroom.admission.least_blocks is not None
+    assert str(e.verdict) != "kv_full"

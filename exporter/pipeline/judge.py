@@ -686,12 +686,15 @@ def judge(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, histo
     # The history's baselines move in this order, before the observation is built once.
     latency_since = None if gauges_only else history.latency_since(now, e)
     unfinished_tokens = None if gauges_only else history.unfinished_tokens(e)
+    used_before = history.used_before(pool.kv_used_blocks)
     tokens_per_step = None if gauges_only else history.tokens_per_step(
-        e, used_grew=running > 0 and pool.kv_used_blocks > history.used_before(pool.kv_used_blocks))
+        e, used_grew=running > 0 and pool.kv_used_blocks > used_before)
     step_tokens_since = None
+    uncounted_prefill = False
     if not gauges_only and history.interval is not None:
         steps_since, tokens_since = history.interval
         step_tokens_since = tokens_since / steps_since if steps_since else math.inf
+        uncounted_prefill = (pool.kv_used_blocks - used_before - running) * block_size > tokens_since
     obs = Observation(
         running, waiting, None if (d := e.waiting_by_reason.get("deferred")) is None else int(d), e.usage,
         max_num_seqs, e.awake, pool, largest_prompt_blocks(e, max_model_len, block_size),
@@ -717,7 +720,8 @@ def judge(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, histo
         finished_any=(e.histograms[GENERATION_LENGTHS].count if GENERATION_LENGTHS in e.histograms else finished),
         lora_admits=None if e.lora is None else lora_admissible(e.lora.max_lora, e.lora.waiting, e.lora.running,
                                                                 waiting),
-        head_tokens=head_tokens, kv_room_typical=kv_room_typical, step_tokens_since=step_tokens_since)
+        head_tokens=head_tokens, kv_room_typical=kv_room_typical, step_tokens_since=step_tokens_since,
+        uncounted_prefill=uncounted_prefill)
     progress = (e.steps_total, e.generation_tokens_total)
     if tracker.restart_if_reset(obs, e.preemptions_total, progress):
         # vLLM restarted: its counters began again at 0; the prefix-hit and prefill baselines go too.

@@ -118,6 +118,9 @@ class Observation:
     # Tokens the engine scheduled per step over the interval since the last scrape alone (sidecar only; inf: all
     # prefill): whether those steps used the token budget.
     step_tokens_since: float | None = None
+    # The blocks in use grew since the last scrape by more than the tokens counted since then fill (less one partly
+    # filled block per running request): a prefill under way that vLLM counts only when it completes.
+    uncounted_prefill: bool = False
     # The head's size is known only as a range, from the typical (median) prompt of the profile to its quantile
     # (the conservative size `headroom.prompt_blocks` and the KV room are taken at): the quantile's uncached prompt
     # tokens (what it would take of the token budget) and how many heads of the typical prompt the free blocks
@@ -470,6 +473,8 @@ def budget_used_since(o: Observation) -> bool | None:
     spent = o.step_tokens_since
     if spent is None or o.prompt_tokens is None or not o.budget_candidates:
         return None
+    if o.uncounted_prefill and not math.isinf(spent):
+        return None  # what the steps spent is more than the counters show: unknown
     if math.isinf(spent):
         return True
     # With chunked prefill a step with budget left admits the head with a partial chunk, so steps that average

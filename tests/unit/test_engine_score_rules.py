@@ -243,6 +243,11 @@ def test_with_prefix_caching_the_heads_need_is_a_range_and_only_what_holds_over_
         e = _sidecar_until(name, i)
         assert (str(e.verdict), str(e.binding_limit)) == ("kv_full", "head_prompt"), (i, e.verdict)
         assert "since the last scrape the engine's steps left token budget" in diagnosis.explain(e)
+    # Frame 139: blocks grew by 256 since the last scrape while the counters show 21 tokens a step: a prefill under
+    # way that vLLM counts only when it completes. The steps' budget use is then unknown, so looking twice
+    # concludes nothing (the engine admitted the head at that step).
+    assert engine_score.judge(tr, 139).label == "transient"
+    assert str(_sidecar_until(name, 139).verdict) == "undecided"
     # Without a stated budget the chunk is the smallest vLLM may have: the same range, not a single guessed figure.
     e = _one_shot(name, 118, flags=False)
     assert e.headroom.admission is not None and e.headroom.admission.least_blocks is not None

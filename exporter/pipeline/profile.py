@@ -12,6 +12,7 @@ max_model_len (nothing longer can be admitted). `samples` says how many finished
 from __future__ import annotations
 
 import math
+from array import array
 from collections import deque
 from dataclasses import dataclass
 
@@ -123,7 +124,31 @@ def histogram_quantile(hist: Histogram, q: float, max_model_len: int | None, bas
     return Quantile(tokens, basis, int(hist.count), lower, to_tokens(high, max_model_len), span)
 
 
-_Snapshot = tuple[float, Histogram]  # (seconds, the cumulative histogram then)
+@dataclass(frozen=True, slots=True)
+class _Counts:
+    """One cumulative histogram as a window keeps it: its bucket bounds shared with the window's other snapshots,
+    its counts in one array of doubles (~0.3 KB for vLLM's 16 buckets, against ~2 KB as a `Histogram` of pairs)."""
+
+    bounds: tuple[float, ...]
+    counts: array[float]
+    count: float
+    sum: float
+
+    def histogram(self) -> Histogram:
+        return Histogram(tuple(zip(self.bounds, self.counts, strict=True)), self.count, self.sum)
+
+
+def _delta(new: _Counts, old: _Counts) -> Histogram | None:
+    """`delta` of two kept snapshots: None when the counter was reset or the buckets changed."""
+    if new.bounds is not old.bounds and new.bounds != old.bounds:
+        return None
+    if new.count < old.count or any(n < o for n, o in zip(new.counts, old.counts, strict=True)):
+        return None
+    return Histogram(tuple(zip(new.bounds, (n - o for n, o in zip(new.counts, old.counts, strict=True)), strict=True)),
+                     new.count - old.count, new.sum - old.sum)
+
+
+_Snapshot = tuple[float, _Counts]  # (seconds, the cumulative histogram then)
 
 
 class Window:
@@ -141,16 +166,23 @@ class Window:
         self.seconds = seconds
         self.spacing = seconds / max_snapshots if max_snapshots > 0 else 0.0
         self._snapshots: deque[_Snapshot] = deque()
+        self._newest: Histogram | None = None  # the newest snapshot as observed
+        self._bounds: tuple[float, ...] = ()  # the bucket bounds the kept snapshots share
         # `_windowed`'s last answer and the two ends it was computed from.
         self._memo: tuple[_Snapshot, _Snapshot, tuple[Histogram, float] | None] | None = None
 
     def observe(self, now: float, hist: Histogram) -> None:
         snapshots = self._snapshots
-        if snapshots and not follows(hist, snapshots[-1][1]):
+        if snapshots and (self._newest is None or not follows(hist, self._newest)):
             snapshots.clear()  # counter reset (vLLM restarted): older snapshots no longer subtract
         elif len(snapshots) >= 2 and snapshots[-1][0] - snapshots[-2][0] < self.spacing:
             snapshots.pop()  # closer to the one before it than the spacing: this scrape's takes its place
-        snapshots.append((now, hist))
+        bounds = tuple(b for b, _n in hist.buckets)
+        if bounds != self._bounds:
+            self._bounds = bounds
+        snapshots.append((now, _Counts(self._bounds, array("d", (n for _b, n in hist.buckets)), hist.count,
+                                       hist.sum)))
+        self._newest = hist
         # Keep one snapshot at or before the window's start, so the delta spans the whole window.
         while len(snapshots) >= 2 and snapshots[1][0] <= now - self.seconds:
             snapshots.popleft()
@@ -168,7 +200,7 @@ class Window:
         memo = self._memo
         if memo is not None and memo[0] is head and memo[1] is tail:
             return memo[2]
-        d = delta(tail[1], head[1])
+        d = _delta(tail[1], head[1])
         found = None if d is None or d.count <= 0 else (d, tail[0] - head[0])
         self._memo = (head, tail, found)
         return found
@@ -178,7 +210,7 @@ class Window:
         if not self._snapshots:
             return None
         w = self._windowed()
-        return self._snapshots[-1][1] if w is None else w[0]
+        return self._newest if w is None else w[0]
 
     def quantile(self, q: float, max_model_len: int | None) -> Quantile | None:
         """The windowed quantile; falls back to the lifetime histogram when nothing finished in the window."""
@@ -187,7 +219,8 @@ class Window:
         w = self._windowed()
         if w is not None:
             return histogram_quantile(w[0], q, max_model_len, "window", w[1])
-        return histogram_quantile(self._snapshots[-1][1], q, max_model_len, "lifetime")
+        assert self._newest is not None  # a snapshot is kept
+        return histogram_quantile(self._newest, q, max_model_len, "lifetime")
 
 
 def profile_value(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from exporter.engines import base
 from exporter.engines.vllm import VLLM
 from exporter.pipeline import exposition, profile
@@ -95,3 +97,32 @@ def test_a_window_holds_about_the_same_snapshots_at_a_1s_interval_as_at_5s() -> 
                 assert 300.0 <= b.span <= a.span <= 300.0 + capped.spacing + interval and a.samples >= b.samples
         assert len(exact) == (61 if interval == 5.0 else 301)
         assert len(capped) == (61 if interval == 5.0 else 62)
+
+
+def test_a_window_keeps_its_snapshots_compact() -> None:
+    """A 300 s window at the 5 s default holds 60 snapshots per engine and histogram, 100 engines per sidecar: each
+    kept as bounds shared with the others and one array of counts (issue 21's soak: the windows filling were the
+    sidecar's RSS rise, 0.23 MB per engine as Histograms of pairs)."""
+    import tracemalloc
+
+    from exporter.engines.base import Histogram
+    bounds = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 32768, math.inf]
+
+    def hist(i: int) -> Histogram:
+        return Histogram(tuple((float(b), float(3 * i + k)) for k, b in enumerate(bounds)), 3.0 * i + 16, 100.0 * i)
+
+    windows = [profile.Window(300.0) for _ in range(50)]
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        for t in range(60):
+            for w in windows:
+                w.observe(5.0 * t, hist(t))
+        per_window = (tracemalloc.get_traced_memory()[0] - base) / len(windows)
+    finally:
+        tracemalloc.stop()
+    assert all(len(w) == 60 for w in windows)
+    assert per_window < 40_000, f"{per_window / 1000:.0f} KB per window of 60 snapshots"
+    # What it keeps still answers: the window's requests, its quantile over them.
+    recent = windows[0].recent()
+    assert recent is not None and recent.count == 3 * 59 and recent.buckets[0] == (1.0, 3 * 59)

@@ -35,7 +35,18 @@ def _checked_key(key: str, where: str) -> str | None:
         what = f"{lines} lines" if lines > 1 else "a control character"
         raise UsageError(f"{where} holds {what}: an HTTP header cannot carry it, so no request to vLLM would "
                          "authenticate; write the key alone on one line (printf %s KEY > FILE)")
-    return key.strip() or None
+    key = key.strip()
+    odd = next((c for c in key if not " " < c < "\x7f"), None)
+    if odd is not None:
+        # A byte-order mark (what some editors write first), a non-breaking space or any non-ASCII character: the
+        # Authorization header is ASCII, so /v1/models would never be asked (httpx refuses to encode it).
+        name = "a byte-order mark" if odd == "\ufeff" else f"the character U+{ord(odd):04X}"
+        raise UsageError(f"{where} holds {name}: an HTTP header carries printable ASCII only, so no request to vLLM "
+                         "would authenticate; write the key alone, as vLLM's --api-key has it (printf %s KEY > FILE)")
+    if not key:
+        raise UsageError(f"{where} is empty: no request to vLLM would carry a key; give the key or leave the "
+                         "option out")
+    return key
 
 
 def api_key(args: argparse.Namespace) -> str | None:
@@ -51,6 +62,19 @@ def api_key(args: argparse.Namespace) -> str | None:
         return _checked_key(text, f"--target-api-key-file {path}")
     raw = os.environ.get(ENV_PREFIX + "TARGET_API_KEY")
     return _checked_key(raw, f"environment variable {ENV_PREFIX}TARGET_API_KEY") if raw else None
+
+
+def _trust_env(args: argparse.Namespace) -> bool:
+    """--scrape.trust-env, with the environment's proxies checked at start-up (UsageError for one httpx cannot
+    use: every scrape would fail with an internal error)."""
+    trust = bool(opt(args, "scrape.trust_env"))
+    if trust:
+        from ..pipeline.scrape import proxy_problem
+
+        problem = proxy_problem()
+        if problem is not None:
+            raise UsageError(f"--scrape.trust-env: {problem}")
+    return trust
 
 
 def ca_file(args: argparse.Namespace) -> str | None:
@@ -143,7 +167,7 @@ def settings_for(url: str, args: argparse.Namespace) -> Settings:
         max_bytes=opt(args, "scrape.max_bytes") or defaults.max_bytes,
         models_interval=opt(args, "models.interval") or defaults.models_interval,
         model_shape=shape,
-        trust_env=bool(opt(args, "scrape.trust_env")),
+        trust_env=_trust_env(args),
         tls=tls(args),
         draft_shape=draft,
         startup_log=opt(args, "vllm_startup_log"),

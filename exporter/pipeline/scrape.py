@@ -107,14 +107,42 @@ def client(trust_env: bool = False, tls: Tls | None = None, plain: bool = False)
     tls = tls or Tls()
     verify = ssl_context(tls.ca_file, tls.insecure_skip_verify, tls.client_cert, tls.client_key)
     limits = httpx.Limits(max_connections=2, max_keepalive_connections=2)
+    # Even with the environment trusted, loopback never goes through a proxy: the sidecar's own pod is the one
+    # place an egress proxy must not see, with the API key on /v1/models (a None mount is httpx's "no proxy").
+    mounts: dict[str, httpx.AsyncBaseTransport | None] | None = (
+        dict.fromkeys(LOOPBACK_MOUNTS) if trust_env else None)
     if plain:
         pooled = httpx.AsyncHTTPTransport(verify=verify, limits=limits, trust_env=trust_env)
         on_asyncio(pooled)
-        return httpx.AsyncClient(limits=limits, verify=verify, trust_env=trust_env, transport=pooled)
+        return httpx.AsyncClient(limits=limits, verify=verify, trust_env=trust_env, transport=pooled, mounts=mounts)
     if tls.server_name is None:
-        return httpx.AsyncClient(limits=limits, verify=verify, trust_env=trust_env)
+        return httpx.AsyncClient(limits=limits, verify=verify, trust_env=trust_env, mounts=mounts)
     transport = _server_name_transport(tls.server_name, verify=verify, limits=limits, trust_env=trust_env)
-    return httpx.AsyncClient(limits=limits, verify=verify, trust_env=trust_env, transport=transport)
+    return httpx.AsyncClient(limits=limits, verify=verify, trust_env=trust_env, transport=transport, mounts=mounts)
+
+
+LOOPBACK_MOUNTS = ("all://127.0.0.1", "all://localhost", "all://[::1]", "all://*.localhost")
+
+
+def proxy_problem() -> str | None:
+    """One sentence when the environment names a proxy the scrape cannot use (a SOCKS proxy without httpx's
+    `socksio` extra, or a scheme httpx has no transport for), for --scrape.trust-env at start-up; None when
+    every proxy it names can be used. Names the variable, never its value (it may carry credentials)."""
+    import importlib.util
+    import os
+
+    for var in ("ALL_PROXY", "all_proxy", "HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"):
+        value = os.environ.get(var, "").strip()
+        if not value:
+            continue
+        scheme = value.split("://", 1)[0].lower() if "://" in value else "http"
+        if scheme in ("socks5", "socks5h") and importlib.util.find_spec("socksio") is None:
+            return (f"{var} names a SOCKS proxy, which httpx uses only with its socksio package: install "
+                    f"httpx[socks], unset {var}, or drop --scrape.trust-env")
+        if scheme not in ("http", "https", "socks5", "socks5h"):
+            return (f"{var} names a proxy of scheme {scheme!r}, which httpx cannot use: unset it or drop "
+                    "--scrape.trust-env")
+    return None
 
 
 def on_asyncio(transport: httpx.AsyncHTTPTransport) -> bool:

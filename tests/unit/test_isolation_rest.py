@@ -39,8 +39,8 @@ def test_history_is_bounded_in_total_whatever_the_number_of_engines() -> None:
 
 def test_target_scrapes_ignore_a_proxy_in_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     """HTTP_PROXY set and no NO_PROXY: the scrape (and the bearer key with it) goes straight to the target, not
-    through the proxy, unless --scrape.trust-env asks for it."""
-    async def run() -> tuple[bool, bool, int]:
+    through the proxy, unless --scrape.trust-env asks for it; and even then never for loopback (the pod itself)."""
+    async def run() -> tuple[bool, bool, int, int]:
         proxy = await hostile.Target("ok").start()  # a "proxy" that would answer, and counts what it saw
         target = await hostile.Target("ok").start()
         for var in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
@@ -51,14 +51,33 @@ def test_target_scrapes_ignore_a_proxy_in_the_environment(monkeypatch: pytest.Mo
         async with client() as c:
             plain = await t.scrape(c)
         seen_direct = sum(target.hits.values())
-        trusting = Target(Settings(target.url, discover_cmdline=False, api_key="secret", trust_env=True))
+        for url in (target.url, target.url.replace("127.0.0.1", "localhost")):
+            trusting = Target(Settings(url, discover_cmdline=False, api_key="secret", trust_env=True))
+            async with client(trust_env=True) as c:
+                await trusting.scrape(c)
+        via_proxy_loopback = sum(proxy.hits.values())
+        # A name that is not loopback does go through the trusted proxy (the setup can fail: the proxy answers).
+        remote = Target(Settings(f"http://vllm.invalid:{target.port}", discover_cmdline=False, trust_env=True))
         async with client(trust_env=True) as c:
-            await trusting.scrape(c)
-        return plain.up, seen_direct > 0, sum(proxy.hits.values())
+            await remote.scrape(c)
+        return plain.up, seen_direct > 0, via_proxy_loopback, sum(proxy.hits.values())
 
-    up, direct, via_proxy = asyncio.run(run())
+    up, direct, via_proxy_loopback, via_proxy = asyncio.run(run())
     assert up and direct
-    assert via_proxy > 0  # the environment's proxy is used only when asked for (proves the setup can fail)
+    assert via_proxy_loopback == 0
+    assert via_proxy > 0
+
+
+def test_trust_env_refuses_a_proxy_httpx_cannot_use_at_start_up(monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib.util
+    if importlib.util.find_spec("socksio") is not None:
+        pytest.skip("socksio is installed: a SOCKS proxy is usable")
+    monkeypatch.setenv("ALL_PROXY", "socks5://user:pw@127.0.0.1:1")
+    code = cli.main(["diagnose", "http://127.0.0.1:9", "--scrape.trust-env"])
+    err = capsys.readouterr().err
+    assert code == 2 and "ALL_PROXY names a SOCKS proxy" in err and "pw@" not in err
+    assert cli.main(["diagnose", "http://127.0.0.1:9", "--scrape.timeout", "0.2s"]) != 2  # not trusted: unused
 
 
 def test_the_proxy_is_untouched_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -94,6 +113,10 @@ def test_an_api_key_with_a_line_break_inside_is_refused_at_start_up(tmp_path: ob
     err = capsys.readouterr().err
     assert code == 2
     assert "2 lines" in err and "second" not in err
+    for text, said in (("\ufeffk3y\n", "byte-order mark"), ("abc\u00e9\n", "U+00E9"), ("\n", "is empty")):
+        key.write_text(text)  # what an editor may write: the header is ASCII, so it would never authenticate
+        assert cli.main(["diagnose", "http://127.0.0.1:9", "--target-api-key-file", str(key)]) == 2
+        assert said in capsys.readouterr().err
     key.write_text("only-one\n")  # what `echo KEY > FILE` writes is accepted
     assert cli.main(["diagnose", "http://127.0.0.1:9", "--target-api-key-file", str(key),
                      "--scrape.timeout", "0.2s"]) != 2

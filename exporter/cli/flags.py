@@ -440,11 +440,12 @@ def add_target_access_flags(p: argparse.ArgumentParser, timeout: bool = True) ->
     """How to reach a target: its API key, proxies and CA, and (for one-shot commands) the fetch timeout and the
     size cap of what is read (a URL, a file or standard input)."""
     add(p, "--target-api-key-file", help="file holding vLLM's --api-key (env VLLM_HEADROOM_TARGET_API_KEY holds "
-        "the key itself); sent only to the targets, as a bearer token; one trailing line break is dropped, any "
-        "other is refused")
+        "the key itself); sent only to the targets, as a bearer token; one trailing line break is dropped; "
+        "another, a non-ASCII character or an empty key is refused")
     add(p, "--scrape.trust-env", action=argparse.BooleanOptionalAction, default=defaults.SCRAPE_TRUST_ENV,
         help="reach the targets through HTTP(S)_PROXY/NO_PROXY, .netrc and SSL_CERT_FILE of the environment (off: "
-        "a proxy meant for the pod's egress must not carry loopback scrapes and the API key)")
+        "a proxy meant for the pod's egress must not carry the scrapes and the API key); loopback targets never "
+        "go through a proxy, and a proxy httpx cannot use is refused at start-up")
     add(p, "--scrape.ca-file", help="PEM file of the CA(s) that sign https targets' certificates (a private CA), "
         "used instead of the public roots")
     add(p, "--scrape.tls-server-name", help="name to check an https target's certificate against (and send as SNI) "

@@ -11,7 +11,9 @@
   Retry-After beyond it;
 - security headers on every answer, and no polling: uvicorn's main loop wakes ten times a second to check for
   an exit, which was most of an idle sidecar's CPU; here it sleeps until a signal comes. SIGHUP is logged and
-  otherwise ignored: flags, the targets file and the API key file are read at start-up.
+  otherwise ignored: flags, the targets file and the API key file are read at start-up; SIGUSR1 and SIGUSR2
+  (whose default ends a process silently) likewise;
+- uvicorn's lines about a client's bad request damped (`Repeats`): any client can cause them at will.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from ..core import defaults
+from .logdamp import Repeats
 
 log = logging.getLogger("vllm_headroom")
 
@@ -265,8 +268,12 @@ ACCEPT_BURST = 64
 LISTEN_QUEUE = 2048
 
 
+IGNORED_SIGNALS = (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)  # logged and ignored (docs/running.md)
+
+
 class Server(uvicorn.Server):
-    """uvicorn's server without its 10-per-second poll (it sleeps until a signal comes) and with SIGHUP logged."""
+    """uvicorn's server without its 10-per-second poll (it sleeps until a signal comes) and with SIGHUP, SIGUSR1
+    and SIGUSR2 logged and ignored."""
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
@@ -304,8 +311,11 @@ class Server(uvicorn.Server):
         self._poke()
 
     def _hangup(self, sig: int, frame: FrameType | None) -> None:
-        said = ("received SIGHUP: nothing is reloaded (flags, --targets-file and --target-api-key-file are read at "
-                "start-up); restart vllm-headroom to change them")
+        if sig == signal.SIGHUP:
+            said = ("received SIGHUP: nothing is reloaded (flags, --targets-file and --target-api-key-file are read "
+                    "at start-up); restart vllm-headroom to change them")
+        else:  # SIGUSR1/SIGUSR2 end a process silently by default: a stray `kill -USR1` must not stop the sidecar
+            said = f"received {signal.Signals(sig).name}: ignored (SIGTERM or SIGINT stops vllm-headroom)"
         if self._loop is not None:
             with contextlib.suppress(RuntimeError):
                 self._loop.call_soon_threadsafe(log.warning, "%s", said)
@@ -315,19 +325,30 @@ class Server(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self) -> Generator[None, None, None]:
         with super().capture_signals():
-            previous = None
+            previous: dict[int, Any] = {}
             with contextlib.suppress(ValueError):  # not the main thread: signals are not ours to take
-                previous = signal.signal(signal.SIGHUP, self._hangup)
+                for sig in IGNORED_SIGNALS:
+                    previous[sig] = signal.signal(sig, self._hangup)
             try:
                 yield
             finally:
-                if previous is not None:
-                    signal.signal(signal.SIGHUP, previous)
+                for number, handler in previous.items():
+                    signal.signal(number, handler)
 
 
 def config(app: ASGIApp, limits: Limits, guard: Guard, log_level: str = "warning") -> uvicorn.Config:
     """uvicorn's config for `app` under `limits`: our protocol, no access log, no Date of its own (Front adds
     one per answer: uvicorn's is refreshed by the poll this server does not do)."""
+    damp_client_errors()
     return uvicorn.Config(app, log_level=log_level, access_log=False, lifespan="on", http=protocol(guard),
                           timeout_keep_alive=int(max(1, limits.idle_timeout)), date_header=False,
-                          server_header=False, backlog=ACCEPT_BURST)
+                          server_header=False, backlog=ACCEPT_BURST, log_config=None)
+
+
+def damp_client_errors() -> None:
+    """uvicorn's lines about a client's bad request ("Invalid HTTP request received.") through one `Repeats`
+    filter: any client can send them at will, so each distinct line is logged once per `Repeats.period` with
+    the count of the ones left out (uvicorn.error; our own log's format, timestamps included, via log_config=None)."""
+    logger = logging.getLogger("uvicorn.error")
+    if not any(isinstance(f, Repeats) for f in logger.filters):
+        logger.addFilter(Repeats())

@@ -11,7 +11,9 @@ scrapes in one state. Pure: `observe` returns the lines to log, the caller logs 
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 FLAP_SCRAPES = 10  # the window flapping is judged over, and how long a state must hold to end it
@@ -75,3 +77,33 @@ class Damper:
                               f"{self.name}: flapping ({sum(self._changes)} changes between up and down in the last "
                               f"{len(self._changes)} scrapes); one line when it settles, with counts"))
         return lines
+
+
+class Repeats(logging.Filter):
+    """A logging filter for lines any client can cause (uvicorn's "Invalid HTTP request received."): each distinct
+    message passes once per `period` seconds; the next one to pass after the period says how many were left out
+    ("... (and 1,999 more like it in the last 60 s)"). Time from `clock` (monotonic seconds)."""
+
+    def __init__(self, period: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self.period = period
+        self.clock = clock
+        self._seen: dict[str, tuple[float, int]] = {}  # message: (when it last passed, left out since)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = str(record.msg)
+        now = self.clock()
+        last = self._seen.get(key)
+        if last is not None and now - last[0] < self.period:
+            self._seen[key] = (last[0], last[1] + 1)
+            return False
+        if len(self._seen) >= REPEATS_KEPT and key not in self._seen:
+            self._seen.clear()  # bounded: any client chooses the messages' variety too
+        if last is not None and last[1]:
+            record.msg = f"{record.getMessage()} (and {last[1]:,} more like it in the last {now - last[0]:.0f} s)"
+            record.args = ()
+        self._seen[key] = (now, 0)
+        return True
+
+
+REPEATS_KEPT = 256  # distinct messages `Repeats` keeps counts for

@@ -113,15 +113,34 @@ async def _body(port: int, path: str) -> str:
     return data.decode(errors="replace")
 
 
-def test_sighup_is_logged_and_the_sidecar_stays_up() -> None:
+def test_sighup_and_sigusr_are_logged_and_the_sidecar_stays_up() -> None:
     with hostile.serving() as target, sidecar_process(target.url) as (port, proc):
-        proc.send_signal(signal.SIGHUP)
-        deadline = time.monotonic() + HANG
-        while asyncio.run(_status(port, "/healthz")) != 200:
-            assert time.monotonic() < deadline and proc.poll() is None
-            time.sleep(0.1)
-        assert proc.poll() is None  # SIGHUP's default action would have ended it
+        for sig in (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
+            proc.send_signal(sig)
+            deadline = time.monotonic() + HANG
+            while asyncio.run(_status(port, "/healthz")) != 200:
+                assert time.monotonic() < deadline and proc.poll() is None
+                time.sleep(0.1)
+            assert proc.poll() is None, sig  # their default action would have ended it, silently
         proc.terminate()
         assert proc.wait(HANG) in (0, -signal.SIGTERM)  # uvicorn ends by re-raising the signal it caught
         err = proc.stderr.read() if proc.stderr else ""
     assert "received SIGHUP: nothing is reloaded" in err
+    assert "received SIGUSR1: ignored" in err and "received SIGUSR2: ignored" in err
+
+
+def test_a_client_sending_garbage_does_not_flood_the_log() -> None:
+    """2,000 malformed requests: uvicorn's "Invalid HTTP request received." was one line each, in its own format;
+    now one line a minute with the count of those left out, in ours."""
+    import socket
+    with hostile.serving() as target, sidecar_process(target.url) as (port, proc):
+        for _ in range(300):
+            with socket.create_connection(("127.0.0.1", port), timeout=HANG) as s:
+                s.sendall(b"\x16\x03garbage\r\n\r\n")
+                s.recv(99)
+        assert asyncio.run(_status(port, "/healthz")) == 200
+        proc.terminate()
+        proc.wait(HANG)
+        err = proc.stderr.read() if proc.stderr else ""
+    invalid = [ln for ln in err.splitlines() if "Invalid HTTP request" in ln]
+    assert 1 <= len(invalid) <= 2, invalid[:5]

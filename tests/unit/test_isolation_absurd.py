@@ -28,6 +28,7 @@ GOOD, BAD = "http://good.test:8000", "http://bad.test:8000"
 EXPECTED = {
     "num_gpu_blocks=1e308": "config_error", "num_gpu_blocks=inf": "config_error",
     "num_gpu_blocks=-8": "config_error", "block_size=0.5": "config_error", "block_size=1e30": "config_error",
+    "num_gpu_blocks=full-width": "config_error", "num_gpu_blocks=padded": "config_error", "running=0.5": "bad_value",
     "gpu_memory_utilization=inf": "note", "kv_cache_size_tokens=1e300": "note",
     "kv_cache_max_concurrency=nan": "note",
     "running=1e308": "bad_value", "running=-5": "bad_value", "waiting=NaN": "bad_value", "usage=1.5": "bad_value",

@@ -66,7 +66,9 @@ class CacheInfo:
         raw = self._raw(key)
         if raw is None:
             return None
-        if "_" in raw:  # Python's float() reads "4_0_0" as 400; vLLM writes no "_"
+        if "_" in raw or not raw.isascii() or raw != raw.strip():
+            # Python's float() reads "4_0_0" as 400, "４０" (full-width digits) and " 40" as 40; vLLM writes
+            # str() of its config values, none of those
             return "not a number"
         try:
             value = float(raw)
@@ -179,18 +181,21 @@ class _Bad:
     def add(self, key: tuple[str, str], sentence: str) -> None:
         self.found.setdefault(key, sentence)
 
-    def check(self, name: str, values: dict[tuple[str, str], float], high: float) -> dict[tuple[str, str], float]:
-        """`values` without the ones outside 0..high (each named); a ratio's `high` is 1."""
+    def check(self, name: str, values: dict[tuple[str, str], float], high: float,
+              whole: bool = False) -> dict[tuple[str, str], float]:
+        """`values` without the ones outside 0..high (each named); a ratio's `high` is 1; `whole`: a count of
+        requests, which has no fraction."""
         out = {}
         for key, value in values.items():
-            if math.isfinite(value) and 0 <= value <= high:
+            if math.isfinite(value) and 0 <= value <= high and (not whole or value == int(value)):
                 out[key] = value
                 continue
             model, engine = key
             what = ("not a finite number" if not math.isfinite(value) else
                     "negative, which no count or share is" if value < 0 else
                     "above 1, which no share of the KV pool is" if high == 1 else
-                    f"above {high:g}, more than any engine holds")
+                    f"above {high:g}, more than any engine holds" if value > high else
+                    "not a whole number, which no count of requests is")
             self.add(key, f"{name} of model {model!r} engine {engine} is {value:g}, {what}")
         return out
 
@@ -279,7 +284,7 @@ def lora_state(expo: Samples) -> LoraState | None:
         return tuple(n for n in labels.get(key, "").split(",") if n)
 
     raw = labels.get("max_lora", "")
-    return LoraState(int(raw) if raw.isdigit() else None, names("waiting_lora_adapters"),
+    return LoraState(int(raw) if raw.isascii() and raw.isdigit() else None, names("waiting_lora_adapters"),
                      names("running_lora_adapters"))
 
 
@@ -288,7 +293,7 @@ def _offload_tiers(expo: Samples) -> dict[str, tuple[OffloadTier, ...]]:
     total": vllm/distributed/kv_transfer/kv_connector/v1/offloading/metrics.py:29-36 @0.33.0)."""
     def num(labels: Labels, key: str) -> int | None:
         raw = labels.get(key, "")
-        return int(raw) if raw.isdigit() else None
+        return int(raw) if raw.isascii() and raw.isdigit() else None
 
     out: dict[str, list[OffloadTier]] = {}
     for labels, _value in expo.series(m.KV_OFFLOAD_CONFIG):
@@ -304,10 +309,10 @@ def read(expo: Samples, version: str | None = None) -> Snapshot:
     _duplicates(expo, bad)
     usage_name = m.KV_USAGE if expo.series(m.KV_USAGE) else m.GPU_USAGE
     raw = {name: _gauge_by_engine(expo, name) for name in (m.RUNNING, m.WAITING, usage_name)}
-    running = bad.check(m.RUNNING, raw[m.RUNNING], MAX_REQUESTS)
-    waiting = bad.check(m.WAITING, raw[m.WAITING], MAX_REQUESTS)
+    running = bad.check(m.RUNNING, raw[m.RUNNING], MAX_REQUESTS, whole=True)
+    waiting = bad.check(m.WAITING, raw[m.WAITING], MAX_REQUESTS, whole=True)
     usage = bad.check(usage_name, raw[usage_name], 1.0)
-    swapped = bad.check(m.SWAPPED, _gauge_by_engine(expo, m.SWAPPED), MAX_REQUESTS)
+    swapped = bad.check(m.SWAPPED, _gauge_by_engine(expo, m.SWAPPED), MAX_REQUESTS, whole=True)
     preemptions = bad.check(m.PREEMPTIONS, _gauge_by_engine(expo, m.PREEMPTIONS), MAX_COUNTER)
     steps = bad.check(m.STEPS, _gauge_by_engine(expo, m.STEPS), MAX_COUNTER)
     gen_tokens = bad.check(m.GENERATION_TOKENS, _gauge_by_engine(expo, m.GENERATION_TOKENS), MAX_COUNTER)

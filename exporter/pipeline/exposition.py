@@ -67,6 +67,7 @@ def _unescape(value: str) -> str:
     return _ESCAPE_RE.sub(lambda m: _ESCAPES.get(m.group(1), m.group(0)), value)
 
 
+_CONTROL_CHARS = re.compile("[\x00-\x08\x0b-\x1f\x7f]")  # C0 controls but tab and line feed, and DEL
 _label_cache: dict[str, tuple[Labels, str]] = {}
 _label_cache_chars = 0  # label text held by the cache: bounded in size, not only in entries
 _NO_LABELS: tuple[Labels, str] = ({}, "")
@@ -83,6 +84,10 @@ def _cached_labels(text: str, line_no: int) -> tuple[Labels, str]:
     cached = _label_cache.get(text)
     if cached is None:
         labels = _parse_labels(text, line_no)
+        if _CONTROL_CHARS.search(text) is not None:
+            # A control character (NUL, ESC, ...) in a label value would reach our own /metrics, the page and the
+            # log as it came, and could join two label sets in the key below: it is shown as U+FFFD instead.
+            labels = {k: _CONTROL_CHARS.sub("\ufffd", v) for k, v in labels.items()}
         cached = (labels, "\x00".join(f"{k}\x01{v}" for k, v in sorted(labels.items())))
         if len(text) > _CACHED_LABEL_CHARS:
             return cached  # no engine's labels are this long: a hostile one is parsed, never kept

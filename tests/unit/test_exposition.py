@@ -19,6 +19,18 @@ def test_labels_with_escapes_commas_and_braces() -> None:
     assert value == 3.0
 
 
+def test_control_characters_in_label_values_are_shown_as_replacement_characters() -> None:
+    # A model name with a NUL (a hostile target): it reached our /metrics 1,787 times as it came, and the NUL and
+    # \x01 are the separators of the parser's canonical label key. Both spellings parse (with and without escapes).
+    for text in ('x{model_name="tiny\x00llama",e="\x01\x1b[31m"} 1\n',
+                 'x{model_name="tiny\x00llama",e="\x01\x1b[31m\\n"} 1\n'):
+        labels, _value = exposition.parse(text).series("x")[0]
+        assert labels["model_name"] == "tiny\ufffdllama"
+        assert labels["e"].startswith("\ufffd\ufffd[31m")
+    labels, _value = exposition.parse('x{a="tab\there"} 1\n').series("x")[0]
+    assert labels == {"a": "tab\there"}  # a tab is no control to hide
+
+
 def test_special_values_and_timestamps() -> None:
     expo = exposition.parse("a NaN\nb +Inf\nc -Inf 1700000000000\nd 1.5e3\n")
     assert math.isnan(expo.series("a")[0][1])

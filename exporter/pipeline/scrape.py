@@ -10,6 +10,7 @@ from __future__ import annotations
 import codecs
 import functools
 import json
+import re
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -333,13 +334,19 @@ def parse_models(body: str) -> ModelsInfo:
     return ModelsInfo(tuple(ids), max_len)
 
 
+VERSION_RE = re.compile(r"v?[0-9]+(\.[0-9]+){0,3}[0-9A-Za-z.+_-]{0,48}")  # "0.32.0", "0.11.0rc2.dev45+g1a2b3c.cpu"
+
+
 def parse_version(body: str) -> str | None:
+    """/version's `version` when it is a release as vLLM writes one (a string of digits and dots and a PEP 440 or
+    local suffix); None for anything else (no answer, a number, an object, a text with markup or line breaks),
+    which then decides no rule."""
     try:
         doc: Any = json.loads(body)
     except (ValueError, RecursionError):
         return None
     version = doc.get("version") if isinstance(doc, dict) else None
-    return str(version)[:64] if version else None
+    return version if isinstance(version, str) and VERSION_RE.fullmatch(version) else None
 
 
 def parse_frontend(body: str) -> str | None:

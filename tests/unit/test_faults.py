@@ -277,6 +277,17 @@ def test_compressed_bodies_are_capped_and_named(kind: str, reason: str) -> None:
     assert ("Content-Encoding" in target.last.error) == (reason == "malformed"), target.last.error
 
 
+@pytest.mark.parametrize(("body", "version"), [
+    ('{"version": "0.32.0"}', "0.32.0"), ('{"version": "0.11.0rc2.dev45+g1a2b3c.cpu"}', "0.11.0rc2.dev45+g1a2b3c.cpu"),
+    ('{"version": {"x": [1, 2]}}', None), ('{"version": 32}', None), ('{"version": "0.32.0\\n<script>"}', None),
+    ('{"version": "\\"} 1\\nvllm_headroom_up 7"}', None), ('{"version": ""}', None)])
+def test_version_is_a_release_as_vllm_writes_one_or_nothing(body: str, version: str | None) -> None:
+    # A hostile /version: a Python repr of an object became our vllm_version, a text with markup our release.
+    from exporter.pipeline import scrape
+
+    assert scrape.parse_version(body) == version
+
+
 @pytest.mark.parametrize("body", ["[" * 60000, "{" * 60000, '{"version": ' * 30000])
 def test_a_deeply_nested_json_answer_is_no_answer_and_no_crash(body: str) -> None:
     """/version and /v1/models nested past json's recursion depth (under their 64 KiB and 1 MiB caps): each reader

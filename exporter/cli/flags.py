@@ -112,7 +112,10 @@ def _multiple(text: str) -> float:
 
 
 MIN_SCRAPE_INTERVAL = 0.1  # s: below this a sidecar would hammer vLLM's /metrics (a 53 KB body each time)
+MAX_SCRAPE_INTERVAL = 3600.0  # s: vLLM's queue changes every step; an hour between looks judges nothing
+MIN_SCRAPE_TIMEOUT = 0.05  # s: under this no HTTP exchange is sure to finish, even on loopback
 MIN_MAX_BYTES = units.parse_size("64KiB")  # one vLLM exposition is ~53 KB; a smaller cap would refuse every scrape
+MAX_MAX_BYTES = units.parse_size("256MiB")  # the pod's memory limit: a larger body could not be parsed within it
 
 
 def _scrape_interval(text: str) -> float:
@@ -120,6 +123,17 @@ def _scrape_interval(text: str) -> float:
     if value < MIN_SCRAPE_INTERVAL:
         raise ValueError(f"{text!r} is shorter than {units.format_duration(MIN_SCRAPE_INTERVAL)}: vLLM's /metrics "
                          "would be read faster than it changes")
+    if value > MAX_SCRAPE_INTERVAL:
+        raise ValueError(f"{text!r} is longer than {units.format_duration(MAX_SCRAPE_INTERVAL)}: vLLM's queue "
+                         "changes every engine step, and answers that old would judge nothing")
+    return value
+
+
+def _scrape_timeout(text: str) -> float:
+    value = _positive_duration(text)
+    if value < MIN_SCRAPE_TIMEOUT:
+        raise ValueError(f"{text!r} is shorter than {units.format_duration(MIN_SCRAPE_TIMEOUT)}: no fetch of "
+                         "/metrics is sure to finish in it, so every scrape would time out")
     return value
 
 
@@ -130,6 +144,9 @@ def _max_bytes(text: str) -> int:
     if value < MIN_MAX_BYTES:
         raise ValueError(f"{text!r} is below {units.format_size(MIN_MAX_BYTES)}: one vLLM exposition is about "
                          "53 KB, so every scrape would be refused")
+    if value > MAX_MAX_BYTES:
+        raise ValueError(f"{text!r} is above {units.format_size(MAX_MAX_BYTES)}: a body that large could not be "
+                         "parsed within the pod's memory (vLLM's exposition is about 53 KB per engine)")
     return value
 
 
@@ -148,6 +165,7 @@ def parse_bool(text: str) -> bool:
 
 duration = _arg_type(_positive_duration)
 scrape_interval = _arg_type(_scrape_interval)
+scrape_timeout = _arg_type(_scrape_timeout)
 max_bytes = _arg_type(_max_bytes)
 hold = _arg_type(units.parse_duration)  # a hold time: 0s means "at once"
 size = _arg_type(units.parse_size)
@@ -341,7 +359,7 @@ def _shown(default: Any, conv: Callable[[str], Any] | None) -> str:
     """A default as a user writes it: 5s, 16MiB, 0.8."""
     if default in (None, [], ""):
         return ""
-    if conv in (duration, hold, scrape_interval):
+    if conv in (duration, hold, scrape_interval, scrape_timeout):
         return units.format_duration(float(default))
     if conv in (size, max_bytes):
         return units.format_size(int(default))
@@ -458,8 +476,8 @@ def add_target_access_flags(p: argparse.ArgumentParser, timeout: bool = True) ->
         default=defaults.SCRAPE_INSECURE_SKIP_VERIFY, help="accept any certificate of an https target, unverified "
         "(the scrape and the API key are then open to a man-in-the-middle; prefer --scrape.ca-file)")
     if timeout:
-        add(p, "--scrape.timeout", duration, defaults.SCRAPE_TIMEOUT, help="deadline of one fetch, all of it "
-            "(connect, headers, body)")
+        add(p, "--scrape.timeout", scrape_timeout, defaults.SCRAPE_TIMEOUT, help="deadline of one fetch, all of "
+            "it (connect, headers, body)")
         add(p, "--scrape.max-bytes", max_bytes, defaults.SCRAPE_MAX_BYTES,
             help="refuse a larger exposition (from a URL, a file or standard input)")
 

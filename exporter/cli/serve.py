@@ -26,6 +26,7 @@ from .flags import (
     opt,
     positive_int,
     scrape_interval,
+    scrape_timeout,
 )
 from .settings import settings_for
 
@@ -53,7 +54,7 @@ def register(sub: Any) -> None:
         "port never queues them; empty: the --web.listen-address host at its port + 1 (9479), then a port already "
         "taken only turns it off with a warning; none: off (both paths stay on the main port either way)")
     add(g, "--scrape.interval", scrape_interval, defaults.SCRAPE_INTERVAL, help="how often to scrape vLLM's /metrics")
-    add(g, "--scrape.timeout", duration, Implicit(defaults.SCRAPE_TIMEOUT),
+    add(g, "--scrape.timeout", scrape_timeout, Implicit(defaults.SCRAPE_TIMEOUT),
         help="timeout of one scrape, below the interval; when not given, 80 %% of an interval shorter than it")
     add(g, "--scrape.max-bytes", max_bytes, defaults.SCRAPE_MAX_BYTES, help="refuse expositions larger than this")
     add(g, "--web.max-connections", positive_int, defaults.WEB_MAX_CONNECTIONS,

@@ -21,7 +21,7 @@ import math
 import os
 import re
 import shlex
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -391,6 +391,10 @@ def resolve(
         if total is not None:
             # From 0.9 every engine's series carries the sum over the data-parallel engines.
             offer("num_gpu_blocks", total // max(data_parallel_engines, 1), Source.CACHE_CONFIG_INFO)
+            shared = values.get("num_gpu_blocks")
+            if data_parallel_engines > 1 and shared is not None and shared.source is Source.CACHE_CONFIG_INFO:
+                values["num_gpu_blocks"] = replace(shared, basis=f"the exported {total:,} shared by "
+                                                   f"{data_parallel_engines} data-parallel engines")
         offer("kv_cache_size_tokens", cache.kv_cache_size_tokens, Source.CACHE_CONFIG_INFO)
         offer("kv_cache_max_concurrency", cache.kv_cache_max_concurrency, Source.CACHE_CONFIG_INFO)
         offer("enable_prefix_caching", cache.enable_prefix_caching, Source.CACHE_CONFIG_INFO)

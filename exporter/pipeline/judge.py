@@ -216,7 +216,8 @@ def config_problem(cfg: ServingConfig) -> str | None:
     n = value(cfg.num_gpu_blocks)
     bs = value(cfg.block_size)
     if n is not None and n < 2:
-        src = cfg.num_gpu_blocks.source if cfg.num_gpu_blocks else ""
+        known = cfg.num_gpu_blocks
+        src = "" if known is None else f"{known.source}{', ' + known.basis if known.basis else ''}"
         return (f"num_gpu_blocks={n} (from {src}) leaves no usable block: vLLM keeps one null block, "
                 "so at least 2 are needed")
     if bs is not None and bs < 1:

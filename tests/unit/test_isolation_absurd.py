@@ -160,3 +160,20 @@ def test_files_and_standard_input_are_capped(tmp_path: Any, capsys: pytest.Captu
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BufferedReader(Endless())))
     assert cli.main(["diagnose", "-", "--scrape.max-bytes", "64KiB"]) == 1  # an endless stdin ends
     assert "<stdin> holds more than the cap of 65536 bytes" in capsys.readouterr().out
+
+
+def test_blocks_shared_by_more_engines_than_they_hold_say_they_were_divided(tmp_path: Any,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    # The recorded exposition rewritten as 64 data-parallel engines with 40 blocks in all (each series of engine 0
+    # repeated for engines 1-63): 0 per engine. It said "num_gpu_blocks=0 (from cache_config_info)", a 0 no series
+    # holds; it says the division now.
+    import re as re_
+    text = hostile.snapshot("false-full")
+    text = re_.sub(r'num_gpu_blocks="[^"]*"', 'num_gpu_blocks="40"', text)
+    lines = text.splitlines()
+    extra = [ln.replace('engine="0"', f'engine="{k}"') for k in range(1, 64) for ln in lines if 'engine="0"' in ln]
+    path = tmp_path / "dp64.prom"
+    path.write_text("\n".join(lines + extra) + "\n")
+    assert cli.main(["diagnose", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "the exported 40 shared by 64 data-parallel engines" in out

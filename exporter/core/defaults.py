@@ -44,6 +44,7 @@ WEB_OPENAPI: Final = False  # serve the OpenAPI schema at /openapi.json
 
 # -- request profile -----------------------------------------------------------------------------------
 PROFILE_QUANTILE: Final = 0.99  # quantile of request lengths for worst-case math
+METRIC_PREFIX: Final = "vllm_headroom_"  # every series this product exports starts with it
 PROFILE_WINDOW: Final = 300.0  # s, window of the length quantiles
 # Snapshots a length window keeps at most (pipeline/profile.py `Window`): a scrape closer than PROFILE_WINDOW / this
 # to the one before it replaces it, so an engine's windows hold ~the same memory at a 1 s interval as at the 5 s

@@ -11,6 +11,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from .. import __version__
+from ..core import defaults
 from ..engines.vllm import VLLM
 from ..pipeline import derive, replicas
 from ..pipeline.report import EngineReport, TargetStatus
@@ -18,7 +19,7 @@ from ..pipeline.target import Target
 from ..pipeline.verdict import Verdict
 from . import headline
 
-P = "vllm_headroom_"
+P = defaults.METRIC_PREFIX
 RISKS = ("oversubscription", "beyond_profile", "max_model_len_over_pool")  # pipeline/report.py Risk.kind
 DECIDING_INPUTS = ("max_num_seqs", "max_num_batched_tokens")  # the inputs an undecided answer can turn on
 # Version of the contract between these series and the shipped rules (names, labels, meaning of what the rules read):

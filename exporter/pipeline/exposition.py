@@ -305,6 +305,11 @@ class Parser:
         """`blank` of the whole body fed so far: one sentence when it held nothing, else None."""
         return blank(self._head) if self._blank else None
 
+    @property
+    def head(self) -> str:
+        """The body's first characters (up to SNIFF_CHARS), to name what a body that is no engine's is."""
+        return self._head
+
     def close(self) -> Exposition:
         """The parsed exposition; raises ExpositionError for a body that is cut, no exposition, or malformed."""
         if self._rest and not self._blank and not _ends_with_eof(self._rest):

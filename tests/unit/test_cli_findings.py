@@ -471,3 +471,11 @@ def test_subprocesses_and_the_console_script_run_this_clone(tmp_path: Path) -> N
     out = subprocess.run([script, "--version"], cwd=tmp_path, capture_output=True, text=True, check=True).stdout
     from exporter import __version__
     assert out.strip() == f"vllm-headroom {__version__}"
+
+
+def test_our_own_metrics_given_as_a_target_are_named(capsys: pytest.CaptureFixture[str]) -> None:
+    # A sidecar's own /metrics (the golden exposition recorded from one) pointed at as vLLM: "exports no vllm:
+    # series (is vLLM running with --disable-log-stats?)" sent the user to vLLM's flags.
+    assert cli.main(["diagnose", "tests/fixtures/vllm-0.10.2/prod-kv/golden-metrics.prom"]) == 1
+    out = capsys.readouterr().out
+    assert "is a vllm-headroom sidecar's /metrics, not vLLM's" in out and "disable-log-stats" not in out

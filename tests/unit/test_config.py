@@ -49,8 +49,9 @@ def test_precedence_flag_over_cmdline_over_cache_config_over_models_but_the_runn
     assert cfg.max_model_len == config.Known(1024, Source.CMDLINE)
     # The block size vLLM runs (its cache_config_info) wins over the one its command line asked.
     assert cfg.block_size == config.Known(32, Source.CACHE_CONFIG_INFO)
-    # num_gpu_blocks is summed over data-parallel engines from vLLM 0.9.
-    assert cfg.num_gpu_blocks == config.Known(40, Source.CACHE_CONFIG_INFO)
+    # num_gpu_blocks is summed over data-parallel engines from vLLM 0.9 (and says so where it explains an answer).
+    assert cfg.num_gpu_blocks == config.Known(40, Source.CACHE_CONFIG_INFO,
+                                              basis="the exported 80 shared by 2 data-parallel engines")
     assert cfg.max_num_batched_tokens is None  # unknown stays unknown
 
 

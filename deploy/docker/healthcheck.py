@@ -83,12 +83,6 @@ def targets(argv: list[str], environ: dict[str, str]) -> list[str]:
     return [f"http://{health_host}:{health_port}{path}", main_url]
 
 
-def target(argv: list[str], environ: dict[str, str]) -> str | None:
-    """The first health URL of `targets`, None when the command serves nothing."""
-    urls = targets(argv, environ)
-    return urls[0] if urls else None
-
-
 def check(urls: list[str]) -> int:
     """0 when the first URL that something listens on answers 200; 1 otherwise, with the reason on stderr."""
     for n, url in enumerate(urls):

@@ -390,7 +390,7 @@ def with_head_floor(p: Pool, blocks: int, running: int, token_budget: int | None
         chunk = min(blocks, max(1, blocks_for_tokens(token_budget + max(need.lookahead_tokens, 0),
                                                      p.block_size_tokens)))
         if chunk_is_least:
-            least = max(need.step_blocks, chunk) if need.full_prompt_blocks is None else None
+            least = max(need.step_blocks, chunk)  # a range of the per-step gate only (below)
         else:
             step = chunk
     step = max(need.step_blocks, step)

@@ -644,6 +644,7 @@ def judge(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, histo
     stale = held is not None and held > pool.worst_case_blocks_profile_only and prompt is not None \
         and prompt.basis in advice.SIZED_BASES
     floored = held is not None and (stale or (thin and prompt is not None and prompt.basis in advice.SIZED_BASES))
+    batch = _batch_defaults(how, cfg, snap)
     if floored and held is not None:
         # Requests in flight already hold more than any finished request did (the workload changed), or too few
         # requests finished to size one: the queue's head is as likely one of those in flight. Its admission blocks,
@@ -651,15 +652,13 @@ def judge(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, histo
         # The step's chunk at the budget, or at the smallest it may have (the fewest blocks the head may need).
         chunk_budget = derived_from.max_num_batched_tokens
         if chunk_budget is None:
-            chunk_budget = min((c.value for c in _batch_defaults(how, cfg, snap).max_num_batched_tokens),
-                               default=None)
+            chunk_budget = min((c.value for c in batch.max_num_batched_tokens), default=None)
         pool = derive.with_head_floor(pool, held, running, chunk_budget, chunk_is_least=value(
             cfg.enable_prefix_caching) is not False or derived_from.max_num_batched_tokens is None)
         if median is not None and held * block_size > median.tokens:
             median = replace(median, tokens=held * block_size)
     waste, boundary = kv_waste(history, e, pool, max_model_len, hit_share, cfg)
     tracker = history.tracker
-    batch = _batch_defaults(how, cfg, snap)
     budget = budget_use(cfg, snap, median, hit_share, batch)
     w_max = pool.worst_case_blocks_max_model_len
     budget_cands: tuple[Candidate, ...] = ()

@@ -134,9 +134,6 @@ class _Counts:
     count: float
     sum: float
 
-    def histogram(self) -> Histogram:
-        return Histogram(tuple(zip(self.bounds, self.counts, strict=True)), self.count, self.sum)
-
 
 def _delta(new: _Counts, old: _Counts) -> Histogram | None:
     """`delta` of two kept snapshots: None when the counter was reset or the buckets changed."""

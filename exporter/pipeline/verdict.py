@@ -480,8 +480,7 @@ def budget_used_since(o: Observation) -> bool | None:
     # With chunked prefill a step with budget left admits the head with a partial chunk, so steps that average
     # within `BUDGET_SPENT_SHARE` of the budget spent it (the rest is the counters' lumpiness: prompt tokens count
     # when a prefill completes).
-    share = defaults.BUDGET_SPENT_SHARE if o.chunked_prefill else math.inf
-    used = {spent >= share * c.value if o.chunked_prefill else spent + o.prompt_tokens > c.value
+    used = {spent >= defaults.BUDGET_SPENT_SHARE * c.value if o.chunked_prefill else spent + o.prompt_tokens > c.value
             for c in o.budget_candidates}
     return used.pop() if len(used) == 1 else None
 

@@ -9,7 +9,8 @@ nobody asked for (issue 25).
   twice that is served while the next is built in the background: readers in a crowd never queue behind a
   build (the profile at 200 reads/s: a body joined and compressed per read, 20 times a second at 100 targets),
   and no answer is older than 2 × `max_age` plus one build. A client that accepts gzip (Prometheus does) gets
-  the body compressed once per build, in a worker thread (zlib lets go of the GIL).
+  the body compressed once per build, in a worker thread (zlib lets go of the GIL), and while it compresses the
+  last compressed body within the same age (no reader waits for zlib).
 - `DiagnosisBody`: /api/v1/diagnosis from per-target JSON pieces, the same way.
 - `Cached`: a body rebuilt at most once per scrape interval and only when asked (the status page and
   /api/v1/history), in a worker thread from a copy of what it reads, one build at a time for all requests.
@@ -100,6 +101,7 @@ class MetricsBody:
         self._order: list[str] = []
         self._body: tuple[tuple[int, ...], bytes] | None = None
         self._answer: _Answer | None = None  # the last body `read` built
+        self._zipped: _Answer | None = None  # the newest answer whose gzip is done
         self._building: asyncio.Task[_Answer] | None = None
         self.builds = 0  # bodies `read` built (a test counts them)
         self._globals = {name for name, _h, samples in _split(generate_latest(HeadroomCollector([])).decode())
@@ -175,13 +177,34 @@ class MetricsBody:
 
     async def read(self, gzip: bool, max_age: float) -> bytes:
         """The body for one request (gzipped if `gzip`): the last one if younger than `max_age` s; the last one
-        while the next is built if younger than 2 × `max_age`; else a new one (one build for all who wait)."""
+        while the next is built if younger than 2 × `max_age`; else a new one (one build for all who wait). A
+        gzipped answer is, likewise, the last one compressed while the next compresses, if younger than 2 ×
+        `max_age`: no reader waits for zlib behind a build (the tail of /metrics at 100 targets)."""
         answer, now = self._answer, time.monotonic()
         if answer is None or now - answer.built >= 2 * max_age:
             answer = await self._build()
         elif now - answer.built >= max_age:
             self._start()
-        return await answer.gzipped() if gzip else answer.plain
+        if not gzip:
+            return answer.plain
+        zipped = answer.zipped()
+        if zipped is not None:
+            return zipped
+        last = self._zipped
+        if last is not None and now - last.built < 2 * max_age:
+            answer.compress(self._zipped_done)
+            kept = last.zipped()
+            assert kept is not None
+            return kept
+        return await self._compress(answer)
+
+    def _compress(self, answer: _Answer) -> asyncio.Future[bytes]:
+        """`answer`'s gzip, started once; when done it is the newest gzipped answer (`_zipped`)."""
+        return asyncio.shield(answer.compress(self._zipped_done))
+
+    def _zipped_done(self, answer: _Answer) -> None:
+        if self._zipped is None or answer.built >= self._zipped.built:
+            self._zipped = answer
 
     def _start(self) -> asyncio.Future[_Answer]:
         if self._building is None:
@@ -195,6 +218,8 @@ class MetricsBody:
         try:
             self._answer = _Answer(await self.render_async(), time.monotonic())
             self.builds += 1
+            if self._zipped is not None:  # gzip is asked for here (Prometheus asks for it): compress it now
+                self._answer.compress(self._zipped_done)
             return self._answer
         finally:
             self._building = None
@@ -208,10 +233,18 @@ class _Answer:
         self.built = built  # monotonic time
         self._gzip: asyncio.Future[bytes] | None = None
 
-    async def gzipped(self) -> bytes:
+    def compress(self, done: Callable[[_Answer], None] | None = None) -> asyncio.Future[bytes]:
+        """The gzip, started in a worker thread at the first call (whose `done` is told of it when it is)."""
         if self._gzip is None:
             self._gzip = asyncio.ensure_future(asyncio.to_thread(gzip_body, self.plain))
-        return await asyncio.shield(self._gzip)
+            if done is not None:
+                self._gzip.add_done_callback(lambda f: None if f.cancelled() or f.exception() else done(self))
+        return self._gzip
+
+    def zipped(self) -> bytes | None:
+        """The gzip if it is done, else None."""
+        f = self._gzip
+        return f.result() if f is not None and f.done() and not f.cancelled() and f.exception() is None else None
 
 
 def gzip_body(body: bytes) -> bytes:

@@ -145,6 +145,8 @@ def steady(tmp: Path, seconds: float, trees: dict[str, Path]) -> dict[str, dict[
                     if key not in out or figures["p99_ms"] > out[key]["p99_ms"]:
                         out[key] = figures  # the worse of the rounds stands for the tree
                 out["load_after_metrics"] = loadavg()
+        for k, r in run.items():  # the floor: the same body from a minimal server, the same hey (`floor_server`)
+            outs[k]["floor"] = floor(r["p100"], tmp, seconds_hey)
         for k, r in run.items():
             out, s100, p100 = outs[k], r["s100"], r["p100"]
             base = f"http://127.0.0.1:{p100}"
@@ -159,6 +161,70 @@ def steady(tmp: Path, seconds: float, trees: dict[str, Path]) -> dict[str, dict[
             out["after_crowd"]["interval_max_s"] = stats["interval_max_s"]
             out["load_after"] = loadavg()
     return outs
+
+
+def floor(port: int, tmp: Path, seconds: int) -> dict[str, Any]:
+    """hey on bench/floor_server.py serving the body the sidecar on `port` serves now, gzipped and as is: what any
+    asyncio server reaches on this machine with this load generator (hey decompresses and reads every body)."""
+    body = tmp / f"body-{port}.prom"
+    body.write_bytes(httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=30.0,
+                               headers={"accept-encoding": "identity"}).content)
+    out: dict[str, Any] = {"bytes": body.stat().st_size}
+    for key, mode, extra in (("gzip", ["gzip"], ()), ("identity", [], ("-disable-compression",))):
+        fport = free_port()
+        with spawn([sys.executable, "-m", "bench.floor_server", str(fport), str(body), *mode]):
+            wait_http(f"http://127.0.0.1:{fport}/")
+            time.sleep(1.0)
+            out[key] = {**hey(f"http://127.0.0.1:{fport}/", seconds, extra), "load": loadavg()}
+    return out
+
+
+def idle_memory(seconds: float = 5.0, rounds: int = 3) -> dict[str, Any]:
+    """What this machine charges for memory a process has not touched lately: µs of CPU per 4 KiB page written
+    once per page over 1 MiB already in use, back to back and after `seconds` asleep (median of `rounds`). On a
+    host that reclaims an idle guest's memory (a nested microVM here), an idle sidecar pays this on every scrape
+    (`cpu_ms_per_scrape` at 1 target counts it); the in-process scrape below shows the same."""
+    block = bytearray(1 << 20)
+    pages = range(0, len(block), 4096)
+    for i in pages:
+        block[i] = 1
+    out: dict[str, Any] = {"seconds": seconds}
+    for key, sleep in (("us_per_page_warm", 0.0), ("us_per_page_after_idle", seconds)):
+        times = []
+        for _ in range(rounds):
+            time.sleep(sleep)
+            started = time.process_time()
+            for i in pages:
+                block[i] = 2
+            times.append(1e6 * (time.process_time() - started) / len(pages))
+        out[key] = statistics.median(times)
+    return out
+
+
+def scrape_cost(seconds: float = 5.0, rounds: int = 4) -> dict[str, Any]:
+    """ms of CPU of one `Target.scrape` of a recorded 0.32.0 timeline (bench/fastreplay.py), in process: back to
+    back, and `seconds` after the last one (the sidecar's default interval), median of `rounds`."""
+    from exporter.pipeline.target import Settings, Target
+
+    with tempfile.TemporaryDirectory() as tmpdir, replay(1, Path(tmpdir)) as (_r, urls):
+        url = urls.read_text().split()[0]
+        target = Target(Settings(url, vllm_args=VLLM_ARGS.split(), discover_cmdline=False, timeout=30.0))
+
+        async def run() -> dict[str, Any]:
+            out: dict[str, Any] = {"seconds": seconds}
+            async with httpx.AsyncClient() as client:
+                await target.scrape(client)  # the first also reads /v1/models and /version
+                for key, sleep in (("cpu_ms_back_to_back", 0.0), ("cpu_ms_after_interval", seconds)):
+                    times = []
+                    for _ in range(rounds):
+                        await asyncio.sleep(sleep)
+                        started = time.process_time()
+                        await target.scrape(client)
+                        times.append(1000 * (time.process_time() - started))
+                    out[key] = statistics.median(times)
+            return out
+
+        return asyncio.run(run())
 
 
 async def _get(port: int, path: str) -> int:
@@ -400,6 +466,7 @@ def before_tree(rev: str, tmp: Path) -> Path:
 RATIOS: dict[str, tuple[str, ...]] = {  # after / before of the figures the goals name (below 1: better now)
     "metrics_p99_ms": ("steady", "metrics_hey", "p99_ms"),
     "metrics_identity_p99_ms": ("steady", "metrics_hey_identity", "p99_ms"),
+    "floor_p99_ms": ("steady", "floor", "gzip", "p99_ms"),
     "metrics_sidecar_cpu_share": ("steady", "metrics_hey", "sidecar_cpu_share"),
     "cpu_ms_per_scrape_1": ("steady", "one", "cpu_ms_per_scrape"),
     "cpu_ms_per_scrape_100": ("steady", "hundred", "cpu_ms_per_scrape"),
@@ -447,8 +514,14 @@ def main() -> None:
         steadies = steady(tmp, float(os.environ.get("B8_STEADY_SECONDS", 60 if quick() else 300)), trees)
         for k, s in steadies.items():
             runs[k]["steady"] = s
-            print(k, {x: s[x] for x in ("one", "hundred")}, s["metrics_hey"], s["metrics_hey_identity"], s["crowd"],
+            print(k, {x: s[x] for x in ("one", "hundred")}, s["metrics_hey"], s["metrics_hey_identity"], s["floor"],
+                  s["crowd"],
                   s["slowloris"], s["after_crowd"], sep="\n", flush=True)
+        print(f"== this machine's idle memory, one scrape in process ({time.strftime('%T')}, load {loadavg()})",
+              flush=True)
+        result["machine_memory"] = {**idle_memory(), "load": loadavg()}
+        result["scrape_in_process"] = {**scrape_cost(), "load": loadavg()}
+        print(result["machine_memory"], result["scrape_in_process"], flush=True)
         print(f"== huge ({time.strftime('%T')}, load {loadavg()})", flush=True)
         for k, tree in trees.items():
             runs[k]["huge"] = huge(30.0, tree)

@@ -303,6 +303,30 @@ def _main_port(phase: dict[str, Any]) -> str:
             f"({main['probes']} probes, {main['failed']} failed)")
 
 
+def _floor(s: dict[str, Any]) -> str:
+    """The same body from bench/floor_server.py under the same hey (b8_serving `floor`), if measured."""
+    f = s.get("floor")
+    if not f:
+        return ""
+    z, plain = f["gzip"], f["identity"]
+    return (f"; the floor (a minimal asyncio server sending the same {f['bytes'] / 1e3:.0f} KB, the same hey, "
+            f"`bench/floor_server.py`): p99 {z['p99_ms']:.1f} ms, p50 {z['p50_ms']:.1f} ms gzipped; p99 "
+            f"{plain['p99_ms']:.1f} ms as is (ours as is: "
+            f"{_f(s.get('metrics_hey_identity', {}).get('p99_ms'), 1)} ms) ")
+
+
+def _idle_cost(b8: dict[str, Any]) -> str:
+    """This machine's price of memory left idle, and one scrape in process (b8_serving `idle_memory`,
+    `scrape_cost`), if measured."""
+    m, c = b8.get("machine_memory"), b8.get("scrape_in_process")
+    if not m or not c:
+        return ""
+    return (f"; one scrape in process {c['cpu_ms_back_to_back']:.2f} ms back to back, "
+            f"{c['cpu_ms_after_interval']:.2f} ms {c['seconds']:g} s after the last (load {c['load']}); this "
+            f"machine charges {m['us_per_page_after_idle']:.0f} µs per 4 KiB page written after {m['seconds']:g} s "
+            f"idle against {m['us_per_page_warm']:.2f} µs back to back")
+
+
 def serving(b: dict[str, dict[str, Any] | None]) -> list[str]:
     """Section 8: bench/b8_serving.py (issue 25 and the probe of issue 21) and bench/soak.py (issue 21)."""
     out: list[str] = []
@@ -329,10 +353,11 @@ def serving(b: dict[str, dict[str, Any] | None]) -> list[str]:
                 f"| `/metrics` p99 ≤ {g['metrics_p99_ms']:g} ms at 100 targets, 5 s interval, while scraping | p99 "
                 f"{hey['p99_ms']:.1f} ms, p50 {hey['p50_ms']:.1f} ms at {hey['rps']:.0f} rps (hey, 10 × 20 qps), "
                 f"{s['metrics_bytes'] / 1e3:.0f} KB, {hey['non_200']} non-200, {hey.get('errors', '?')} errors | "
-                f"{s['load_after_metrics']} | {_ok(hey['p99_ms'] <= g['metrics_p99_ms'] and hey_clean)} |",
+                f"{_floor(s)}| {s['load_after_metrics']} | {_ok(hey['p99_ms'] <= g['metrics_p99_ms'] and hey_clean)} |",
                 f"| CPU per scrape ≤ {g['cpu_ms_per_scrape']:g} ms at 5 s, whole process (idle floor included) | "
                 f"{one['cpu_ms_per_scrape']:.2f} ms at 1 target ({100 * one['cpu_share']:.2f} % of a core); "
-                f"{hundred['cpu_ms_per_scrape']:.2f} ms per target scrape at 100 | {s['load_after_steady']} | "
+                f"{hundred['cpu_ms_per_scrape']:.2f} ms per target scrape at 100{_idle_cost(b8)} | "
+                f"{s['load_after_steady']} | "
                 f"{_ok(one['cpu_ms_per_scrape'] <= g['cpu_ms_per_scrape'])} |",
                 f"| RSS ≤ {g['rss_1_mb']:g} MB at 1 target | max {one['rss_mb_max']:.1f} MB, {one['rss_mb_first']:.1f} "
                 f"→ {one['rss_mb_last']:.1f} MB over {s['seconds']:.0f} s | {s['load_after_steady']} | "

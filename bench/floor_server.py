@@ -1,0 +1,46 @@
+"""The floor a load generator on this machine measures: a minimal asyncio HTTP/1.1 server that answers every
+request on a kept-alive connection with one pre-built response of a given body (as is, or gzipped at the
+sidecar's level with Content-Encoding: gzip). `bench/b8_serving.py` reads our own /metrics body and times this
+server with the same hey load beside the sidecar's figure: what is left between the two is ours.
+
+    python -m bench.floor_server PORT BODY_FILE [gzip]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+from exporter.expose.bodies import gzip_body
+
+
+def response(body: bytes, gzipped: bool) -> bytes:
+    payload = gzip_body(body) if gzipped else body
+    head = ("HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
+            + ("Content-Encoding: gzip\r\n" if gzipped else "") + f"Content-Length: {len(payload)}\r\n\r\n")
+    return head.encode() + payload
+
+
+async def serve(port: int, answer: bytes) -> None:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                await reader.readuntil(b"\r\n\r\n")
+                writer.write(answer)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
+            writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", port)
+    async with server:
+        await server.serve_forever()
+
+
+def main() -> None:
+    port, body = int(sys.argv[1]), Path(sys.argv[2]).read_bytes()
+    asyncio.run(serve(port, response(body, sys.argv[3:4] == ["gzip"])))
+
+
+if __name__ == "__main__":
+    main()

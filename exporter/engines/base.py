@@ -53,11 +53,6 @@ PROMPT_LENGTHS = "prompt"
 MAX_TOKENS_LENGTHS = "max_tokens"
 GENERATION_LENGTHS = "generation"
 E2E_LATENCY = "e2e_latency"  # seconds from a request's arrival to its end, observed when it finishes
-# The engine's own share of that life, observed when a request finishes: queued in the engine until first
-# scheduled, and first scheduled to its last token. Neither counts the time in the API server before the engine
-# sees the request (tokenizing, a front end behind on a burst), which the e2e latency does.
-ENGINE_QUEUE_TIME = "engine_queue_time"
-ENGINE_INFERENCE_TIME = "engine_inference_time"
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,6 @@ from dataclasses import dataclass, field, replace
 from ..core import defaults
 from ..engines.base import (
     E2E_LATENCY,
-    ENGINE_INFERENCE_TIME,
-    ENGINE_QUEUE_TIME,
     GENERATION_LENGTHS,
     MAX_TOKENS_LENGTHS,
     PROMPT_LENGTHS,
@@ -59,10 +57,6 @@ class Judging:
     draft_shape: ModelShape | None = None  # from --draft-model-config: the speculative drafter's layers
 
 
-# A request's life in the engine, in parts whose sums add up (`EngineHistory.latency_since`).
-LIFE_ROLES = (ENGINE_QUEUE_TIME, ENGINE_INFERENCE_TIME)
-
-
 class EngineHistory:
     """What one engine's judgement remembers across scrapes: its verdict tracker, its profile windows (one per
     length histogram) and the counters' values at the last scrape."""
@@ -75,7 +69,7 @@ class EngineHistory:
         self.windows: dict[str, Window] = {}
         self.prefix: tuple[float, float, float] | None = None  # prefix-cache queries, hits, last hit share
         self.consistent: EngineReport | None = None  # the report of the last scrape whose gauges were consistent
-        self.latency: tuple[float, dict[str, Histogram | None]] | None = None  # life histograms at the last scrape
+        self.latency: tuple[float, Histogram | None] | None = None  # the e2e latency histogram at the last scrape
         self.generated: tuple[float, float] | None = None  # generation tokens: the counter and the histogram's sum
         self.steps: tuple[float, float, float, float] | None = None  # steps, prompt, generated, cached tokens: last
         self.work: deque[tuple[float, float]] = deque(maxlen=WORK_SCRAPES)  # (steps, tokens) per recent interval
@@ -93,31 +87,21 @@ class EngineHistory:
         return window
 
     def latency_since(self, now: float, e: EngineSample) -> tuple[int, float, float] | None:
-        """Of the requests finished since the last scrape (histograms observed when a request finishes): (how many
-        lived in the engine longer than the interval, so were in flight at that scrape, counted from the first
-        bucket bound at or above it: a lower count, never a higher one; their summed life in seconds; the
-        interval). The life is the engine's own (queued in it, then first scheduled to the last token:
-        `LIFE_ROLES`) where vLLM exports those histograms, else arrival to finish (e2e), which also counts what
-        the API server held before the engine saw the request. A histogram not exported yet (no request
-        finished: vLLM's Rust frontend exports none until then) counts as empty. None without a previous scrape
-        or after a reset."""
-        roles = LIFE_ROLES if ENGINE_INFERENCE_TIME in e.histograms else (E2E_LATENCY,)
-        hists = {role: e.histograms.get(role) for role in roles}
-        before, self.latency = self.latency, (now, hists)
-        if before is None or now <= before[0] or all(h is None for h in hists.values()):
+        """Of the requests finished since the last scrape (vLLM's e2e latency histogram, observed when a request
+        finishes): (how many lived longer than the interval, so were in flight at that scrape, counted from the
+        first bucket bound at or above it: a lower count, never a higher one; their summed latency in seconds;
+        the interval). A histogram not exported yet (no request finished: vLLM's Rust frontend exports none
+        until then) counts as empty. None without a previous scrape or after a reset."""
+        hist = e.histograms.get(E2E_LATENCY)
+        before, self.latency = self.latency, (now, hist)
+        if hist is None or before is None or now <= before[0]:
             return None
-        interval, lived, total = now - before[0], 0, 0.0
-        for role, hist in hists.items():
-            if hist is None:
-                continue
-            old = before[1].get(role)
-            d = hist if old is None else delta(hist, old)
-            if d is None:
-                return None
-            # each life's part is a lower bound on the whole: the most of them that passed the interval
-            lived = max(lived, next((int(d.count - n) for bound, n in d.buckets if bound >= interval), 0))
-            total += d.sum
-        return lived, total, interval
+        d = hist if before[1] is None else delta(hist, before[1])
+        if d is None:
+            return None
+        interval = now - before[0]
+        lived = next((int(d.count - n) for bound, n in d.buckets if bound >= interval), 0)
+        return lived, d.sum, interval
 
     def used_before(self, used: int) -> int:
         """Blocks in use at the last scrape (this scrape's when there is none); remembers this scrape's."""

@@ -606,34 +606,3 @@ def test_9_the_sidecar_never_says_ok_while_requests_wait_below_the_cap(name: str
     seen = [(t, e) for t, e in sidecar(r, r.frames, argv(r)) if t >= t0 and e.waiting > 0]
     ok = [(round(t, 1), e.running, e.waiting) for t, e in seen if e.verdict == "ok"]
     assert not ok, f"ok while requests wait: {ok}"
-
-
-def _lives(text_before: str, text_now: str, interval: float) -> tuple[int, float, float] | None:
-    """`EngineHistory.latency_since` over two frames `interval` s apart."""
-    from exporter.engines.vllm import metrics as vllm_metrics
-    from exporter.engines.vllm import read as vllm_read
-    from exporter.pipeline import exposition
-    from exporter.pipeline.judge import EngineHistory
-    history = EngineHistory(Thresholds(), one_shot=False)
-    out = None
-    for now, text in ((0.0, text_before), (interval, text_now)):
-        [e] = vllm_read.read(exposition.parse(text, vllm_metrics.WANTED)).engines
-        out = history.latency_since(now, e)
-    return out
-
-
-def test_6_in_flight_unseen_is_counted_from_the_engines_own_life_not_the_api_servers() -> None:
-    """A request's e2e latency counts from its arrival at the API server; what the gauges count starts when the
-    engine sees it. On the real 0.10.2 prod-burst (t=3.1 s to 4.1 s, both scrapes reading 0 running and 0
-    waiting) 119 requests finished, 119 of them after more than the interval by e2e (351.5 s of life in all),
-    105 by the engine's own queue and inference times (219.1 s): the 14 and the 132 s between are the API
-    server's. The engine's parts are read where vLLM exports them; without them (the families dropped, as an
-    older or relabelled scrape has it) the e2e latency is the life, as before."""
-    r = rec("vllm-0.10.2/prod-burst")
-    (t3, before), (t4, now) = r.frames[3], r.frames[4]
-    lived, life, _ = _lives(before, now, t4 - t3) or (0, 0.0, 0.0)
-    assert (lived, round(life, 1)) == (105, 219.1)
-    e2e_only = [rewrite.drop(text, "vllm:request_inference_time_seconds", "vllm:request_queue_time_seconds")
-                for text in (before, now)]
-    lived, life, _ = _lives(*e2e_only, t4 - t3) or (0, 0.0, 0.0)
-    assert (lived, round(life, 1)) == (119, 351.5)

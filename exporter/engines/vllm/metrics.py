@@ -70,12 +70,7 @@ HISTOGRAMS = (PROMPT_HIST, MAX_TOKENS_HIST, GENERATION_HIST)  # the length histo
 # Seconds from arrival to finish (V0 and V1): requests finished since the last scrape that lived longer than the
 # interval were in flight at that scrape, whatever its gauges said (pipeline/verdict.py checks the gauges with it).
 E2E_LATENCY_HIST = "vllm:e2e_request_latency_seconds"
-# The engine's own part of it (V0 and V1: queued until first scheduled; first scheduled to the last token,
-# vllm/v1/metrics/stats.py `update_from_finished_request` @0.10.2 and @0.32.0): a burst the API server holds
-# before the engine sees it lives long by e2e, not here (0.10.2 prod-burst: 119 requests finished 2.95 s after
-# arriving, between two scrapes 1 s apart that both read nothing running or waiting in the engine).
 QUEUE_TIME_HIST = "vllm:request_queue_time_seconds"
-INFERENCE_TIME_HIST = "vllm:request_inference_time_seconds"
 TTFT_HIST = "vllm:time_to_first_token_seconds"
 
 # The sample names the sidecar parses out of an exposition (everything else is skipped unparsed).
@@ -102,8 +97,7 @@ WANTED: frozenset[str] = frozenset(
         *(name for name, _c, _r in CONNECTOR_COUNTERS),
         *(name for name, _c in CONNECTOR_TRANSFERS),
     }
-    | {h + suffix for h in (*HISTOGRAMS, E2E_LATENCY_HIST, QUEUE_TIME_HIST, INFERENCE_TIME_HIST)
-       for suffix in ("_bucket", "_count", "_sum")}
+    | {h + suffix for h in (*HISTOGRAMS, E2E_LATENCY_HIST) for suffix in ("_bucket", "_count", "_sum")}
 )
 
 # The same table by role, as the engine-neutral interface hands it to the generator and the messages.

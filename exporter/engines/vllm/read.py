@@ -12,8 +12,6 @@ from dataclasses import dataclass
 
 from ..base import (
     E2E_LATENCY,
-    ENGINE_INFERENCE_TIME,
-    ENGINE_QUEUE_TIME,
     GENERATION_LENGTHS,
     MAX_TOKENS_LENGTHS,
     PROMPT_LENGTHS,
@@ -31,8 +29,7 @@ from .releases import rules, usage_counts_null_block
 
 # The length histograms by the role the pipeline reads them in.
 ROLES = ((m.PROMPT_HIST, PROMPT_LENGTHS), (m.MAX_TOKENS_HIST, MAX_TOKENS_LENGTHS),
-         (m.GENERATION_HIST, GENERATION_LENGTHS), (m.E2E_LATENCY_HIST, E2E_LATENCY),
-         (m.QUEUE_TIME_HIST, ENGINE_QUEUE_TIME), (m.INFERENCE_TIME_HIST, ENGINE_INFERENCE_TIME))
+         (m.GENERATION_HIST, GENERATION_LENGTHS), (m.E2E_LATENCY_HIST, E2E_LATENCY))
 
 
 # What each capacity label of cache_config_info can possibly hold (whole numbers unless said): beyond it the

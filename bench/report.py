@@ -312,7 +312,7 @@ def _floor(s: dict[str, Any]) -> str:
     return (f"; the floor (a minimal asyncio server sending the same {f['bytes'] / 1e3:.0f} KB, the same hey, "
             f"`bench/floor_server.py`): p99 {z['p99_ms']:.1f} ms, p50 {z['p50_ms']:.1f} ms gzipped; p99 "
             f"{plain['p99_ms']:.1f} ms as is (ours as is: "
-            f"{_f(s.get('metrics_hey_identity', {}).get('p99_ms'), 1)} ms) ")
+            f"{_f(s.get('metrics_hey_identity', {}).get('p99_ms'), 1)} ms)")
 
 
 def _idle_cost(b8: dict[str, Any]) -> str:
@@ -352,8 +352,9 @@ def serving(b: dict[str, dict[str, Any] | None]) -> list[str]:
                 f"{_ok(worst_oneshot <= g['oneshot_cpu_s'])} |",
                 f"| `/metrics` p99 ≤ {g['metrics_p99_ms']:g} ms at 100 targets, 5 s interval, while scraping | p99 "
                 f"{hey['p99_ms']:.1f} ms, p50 {hey['p50_ms']:.1f} ms at {hey['rps']:.0f} rps (hey, 10 × 20 qps), "
-                f"{s['metrics_bytes'] / 1e3:.0f} KB, {hey['non_200']} non-200, {hey.get('errors', '?')} errors | "
-                f"{_floor(s)}| {s['load_after_metrics']} | {_ok(hey['p99_ms'] <= g['metrics_p99_ms'] and hey_clean)} |",
+                f"{s['metrics_bytes'] / 1e3:.0f} KB, {hey['non_200']} non-200, {hey.get('errors', '?')} errors"
+                f"{_floor(s)} | {s['load_after_metrics']} | "
+                f"{_ok(hey['p99_ms'] <= g['metrics_p99_ms'] and hey_clean)} |",
                 f"| CPU per scrape ≤ {g['cpu_ms_per_scrape']:g} ms at 5 s, whole process (idle floor included) | "
                 f"{one['cpu_ms_per_scrape']:.2f} ms at 1 target ({100 * one['cpu_share']:.2f} % of a core); "
                 f"{hundred['cpu_ms_per_scrape']:.2f} ms per target scrape at 100{_idle_cost(b8)} | "

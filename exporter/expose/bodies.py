@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 import zlib
 from collections.abc import Callable, Iterable, Sequence
@@ -34,6 +35,8 @@ from ..pipeline.report import TargetReport
 from ..pipeline.target import Target
 from . import diagnosis
 from .collector import HeadroomCollector
+
+log = logging.getLogger("vllm_headroom")
 
 YIELD_AFTER = 0.004  # s of rendering on the event loop before other requests and scrapes get a turn
 PROCESS_EVERY = 1.0  # s between two reads of the process collector (/proc) for /metrics
@@ -101,7 +104,8 @@ class MetricsBody:
         self._order: list[str] = []
         self._body: tuple[tuple[int, ...], bytes] | None = None
         self._answer: _Answer | None = None  # the last body `read` built
-        self._zipped: _Answer | None = None  # the newest answer whose gzip is done
+        self._zipped: tuple[float, bytes] | None = None  # the newest gzip done: (its body's build time, the gzip)
+        self._eager = False  # compress each new body when built: gzip was asked for while the schedules run
         self._building: asyncio.Task[_Answer] | None = None
         self.builds = 0  # bodies `read` built (a test counts them)
         self._globals = {name for name, _h, samples in _split(generate_latest(HeadroomCollector([])).decode())
@@ -181,6 +185,7 @@ class MetricsBody:
         gzipped answer is, likewise, the last one compressed while the next compresses, if younger than 2 ×
         `max_age`: no reader waits for zlib behind a build (the tail of /metrics at 100 targets)."""
         answer, now = self._answer, time.monotonic()
+        self._eager = max_age > 0 and (gzip or self._eager)  # with max_age 0 (a body per read) only what is read
         if answer is None or now - answer.built >= 2 * max_age:
             answer = await self._build()
         elif now - answer.built >= max_age:
@@ -191,20 +196,18 @@ class MetricsBody:
         if zipped is not None:
             return zipped
         last = self._zipped
-        if last is not None and now - last.built < 2 * max_age:
+        if last is not None and now - last[0] < 2 * max_age:
             answer.compress(self._zipped_done)
-            kept = last.zipped()
-            assert kept is not None
-            return kept
+            return last[1]
         return await self._compress(answer)
 
     def _compress(self, answer: _Answer) -> asyncio.Future[bytes]:
         """`answer`'s gzip, started once; when done it is the newest gzipped answer (`_zipped`)."""
         return asyncio.shield(answer.compress(self._zipped_done))
 
-    def _zipped_done(self, answer: _Answer) -> None:
-        if self._zipped is None or answer.built >= self._zipped.built:
-            self._zipped = answer
+    def _zipped_done(self, answer: _Answer, zipped: bytes) -> None:
+        if self._zipped is None or answer.built >= self._zipped[0]:
+            self._zipped = answer.built, zipped
 
     def _start(self) -> asyncio.Future[_Answer]:
         if self._building is None:
@@ -218,7 +221,7 @@ class MetricsBody:
         try:
             self._answer = _Answer(await self.render_async(), time.monotonic())
             self.builds += 1
-            if self._zipped is not None:  # gzip is asked for here (Prometheus asks for it): compress it now
+            if self._eager:  # gzip is asked for here (Prometheus asks for it): compress it now
                 self._answer.compress(self._zipped_done)
             return self._answer
         finally:
@@ -233,12 +236,21 @@ class _Answer:
         self.built = built  # monotonic time
         self._gzip: asyncio.Future[bytes] | None = None
 
-    def compress(self, done: Callable[[_Answer], None] | None = None) -> asyncio.Future[bytes]:
-        """The gzip, started in a worker thread at the first call (whose `done` is told of it when it is)."""
+    def compress(self, done: Callable[[_Answer, bytes], None] | None = None) -> asyncio.Future[bytes]:
+        """The gzip, started in a worker thread at the first call (whose `done` is told of it when it is). A
+        failure is logged once; readers that wait for this gzip get the error, the next body is compressed anew."""
         if self._gzip is None:
             self._gzip = asyncio.ensure_future(asyncio.to_thread(gzip_body, self.plain))
-            if done is not None:
-                self._gzip.add_done_callback(lambda f: None if f.cancelled() or f.exception() else done(self))
+
+            def finished(f: asyncio.Future[bytes]) -> None:
+                if f.cancelled():
+                    return
+                if (exc := f.exception()) is not None:
+                    log.error("compressing our /metrics failed: %s", exc)
+                elif done is not None:
+                    done(self, f.result())
+
+            self._gzip.add_done_callback(finished)
         return self._gzip
 
     def zipped(self) -> bytes | None:

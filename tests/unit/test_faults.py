@@ -242,7 +242,8 @@ def test_a_gzip_reader_never_waits_for_zlib_while_a_compressed_answer_is_young()
     gzip reader gets the last compressed body if it is younger than 2 × max_age (the plain path's own bound),
     never waits: before, every build's first gzip readers queued behind zlib (the p99 of /metrics at 100
     targets). Past that age, and with nothing compressed yet, the reader waits for the new one; each body is
-    compressed once, and after the first gzip read every new body is compressed as soon as it is built."""
+    compressed once, and after the first gzip read every new body is compressed as soon as it is built (while the
+    schedules run: with max_age 0 only the bodies gzip readers ask for)."""
     import gzip
     import threading
 
@@ -279,18 +280,26 @@ def test_a_gzip_reader_never_waits_for_zlib_while_a_compressed_answer_is_young()
             await asyncio.sleep(0)
         assert read.done() and read.result() is first_z  # answered while zlib is held: the last compressed one
         gate.set()
-        while body._zipped is not body._answer:
+        while body._zipped is None or body._zipped[0] != body._answer.built:
             await asyncio.sleep(0.01)
         second_z = await body.read(gzip=True, max_age=1.0)
         assert second_z is not first_z and gzip.decompress(second_z) == body._answer.plain and len(calls) == 2
         gate.clear()
         body._answer.built -= 5.0  # older than 2 × max_age, and so the compressed one: a reader waits for a new one
+        assert body._zipped is not None
+        body._zipped = (body._zipped[0] - 5.0, body._zipped[1])
         waiting = asyncio.ensure_future(body.read(gzip=True, max_age=1.0))
         while len(calls) < 3:
             await asyncio.sleep(0.01)
         assert not waiting.done()
         gate.set()
         assert gzip.decompress(await waiting) == body._answer.plain and len(calls) == 3
+        # A replay or test building a body per read (max_age 0) compresses only the bodies gzip readers ask for:
+        # identity reads queue no compression behind which the next gzip reader would wait.
+        for _ in range(5):
+            await body.read(gzip=False, max_age=0.0)
+        assert len(calls) == 3
+        assert gzip.decompress(await body.read(gzip=True, max_age=0.0)) == body._answer.plain and len(calls) == 4
 
     with respx.mock(assert_all_called=False) as router:
         _models_ok(router)
@@ -298,6 +307,42 @@ def test_a_gzip_reader_never_waits_for_zlib_while_a_compressed_answer_is_young()
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(bodies, "gzip_body", slow_gzip)
             asyncio.run(reads())
+
+
+def test_a_failed_gzip_of_metrics_is_logged_and_the_plain_body_still_served(caplog: pytest.LogCaptureFixture) -> None:
+    """zlib failing on one body (memory, a bug) is said once in our log; a gzip reader waiting for that body gets
+    the error (uvicorn answers 500), identity readers are served, and the next body is compressed anew."""
+    import gzip
+
+    from exporter.expose import bodies
+
+    target = Target(Settings(URL, vllm_args=fixtures.vllm_argv("false-full"), discover_cmdline=False))
+    sidecar = Sidecar([target], interval=1.0)
+    real, failed = bodies.gzip_body, []
+
+    def flaky(body: bytes) -> bytes:
+        if not failed:
+            failed.append(body)
+            raise MemoryError("zlib could not allocate its window")
+        return real(body)
+
+    async def reads() -> None:
+        async with httpx.AsyncClient() as client:
+            await sidecar.tick(client, now=1.0)
+        body = sidecar.metrics
+        with pytest.raises(MemoryError):
+            await body.read(gzip=True, max_age=0.0)
+        assert b"vllm_headroom_build_info" in await body.read(gzip=False, max_age=0.0)
+        assert gzip.decompress(await body.read(gzip=True, max_age=0.0)) == body._answer.plain  # type: ignore[union-attr]
+
+    with respx.mock(assert_all_called=False) as router:
+        _models_ok(router)
+        router.get(URL + "/metrics").mock(return_value=httpx.Response(200, text=fixtures.snapshot("idle")))
+        with pytest.MonkeyPatch.context() as mp, caplog.at_level("ERROR", logger="vllm_headroom"):
+            mp.setattr(bodies, "gzip_body", flaky)
+            asyncio.run(reads())
+    said = [r.getMessage() for r in caplog.records if "compressing our /metrics failed" in r.getMessage()]
+    assert said == ["compressing our /metrics failed: zlib could not allocate its window"]
 
 
 def _scrape_hostile(mode: str) -> tuple[Target, bytes]:

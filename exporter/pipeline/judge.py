@@ -422,9 +422,18 @@ def deferred_causes(e: EngineSample, cfg: ServingConfig) -> tuple[str, ...]:
         return ()
     out: list[str] = []
     if e.lora is not None and e.lora.waiting:
-        out.append(f"LoRA: adapters {', '.join(e.lora.waiting)} wait for a slot (max_lora "
-                   f"{e.lora.max_lora if e.lora.max_lora is not None else '?'}, running "
-                   f"{', '.join(e.lora.running) or 'none'})")
+        cap = e.lora.max_lora if e.lora.max_lora is not None else "?"
+        outside = [a for a in dict.fromkeys(e.lora.waiting) if a not in e.lora.running]
+        if outside:
+            out.append(f"LoRA: adapters {', '.join(outside)} wait for a slot (max_lora {cap}, running "
+                       f"{', '.join(e.lora.running) or 'none'})")
+        elif deferred:
+            # 0.32.0 names an adapter waiting only while its request's first output is processed
+            # (vllm/v1/metrics/stats.py:569-575 @0.32.0): the running one, never one held back (prod-lora: 110-195
+            # adapter-a requests skipped while the series named adapter-b, which ran).
+            out.append(f"LoRA: the adapters vLLM's info names waiting all run ({', '.join(e.lora.running)}, "
+                       f"max_lora {cap}); this release does not name an adapter held back, so requests of "
+                       "another adapter may be what is skipped")
     loads = {k: v for k, v in e.kv_fetch_by_stage.items() if v}
     if loads:
         out.append("remote KV: " + ", ".join(f"{int(v)} {k.replace('_', ' ')}" for k, v in sorted(loads.items())))

@@ -126,3 +126,18 @@ def test_a_deferred_count_that_falls_is_no_deferral_of_the_whole_queue() -> None
         assert engine_score.judge(tr, i).label == "deferred"
         assert e is not None and e.verdict is Verdict.DEFERRED
         assert e.headroom.admission_headroom_requests == 0
+
+
+def test_the_deferral_never_says_a_running_adapter_waits_for_a_slot() -> None:
+    """0.32.0 frame 8 (real recording): 168 of 168 waiting counted deferred, the engine skipped 170 adapter-a
+    requests for LoRA (the driver's record: 168 adapter-a waiting, 32 adapter-b running), and vLLM's LoRA info
+    names adapter-b both running and waiting. Before: "LoRA: adapters adapter-b wait for a slot (max_lora 1,
+    running adapter-b)". After: the adapters named run, and this release does not name the one held back. On
+    0.10.2 (frame 8: adapter-a waiting, adapter-b running) the held adapter is named as before."""
+    new = _one_shot(NEW, 8)
+    assert new.verdict is Verdict.DEFERRED
+    assert not any("adapter-b wait for a slot" in c for c in new.deferred_causes), new.deferred_causes
+    assert any("does not name an adapter held back" in c for c in new.deferred_causes), new.deferred_causes
+    old = _one_shot(OLD, 8)
+    assert any(c.startswith("LoRA: adapters adapter-a wait for a slot") for c in old.deferred_causes), \
+        old.deferred_causes

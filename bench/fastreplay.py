@@ -33,9 +33,10 @@ FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "vllm-0.
 SCENARIOS = ("idle", "false-full", "kv-full", "preemption", "head-of-line")
 
 
-def response(body: bytes, content_type: str, status: str = "200 OK") -> bytes:
+def response(body: bytes, content_type: str, status: str = "200 OK", headers: str = "") -> bytes:
+    """One whole HTTP/1.1 keep-alive response; `headers`: more header lines, each ending in CRLF."""
     head = (f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
-            "Connection: keep-alive\r\n\r\n")
+            f"{headers}Connection: keep-alive\r\n\r\n")
     return head.encode() + body
 
 

@@ -13,13 +13,15 @@ import sys
 from pathlib import Path
 
 from exporter.expose.bodies import gzip_body
+from exporter.replay import recording as replay
+
+from . import fastreplay
 
 
 def response(body: bytes, gzipped: bool) -> bytes:
-    payload = gzip_body(body) if gzipped else body
-    head = ("HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
-            + ("Content-Encoding: gzip\r\n" if gzipped else "") + f"Content-Length: {len(payload)}\r\n\r\n")
-    return head.encode() + payload
+    if gzipped:
+        return fastreplay.response(gzip_body(body), replay.EXPOSITION_TYPE, headers="Content-Encoding: gzip\r\n")
+    return fastreplay.response(body, replay.EXPOSITION_TYPE)
 
 
 async def serve(port: int, answer: bytes) -> None:

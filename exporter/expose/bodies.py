@@ -199,13 +199,10 @@ class MetricsBody:
         if last is not None and now - last[0] < 2 * max_age:
             answer.compress(self._zipped_done)
             return last[1]
-        return await self._compress(answer)
-
-    def _compress(self, answer: _Answer) -> asyncio.Future[bytes]:
-        """`answer`'s gzip, started once; when done it is the newest gzipped answer (`_zipped`)."""
-        return asyncio.shield(answer.compress(self._zipped_done))
+        return await asyncio.shield(answer.compress(self._zipped_done))
 
     def _zipped_done(self, answer: _Answer, zipped: bytes) -> None:
+        """`answer`'s gzip is done: it is the newest gzipped body unless a newer one finished first."""
         if self._zipped is None or answer.built >= self._zipped[0]:
             self._zipped = answer.built, zipped
 

@@ -44,18 +44,21 @@ GZIP_LEVEL = 1  # zlib level of a gzipped /metrics: ~1 MB -> ~50 KB at 100 targe
 
 
 def accepts_gzip(header: str) -> bool:
-    """The request's Accept-Encoding allows gzip: `gzip` or `*` without `q=0` (RFC 9110 section 12.5.3)."""
+    """The request's Accept-Encoding allows gzip (RFC 9110 section 12.5.3): gzip's own entry (or x-gzip's)
+    decides by its q, and only without one does `*`; a q of 0, or one that is no number, refuses."""
+    found: dict[str, bool] = {}
     for item in header.split(","):
         coding, *params = (part.strip().lower() for part in item.split(";"))
-        if coding in ("gzip", "x-gzip", "*"):
-            for param in params:
-                if param.startswith("q="):
-                    try:
-                        return float(param[2:]) > 0
-                    except ValueError:
-                        return False
-            return True
-    return False
+        if coding in ("x-gzip", "gzip"):
+            coding = "gzip"
+        if coding not in ("gzip", "*") or coding in found:
+            continue
+        q = next((p[2:] for p in params if p.startswith("q=")), "1")
+        try:
+            found[coding] = float(q) > 0
+        except ValueError:
+            found[coding] = False
+    return found.get("gzip", found.get("*", False))
 
 
 class _Families(Collector):

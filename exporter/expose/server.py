@@ -277,7 +277,7 @@ GZIPPED = [*METRICS_HEADERS, (b"content-encoding", b"gzip")]
 async def metrics_answer(sidecar: Sidecar, scope: Scope) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
     """Our /metrics for one request, gzipped when its Accept-Encoding allows (`http.Front` answers it directly;
     the route gives the same answer where the schema is served)."""
-    coding = next((v for k, v in scope.get("headers", ()) if k == b"accept-encoding"), b"")
+    coding = b",".join(v for k, v in scope.get("headers", ()) if k == b"accept-encoding")  # one list (RFC 9110 5.3)
     gzip = accepts_gzip(coding.decode("latin-1"))
     return 200, GZIPPED if gzip else METRICS_HEADERS, await sidecar.metrics_body(gzip)
 

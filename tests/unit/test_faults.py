@@ -228,11 +228,18 @@ def test_metrics_answer_is_reused_only_while_young_and_gzipped_once_per_build() 
     assert accepts_gzip("gzip, deflate") and accepts_gzip("br;q=1.0, GZIP;q=0.5") and accepts_gzip("*")
     assert not accepts_gzip("") and not accepts_gzip("identity") and not accepts_gzip("gzip;q=0")
     assert not accepts_gzip("gzip; q=0.000") and not accepts_gzip("deflate, br")
+    # gzip's own entry beats `*` whatever their order; `*` decides only without one (found by a fresh reviewer:
+    # "*, gzip;q=0" got gzip, "*;q=0, gzip" did not)
+    assert not accepts_gzip("*, gzip;q=0") and not accepts_gzip("identity;q=1, *;q=0.5, gzip;q=0")
+    assert accepts_gzip("*;q=0, gzip") and accepts_gzip("x-gzip;q=0.2, *;q=0") and not accepts_gzip("*;q=0")
     client = TestClient(make_app(sidecar, start_loop=False))
     zipped = client.get("/metrics", headers={"accept-encoding": "gzip"})
     assert zipped.headers["content-encoding"] == "gzip" and zipped.headers["vary"] == "Accept-Encoding"
     plain = client.get("/metrics", headers={"accept-encoding": "identity"})
     assert "content-encoding" not in plain.headers
+    # two Accept-Encoding fields are one list: a gzip in the second counts
+    both = client.get("/metrics", headers=[("accept-encoding", "identity"), ("accept-encoding", "gzip")])
+    assert both.headers["content-encoding"] == "gzip"
     assert _ours(zipped.content) == _ours(plain.content) and b'verdict="ok"} 1.0' in plain.content
 
 

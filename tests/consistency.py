@@ -20,6 +20,7 @@ A *claim* is what an answer says binds now. Each claim fixes:
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import sys
 from collections import Counter
@@ -31,10 +32,14 @@ from typing import Any
 from exporter.core import defaults
 from exporter.expose import diagnosis
 from exporter.pipeline.advice import EVIDENCE, seqs_range
+from exporter.pipeline.config import ServingConfig
 from exporter.pipeline.target import EngineReport, Settings, Target, one_shot
 from exporter.pipeline.verdict import Thresholds
 from exporter.replay import recording
 from tests import fixtures
+
+# What an explanation may ask a user to state: a vLLM setting the product reads (its config's fields).
+SETTINGS = frozenset(f.name for f in dataclasses.fields(ServingConfig))
 
 FIXTURES = Path(__file__).parent / "fixtures"
 INCIDENT = Path(__file__).parent.parent / "exporter" / "data" / "incident"
@@ -234,6 +239,10 @@ def check(answer: dict[str, Any], held_for: float | None = None, hold: float = H
     for name in EVIDENCE:
         if name in text:
             bad("evidence_named_as_a_setting", f"the explanation names {name} (no setting) as one to state")
+    for asked in re.findall(r"\bState ([a-z_]+(?: and [a-z_]+)*)", text):
+        for name in asked.split(" and "):
+            if name not in SETTINGS:
+                bad("evidence_named_as_a_setting", f"the explanation asks to state {name}, which is no vLLM setting")
     return out
 
 

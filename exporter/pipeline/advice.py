@@ -122,6 +122,13 @@ EVIDENCE = {
         "its chunk; no metric exports them)",
         "watch it with `serve` (a head still waiting after steps that left token budget does not fit)",
         "wait for the next scrape (a head still waiting after steps that left token budget does not fit)"),
+    "lora_admissible_requests": Evidence(
+        "the count of waiting requests for a running adapter or the base model",
+        "how many waiting requests ask for a running LoRA adapter or the base model (vLLM's LoRA info series names "
+        "the adapters with requests waiting, not how many requests each has, nor the base model's)",
+        "watch it with `serve` (steps that leave token budget while the queue stands show the LoRA cap holding it)",
+        "wait for the next scrape (steps that leave token budget while the queue stands show the LoRA cap holding "
+        "it)"),
 }
 CASE_NAMES = {k: v.name for k, v in EVIDENCE.items()}
 

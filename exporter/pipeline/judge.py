@@ -702,8 +702,11 @@ def judge(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, histo
     uncounted_prefill = False
     if not gauges_only and history.interval is not None:
         steps_since, tokens_since = history.interval
-        step_tokens_since = tokens_since / steps_since if steps_since else math.inf
-        uncounted_prefill = (pool.kv_used_blocks - used_before - running) * block_size > tokens_since
+        # Tokens the blocks' growth holds: written by the steps since, counted or not (0.10.2 counts a prompt's
+        # tokens only when its prefill completes); finished requests' freed blocks make it a lower bound.
+        grown = (pool.kv_used_blocks - used_before - running) * block_size
+        uncounted_prefill = grown > tokens_since
+        step_tokens_since = max(tokens_since, grown) / steps_since if steps_since else math.inf
     obs = Observation(
         running, waiting, None if (d := e.waiting_by_reason.get("deferred")) is None else int(d), e.usage,
         max_num_seqs, e.awake, pool, largest_prompt_blocks(e, max_model_len, block_size),

@@ -116,7 +116,8 @@ class Observation:
     # LoRA off, or the cap holds no waiting request back.
     lora_admits: tuple[int, int] | None = None
     # Tokens the engine scheduled per step over the interval since the last scrape alone (sidecar only; inf: all
-    # prefill): whether those steps used the token budget.
+    # prefill): whether those steps used the token budget. With `uncounted_prefill`, a lower bound: the tokens the
+    # blocks' growth holds, less one partly filled block per running request.
     step_tokens_since: float | None = None
     # The blocks in use grew since the last scrape by more than the tokens counted since then fill (less one partly
     # filled block per running request): a prefill under way that vLLM counts only when it completes.
@@ -355,6 +356,13 @@ def classify(o: Observation, h: History, t: Thresholds) -> Judgement:
         by_size = [x for c in budgets for x in head_size_cases(o, free_slots, kv_room, c)]
         if by_size and limit is not Limit.SLOTS and o.lora_admits is None:
             # The head's size decides, and nothing seen tells it (the sidecar reads the steps' budget use).
+            if not h.one_shot and not h.waiting_on_previous and by_size[0].limit is Limit.NONE:
+                # A queue the last scrape did not show, admitted whole at the typical size, and the steps since
+                # did not spend the budget: the sidecar's first look, as for any queue beside room; the next
+                # scrape tells (engine truth: vllm-0.32.0/prod-mixed frames 14 and 29, 3 and 2 requests that
+                # appeared beside 28 and 71 running, all admitted at the next step).
+                return Judgement(Verdict.TRANSIENT, Limit.UNDECIDED, head_of_line_candidate=True, first_look=True,
+                                 decided_by=tuple(by_size[:2]), admits=kv_room)
             return _undecided(h, by_size[:2], kv_room)
         if o.lora_admits is not None:
             lora = _lora(o, h, free_slots, kv_room, budgets, limit)
@@ -419,6 +427,11 @@ def _cached_prefix(o: Observation, h: History, t: Thresholds) -> Judgement:
         # The sidecar looked twice: since the last scrape the steps left budget (so they examined the head), nothing
         # was admitted and nothing finished: the head's cached blocks did not fit beside its chunk.
         return Judgement(Verdict.KV_FULL, Limit.HEAD_PROMPT, head_of_line_candidate=True, admits=0)
+    if o.chunked_prefill and budget_used_since(o) is True:
+        # The steps since the last scrape spent the budget: the scan's first test (`while token_budget > 0`)
+        # ended them before any head's blocks were asked, whatever its cached prefix (engine truth,
+        # tests/fixtures/vllm-0.10.2/prod-kv frame 137: the blocks grew by 12,800 tokens a step, none counted).
+        return Judgement(Verdict.BUDGET_FULL, Limit.TOKEN_BUDGET, admits=0)
     least = replace(need, blocks=need.least_blocks + need.reserved_blocks, step_blocks=need.least_blocks,
                     least_blocks=None)
     room = derive.kv_admission_headroom(hr.kv_free_blocks, least.blocks, least.watermark_blocks, o.running)
@@ -427,8 +440,8 @@ def _cached_prefix(o: Observation, h: History, t: Thresholds) -> Judgement:
     # Looking twice is judged here (above), with the steps' budget use: at its fewest blocks the head is not
     # concluded larger than they because it stood.
     j = classify(fits, replace(h, head_of_line_before=False), t)
-    spent = o.chunked_prefill and bool(o.budget_candidates) and all(
-        _taken(o) >= c.value for c in o.budget_candidates)
+    spent = o.chunked_prefill and bool(o.budget_candidates) and (all(
+        _taken(o) >= c.value for c in o.budget_candidates) or budget_used_since(o) is True)
     if j.binds in (Limit.HEAD_PROMPT, Limit.BLOCKS) or (j.binds is Limit.TOKEN_BUDGET and spent):
         return j
     cached = need.blocks - need.reserved_blocks - need.least_blocks
@@ -469,19 +482,23 @@ def lora_admissible(max_lora: int | None, waiting_adapters: tuple[str, ...], run
 def budget_used_since(o: Observation) -> bool | None:
     """Whether the engine's steps since the last scrape used the token budget: on average they left no room for
     one more typical prefill (True), or did (False); None when unknown (one observation, no step counted, the
-    budget or the prompt unknown, or the budget's possible values disagree)."""
+    budget unknown, the prompt unknown without chunked prefill, or the budget's possible values disagree). With
+    chunked prefill the share of the budget spent decides, whatever the prompts' size (engine truth,
+    tests/fixtures/vllm-0.10.2/prod-lora frame 4: 475 tokens a step of 8,192 before any request finished, 104 waiting
+    requests skipped for the LoRA cap)."""
     spent = o.step_tokens_since
-    if spent is None or o.prompt_tokens is None or not o.budget_candidates:
+    if spent is None or not o.budget_candidates or (o.prompt_tokens is None and not o.chunked_prefill):
         return None
-    if o.uncounted_prefill and not math.isinf(spent):
-        return None  # what the steps spent is more than the counters show: unknown
     if math.isinf(spent):
         return True
     # With chunked prefill a step with budget left admits the head with a partial chunk, so steps that average
     # within `BUDGET_SPENT_SHARE` of the budget spent it (the rest is the counters' lumpiness: prompt tokens count
     # when a prefill completes).
-    used = {spent >= defaults.BUDGET_SPENT_SHARE * c.value if o.chunked_prefill else spent + o.prompt_tokens > c.value
+    prompt = o.prompt_tokens or 0  # read only without chunked prefill (checked above)
+    used = {spent >= defaults.BUDGET_SPENT_SHARE * c.value if o.chunked_prefill else spent + prompt > c.value
             for c in o.budget_candidates}
+    if o.uncounted_prefill and used != {True}:
+        return None  # the steps spent at least `spent`, more than the counters show: only "spent" is known
     return used.pop() if len(used) == 1 else None
 
 
@@ -524,9 +541,10 @@ def _lora(o: Observation, h: History, free_slots: int, kv_room: int, budgets: tu
         return Judgement(Verdict.DEFERRED, Limit.DEFERRAL, admits=fewest)
     if used is True:
         return None
-    rule = "waiting requests for a running adapter (or none) and for the adapters max_lora still loads"
-    return _undecided(h, [Case("lora_admissible_requests", fewest, f"fewest {rule}", Limit.DEFERRAL),
-                          Case("lora_admissible_requests", most, f"most {rule}", other or Limit.UNDECIDED)], kv_room)
+    return _undecided(h, [Case("lora_admissible_requests", fewest, "the fewest the LoRA info allows: one for each "
+                               "waiting adapter that runs or that max_lora still loads", Limit.DEFERRAL),
+                          Case("lora_admissible_requests", most, "the most it allows: all but one for each adapter "
+                               "held back", other or Limit.UNDECIDED)], kv_room)
 
 
 def step_limit(o: Observation, free_slots: int | None, kv_room: int, budget: Candidate | None) -> Limit:
@@ -855,6 +873,11 @@ class Tracker:
         # Blocks in use that change while requests run are steps too: a long prompt prefilling chunk by chunk moves
         # no counter on releases that count a step only when it produces a token (0.10.2).
         moved = self._last_used is not None and o.headroom.kv_used_blocks != self._last_used and o.running > 0
+        # No step since the last scrape (no counter moved, the same gauges and blocks): vLLM's stats are the ones the
+        # last scrape judged, with more evidence (its steps); this one repeats that answer until `stuck_after`.
+        unchanged = (progress[0] is not None and progress == self._last_progress_value
+                     and self._last_used == o.headroom.kv_used_blocks and self._prev is not None
+                     and self._prev == (o.running, o.waiting, o.finished_total) and o.waiting > 0)
         self._last_used = o.headroom.kv_used_blocks
         if progress != self._last_progress_value or self._last_progress_at is None or nothing_to_do or moved:
             self._last_progress_value = progress
@@ -906,6 +929,12 @@ class Tracker:
             deferred_fell=self._deferred_fell(o),
         )
         judgement = classify(o, history, self.t)
+        c = self._consistent
+        if (unchanged and c is not None and no_progress < self.t.stuck_after and judgement.verdict is not Verdict.STUCK
+                and c.judgement.verdict in _WAITING_VERDICTS):
+            # (engine truth, tests/fixtures/vllm-0.10.2/prod-kv frames 116 and 138: a CPU step longer than the
+            # scrape interval; the second look otherwise reads a head that was never examined as one that stood)
+            judgement = c.judgement
         if judgement.verdict is Verdict.PREEMPTING and not judgement.preemption_inferred and not judgement.suspected:
             # Still inside the window: inferred when the gauges showed it after the counter last rose.
             counted, guessed = self._last_counted_rise, self._last_inferred

@@ -184,3 +184,15 @@ def test_the_hold_starts_with_the_claim_and_ends_with_it(kv_full: dict[str, Any]
     hold = c.Hold()
     assert [hold.update(t, a) for t, a in ((0.0, slots), (1.0, slots), (2.5, kv_full), (3.0, slots))] == [
         0.0, 1.0, None, 0.0]
+
+
+def test_the_check_catches_an_explanation_that_asks_to_state_what_no_setting_holds(idle: dict[str, Any]) -> None:
+    # Before this rule the LoRA split was said as one to state (vllm-0.10.2/prod-lora frame 4, one-shot with flags):
+    # "State lora_admissible_requests to decide."; only a vLLM setting the product reads may be asked for.
+    asked = _planted(idle, explanation="What binds depends on it. State lora_admissible_requests to decide.")
+    assert _rules(asked) == {"evidence_named_as_a_setting"}
+    other = _planted(idle, explanation="What binds depends on it. State max_num_seqs and waiting_split to decide.")
+    assert _rules(other) == {"evidence_named_as_a_setting"}  # any name no setting holds, listed as evidence or not
+    setting = _planted(idle, explanation="What binds depends on it. State max_num_seqs and max_num_batched_tokens "
+                       "to decide.")
+    assert _rules(setting) == set()

@@ -77,8 +77,9 @@ def test_the_sidecar_says_deferral_where_the_engine_skipped_every_waiting_reques
     deferred = [i for i in range(len(tr.frames)) if engine_score.judge(tr, i).label == "deferred"]
     assert len(deferred) >= 20
     said = [i for i in deferred if answers[i] is not None and answers[i].verdict is Verdict.DEFERRED]
-    # Frame 4: no finished request sizes a prompt yet, so the budget's room is unknown: undecided, not a guess.
-    assert set(deferred) - set(said) == {4}
+    # Frame 4, before any request finished: with chunked prefill the steps since the last scrape spent 475 tokens
+    # of the 8,192 budget, so the budget left room and the LoRA cap held the queue, whatever a prompt's size.
+    assert set(deferred) == set(said)
     for i in said:
         e = answers[i]
         assert e is not None and e.binding_limit is Limit.DEFERRAL

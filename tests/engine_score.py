@@ -29,8 +29,11 @@ admitted chunk by chunk and its prefill holds the budget). Per frame:
 What a frame can be asked about is what it shows: a frame whose gauges show no queue is `ok`, and one whose shown
 queue its step admitted whole (FCFS, nothing skipped) is `transient`, whatever stopped that step's scan for requests
 that arrived after the stats the frame shows. A budget stop also accepts the limit the scan met when it next reached
-capacity (`capacity_stop`). Without flags an `undecided` answer agrees when one of its cases names the engine's
-reason (`named_case`), counted apart (`undecided_named`); never with flags or in the sidecar.
+capacity (`capacity_stop`); a step whose scan skipped requests for a deferral also accepts deferred, and one that
+admitted the whole queue with no budget left also accepts budget_full (`spent_to_empty`). In one observation an `undecided` answer agrees when one of its cases names the engine's
+reason (`named_case`), counted apart (`undecided_named`): without flags whatever the case's input, with flags only
+where every case's input is evidence no flag states (`advice.EVIDENCE`: the queue head's size, its cached blocks,
+the requests the LoRA cap lets through); never in the sidecar.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from exporter.pipeline import advice
 from exporter.pipeline.target import EngineReport, Settings, Target, one_shot
 from exporter.pipeline.verdict import Thresholds
 from exporter.replay import recording
@@ -59,6 +63,14 @@ NOT_KV = frozenset({"max_num_seqs", "max_num_active_seqs", "token_budget", "defe
                     "prefill_cadence"})
 
 
+def spent_to_empty(s: Step) -> bool:
+    """A step that admitted the whole queue and spent its token budget doing so (stop "empty", 0 tokens left):
+    the last one admitted got what remained, a partial chunk. The budget bound that step as much as the queue's
+    end did: one token more asked and the scan stops on the budget, with the same frame before it (0.10.2
+    prod-budget frames 26 and 27: 60 running, 2 waiting 7,000-token prompts; one step admitted 1, the next 2)."""
+    return str(s["stop"]) == "empty" and s["left"] == 0
+
+
 # The verdicts that agree with each of the engine's reasons; one observation (one-shot) may also say ONE_SHOT_ALSO
 # where it cannot see what decides (the budget's use, the head's size). A preemption within STORM_* of the frame
 # adds "preempting" to the KV and slot reasons.
@@ -72,11 +84,15 @@ ONE_SHOT_ALSO: dict[str, frozenset[str]] = {"budget_full": frozenset({"transient
 STORM_ALSO = frozenset({"ok", "slots_full", "budget_full", "kv_full", "head_of_line", "transient"})
 
 
-# One observation without flags may answer `undecided` where an unknown input decides (exporter/pipeline/verdict.py
-# `Case`: what binds for each value the input may have). That answer is honest and, when one of its named cases is
-# the limit the engine hit, correct: it agrees in the no-flags mode only (never with flags, never the sidecar), and
-# only when a case's limit is the engine's reason at that step or one it also reports (`Label.also`); the report
-# counts those frames apart (`EngineScore.undecided_named`). A case's limit names these engine reasons:
+# One observation may answer `undecided` where an unknown input decides (exporter/pipeline/verdict.py `Case`: what
+# binds for each value the input may have). That answer is honest and, when one of its named cases is the limit the
+# engine hit, correct: it agrees without flags whatever the input, and with flags only where every case's input is
+# evidence one observation cannot see and no flag states (`EVIDENCE_INPUTS`; a flag's value the user gave decides
+# itself, so an undecided over max_num_seqs with flags is a miss). Never the sidecar, which looks again. Only when a
+# case's limit is the engine's reason at that step or one it also reports (`Label.also`); the report counts those
+# frames apart (`EngineScore.undecided_named`). One-shot also accepts `transient` for a budget stop
+# (`ONE_SHOT_ALSO`), a vaguer answer than an undecided that names the budget and what decides it. A case's limit
+# names these engine reasons:
 CASE_REASONS: dict[str, frozenset[str]] = {k: frozenset(v) for k, v in {
     "slots": {"slots_full"}, "token_budget": {"budget_full"}, "head_prompt": {"kv_full", "head_of_line"},
     "blocks": {"kv_full", "head_of_line"}, "deferral": {"deferred"}, "pool_size": {"never_fits"},
@@ -84,8 +100,14 @@ CASE_REASONS: dict[str, frozenset[str]] = {k: frozenset(v) for k, v in {
 }.items()}
 
 
-def named_case(label: Label, cases: tuple[Any, ...]) -> bool:
-    """An `undecided` answer one of whose cases names the engine's reason (`CASE_REASONS`)."""
+EVIDENCE_INPUTS = frozenset(advice.EVIDENCE)
+
+
+def named_case(label: Label, cases: tuple[Any, ...], flags: bool = False) -> bool:
+    """An `undecided` answer one of whose cases names the engine's reason (`CASE_REASONS`); with `flags`, only
+    where every case's input is evidence no flag states (`EVIDENCE_INPUTS`)."""
+    if flags and not all(c.input in EVIDENCE_INPUTS for c in cases):
+        return False
     reasons = {label.label, *label.also}
     return any(CASE_REASONS.get(str(c.limit), frozenset()) & reasons for c in cases)
 
@@ -101,8 +123,9 @@ def judge_accepts(label: str, mode: str, storm: bool = False) -> frozenset[str]:
 @dataclass(frozen=True)
 class Label:
     """The engine's reason at a frame: `label` is why its admission scan stopped (the first limit in the release's
-    loop order); `also` the other limits that bound the head at that step (slots all taken, no budget left, or the
-    head's last refusal needed more blocks than are free now): naming one of them agrees too."""
+    loop order); `also` the other limits that bound the head at that step (slots all taken, no budget left, requests
+    skipped for a deferral, or the head's last refusal needed more blocks than are free now): naming one of them
+    agrees too."""
 
     label: str
     storm: bool
@@ -310,6 +333,8 @@ def judge(tr: Truthful, i: int) -> Label:
         also.add("slots_full")
     if s["left"] == 0:
         also.add("budget_full")
+    if s.dfr:
+        also.add("deferred")  # the scan skipped requests for the LoRA cap (or grammar, remote KV) before it stopped
     if stop in BUDGET_STOPS:
         answered = capacity_stop(tr.steps.steps, tr.pos[s.k])
         if answered == "kv":
@@ -337,7 +362,8 @@ def judge(tr: Truthful, i: int) -> Label:
         return Label("sleeping", False, "scheduler paused")
     # "empty": the step admitted every waiting request (the frame caught the queue between two steps); a DP
     # prefill-cadence hold; "other" (encoder budget, spec-decode padding)
-    return Label("transient", storm, f"{stop}: admitted {len(s.adm)} of {s['w0']}")
+    return Label("transient", storm, f"{stop}: admitted {len(s.adm)} of {s['w0']}",
+                 frozenset({"budget_full"}) if spent_to_empty(s) else frozenset())
 
 
 @dataclass
@@ -352,7 +378,7 @@ class EngineScore:
     confusion: Counter[tuple[str, str]] = field(default_factory=Counter)
     per_truth: Counter[tuple[str, bool]] = field(default_factory=Counter)
     misses: list[tuple[int, str, str, str]] = field(default_factory=list)  # (frame, truth, why, ours)
-    undecided_named: int = 0  # of `agree`: undecided whose decided_by names the engine's reason (no-flags mode only)
+    undecided_named: int = 0  # of `agree`: undecided whose decided_by names the engine's reason (one-shot only)
     ff_flagged_kv: int = 0  # false-full flagged where the engine refused for KV / preempted / admitted all
     ff_true: int = 0  # frames whose head waited for a non-KV reason for at least the hold time
     ff_found: int = 0  # ... of them flagged
@@ -422,7 +448,8 @@ def score(folder: Path) -> list[EngineScore]:
             verdict = str(ours.verdict)
             accept = lab.accepts(sc.mode)
             ok = verdict in accept
-            if not ok and sc.mode == "one-shot-noflags" and verdict == "undecided" and named_case(lab, ours.decided_by):
+            if (not ok and sc.mode != "sidecar" and verdict == "undecided"
+                    and named_case(lab, ours.decided_by, flags=sc.mode == "one-shot")):
                 ok = True
                 sc.undecided_named += 1
             sc.agree += ok
@@ -430,7 +457,7 @@ def score(folder: Path) -> list[EngineScore]:
             sc.per_truth[(lab.label, ok)] += 1
             if not ok:
                 sc.misses.append((i, lab.label, lab.why, verdict))
-            kv_or_nothing = s is None or not s["w0"] or str(s["stop"]) not in NOT_KV
+            kv_or_nothing = s is None or not s["w0"] or (str(s["stop"]) not in NOT_KV and not spent_to_empty(s))
             if ours.false_full and kv_or_nothing and lab.label != "sleeping":
                 sc.ff_flagged_kv += 1
                 sc.ff_misses.append((i, lab.label, "flagged false-full"))

@@ -652,11 +652,16 @@ def render_engine(scores: list[engine_score.EngineScore]) -> list[str]:
              "accepts what answered for capacity when the scan next reached allocate_slots or the slot test "
              "(`capacity_stop`: the first following step that did not stop on the budget, while nothing finished "
              "or was preempted): kv_full/head_of_line after a KV refusal, slots_full after max_num_seqs; the head's "
-             "need is its last refusal's, else its next one's while it stays the head. One-shot without flags: an "
-             "`undecided` answer agrees only when one of its `decided_by` cases names the limit the engine hit at "
-             "that step (its reason or one it also reports: slots, token budget, KV, deferral, or `none` for a "
-             "queue admitted whole); those frames are counted apart (`undecided, named`), and the rule never "
-             "applies with flags or to the sidecar. False-full: "
+             "need is its last refusal's, else its next one's while it stays the head. A step whose scan skipped "
+             "requests for a deferral (the LoRA cap) also accepts deferred; one that admitted the whole queue with "
+             "0 tokens of budget left also accepts budget_full, and a false-full flag there is not forbidden "
+             "(`spent_to_empty`: the same frame before it stops on the budget). One-shot: an `undecided` "
+             "answer agrees only when one of its `decided_by` cases names the limit the engine hit at that step "
+             "(its reason or one it also reports: slots, token budget, KV, deferral, or `none` for a queue "
+             "admitted whole); with flags only where every case's input is evidence no flag states (the queue "
+             "head's size, its cached blocks, the requests the LoRA cap lets through), without flags whatever the "
+             "input. Those frames are counted apart (`undecided, named`, and the share without them is given), and "
+             "the rule never applies to the sidecar. False-full: "
              "flagged although the engine refused the head for KV, preempted, or admitted everything (forbidden), and "
              "flagged where a non-KV reason held for the hold time (found). Safe headroom: frames saying > 0 after "
              f"which the engine preempted within {engine_score.SAFE_WINDOW_S:.0f} s.", "",
@@ -672,7 +677,10 @@ def render_engine(scores: list[engine_score.EngineScore]) -> list[str]:
     ranged = sum(s.adm_ranged for s in side_all)
     fewest = sum(s.adm_within_fewest for s in side_all)
     named = sum(s.undecided_named for s in scores if s.mode == "one-shot-noflags")
-    lines += [f"All: {n} frames; sidecar {_pct(a, n)}, one-shot {_pct(b, n)}, one-shot without flags {_pct(c, n)} "
+    named_flags = sum(s.undecided_named for s in scores if s.mode == "one-shot")
+    lines += [f"All: {n} frames; sidecar {_pct(a, n)}, one-shot {_pct(b, n)} ({named_flags} of them undecided, "
+              f"naming the engine's reason among cases over evidence no flag states; without them "
+              f"{_pct(b - named_flags, n)}), one-shot without flags {_pct(c, n)} "
               f"({named} of them undecided, naming the engine's reason among its cases; without them "
               f"{_pct(c - named, n)}), "
               f"admission ±1 {_pct(adm, adm_n)} of {adm_n} (exact counts: {_pct(ex, ex_n)} of {ex_n}; "
@@ -697,8 +705,8 @@ def render_engine(scores: list[engine_score.EngineScore]) -> list[str]:
                      + " / ".join(str(sum(s.ff_flagged_kv for s in by[m])) for m in engine_score.MODES)
                      + f" | {sum(s.ff_found for s in side)} of {sum(s.ff_true for s in side)} | "
                        f"{sum(s.safe_bad for s in side)} of {sum(s.safe_frames for s in side)} |")
-    lines += ["", "| recording | frames | sidecar | one-shot | no flags | no flags: undecided, named | admission ±1 "
-              "| engine: admitted / preempted / refused for KV / deferred; frames stopped by |",
+    lines += ["", "| recording | frames | sidecar | one-shot | no flags | undecided, named (flags / no flags) | "
+              "admission ±1 | engine: admitted / preempted / refused for KV / deferred; frames stopped by |",
               "|---|---|---|---|---|---|---|---|"]
     for name in sorted({s.scenario for s in scores}):
         by = {s.mode: s for s in scores if s.scenario == name}
@@ -706,7 +714,7 @@ def render_engine(scores: list[engine_score.EngineScore]) -> list[str]:
         stops = ", ".join(f"{k} {v}" for k, v in sorted(counts.get("frame_stops", {}).items(), key=lambda kv: -kv[1]))
         lines.append(f"| {name} | {by['sidecar'].frames} | " + " | ".join(_pct(by[m].agree, by[m].frames)
                                                                          for m in engine_score.MODES)
-                     + f" | {by['one-shot-noflags'].undecided_named}"
+                     + f" | {by['one-shot'].undecided_named} / {by['one-shot-noflags'].undecided_named}"
                      + f" | {_pct(by['sidecar'].adm_within, by['sidecar'].adm_frames)} of {by['sidecar'].adm_frames} | "
                      + f"{counts.get('admitted', '?')} / {counts.get('preempted', '?')} / "
                      + f"{counts.get('refusals', '?')} / "

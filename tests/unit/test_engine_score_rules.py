@@ -75,12 +75,23 @@ def test_undecided_agrees_without_flags_only_when_a_case_names_the_engines_reaso
     assert not engine_score.named_case(engine_score.Label("kv_full", False, ""), (slots, tokens))
 
 
-def test_the_named_case_rule_counts_apart_and_only_without_flags() -> None:
+def test_the_named_case_rule_counts_apart_and_with_flags_only_over_evidence() -> None:
     scores = engine_score.score(FIXTURES / "vllm-0.32.0" / "prod-slots")
     by = {s.mode: s for s in scores}
     assert by["one-shot-noflags"].undecided_named > 0
     assert by["sidecar"].undecided_named == by["one-shot"].undecided_named == 0
     assert by["one-shot-noflags"].undecided_named <= by["one-shot-noflags"].agree
+    # With flags a case over a flag's value (max_num_seqs, the budget) never agrees: the user could have stated it.
+    budget = engine_score.Label("budget_full", False, "token_budget: 0 tokens left")
+    tokens = Case("max_num_batched_tokens", 2048, "vLLM's default", Limit.TOKEN_BUDGET)
+    small = Case("request_tokens", 36, "the profile's typical prompt, uncached", Limit.NONE)
+    large = Case("request_tokens", 32768, "the profile's quantile, uncached", Limit.TOKEN_BUDGET)
+    assert engine_score.named_case(budget, (tokens,)) and not engine_score.named_case(budget, (tokens,), flags=True)
+    assert engine_score.named_case(budget, (small, large), flags=True)
+    assert not engine_score.named_case(budget, (small, tokens), flags=True)
+    # On the recordings where only the queue head's size or the LoRA split decides, the rule counts with flags.
+    lora = {s.mode: s for s in engine_score.score(FIXTURES / "vllm-0.10.2" / "prod-lora")}
+    assert 0 < lora["one-shot"].undecided_named <= lora["one-shot"].agree
 
 
 def test_a_preemption_seconds_ago_beside_room_for_the_next_step_is_judged_by_what_binds_now() -> None:
@@ -252,3 +263,32 @@ def test_with_prefix_caching_the_heads_need_is_a_range_and_only_what_holds_over_
     e = _one_shot(name, 118, flags=False)
     assert e.headroom.admission is not None and e.headroom.admission.least_blocks is not None
     assert str(e.verdict) != "kv_full"
+
+
+def test_a_budget_stop_that_skipped_requests_for_the_lora_cap_also_reports_the_deferral() -> None:
+    tr = _load("vllm-0.32.0/prod-lora")
+    # Frame 3's step skipped 42 requests whose adapter max_loras could not load, then ran out of budget.
+    skipped = engine_score.judge(tr, 3)
+    assert skipped.label == "budget_full" and "deferred" in skipped.also
+    assert "deferred" in skipped.accepts("sidecar")
+    # Frame 28's budget stop skipped none: the LoRA cap held nothing back there.
+    clean = engine_score.judge(tr, 28)
+    assert clean.label == "budget_full" and "deferred" not in clean.accepts("sidecar")
+
+
+def test_a_step_that_spent_its_budget_admitting_the_whole_queue_is_budget_bound_too() -> None:
+    tr = _load("vllm-0.10.2/prod-budget")
+    # Frames 26 and 27 show the same state (60 running, 2 waiting 7,000-token prompts, the 8,192 budget): the step
+    # after 26 admitted 1 and stopped on the budget; the step after 27 admitted both, the second with the last
+    # tokens of the budget. Both frames are budget-bound; only the second also admitted the queue whole.
+    before, after = engine_score.judge(tr, 26), engine_score.judge(tr, 27)
+    assert before.label == "budget_full"
+    assert after.label == "transient" and after.also == frozenset({"budget_full"})
+    assert "budget_full" in after.accepts("sidecar")
+    step = tr.aligned[27].step
+    assert step is not None and engine_score.spent_to_empty(step)
+    # A step that admitted the queue and left budget is transient only (0.32.0 prod-budget frame 25: 1,070 left).
+    other = _load("vllm-0.32.0/prod-budget")
+    left = other.aligned[25].step
+    assert left is not None and str(left["stop"]) == "empty" and left["left"] == 1070
+    assert engine_score.judge(other, 25).label == "transient" and engine_score.judge(other, 25).also == frozenset()

@@ -30,10 +30,11 @@ What a frame can be asked about is what it shows: a frame whose gauges show no q
 queue its step admitted whole (FCFS, nothing skipped) is `transient`, whatever stopped that step's scan for requests
 that arrived after the stats the frame shows. A budget stop also accepts the limit the scan met when it next reached
 capacity (`capacity_stop`); a step whose scan skipped requests for a deferral also accepts deferred, and one that
-admitted the whole queue with no budget left also accepts budget_full (`spent_to_empty`). In one observation an `undecided` answer agrees when one of its cases names the engine's
-reason (`named_case`), counted apart (`undecided_named`): without flags whatever the case's input, with flags only
-where every case's input is evidence no flag states (`advice.EVIDENCE`: the queue head's size, its cached blocks,
-the requests the LoRA cap lets through); never in the sidecar.
+admitted the whole queue with no budget left also accepts budget_full (`spent_to_empty`). In one observation an
+`undecided` answer agrees when one of its cases names the engine's reason (`named_case`), counted apart
+(`undecided_named`): without flags whatever the case's input, with flags only where every case's input is evidence
+no flag states (`advice.EVIDENCE`: the queue head's size, its cached blocks, the requests the LoRA cap lets
+through); never in the sidecar.
 """
 
 from __future__ import annotations

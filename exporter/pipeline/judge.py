@@ -86,12 +86,20 @@ class EngineHistory:
         window.observe(now, hist)
         return window
 
-    def latency_since(self, now: float, e: EngineSample) -> tuple[int, float, float] | None:
+    def latency_since(self, now: float, e: EngineSample,
+                      received: float | None = None) -> tuple[int, float, float] | None:
         """Of the requests finished since the last scrape (vLLM's e2e latency histogram, observed when a request
         finishes): (how many lived longer than the interval, so were in flight at that scrape, counted from the
         first bucket bound at or above it: a lower count, never a higher one; their summed latency in seconds;
         the interval). A histogram not exported yet (no request finished: vLLM's Rust frontend exports none
-        until then) counts as empty. None without a previous scrape or after a reset."""
+        until then) counts as empty. None without a previous scrape or after a reset.
+
+        vLLM renders the body somewhere between the request (`now`) and the response (`received`, seconds on the
+        same clock; `now` when unknown): a busy API server answers late, and its body then shows a later moment
+        than `now`. The interval is the longest the two bodies can be apart, from the last request to this
+        response, so a request counted here surely lived across the last body (engine truth,
+        tests/fixtures/vllm-0.10.2/prod-burst frame 4: asked at 4.06 s, its counters those of the engine's step
+        at 6.35 s, after 119 requests of ~3 s arrived and finished)."""
         hist = e.histograms.get(E2E_LATENCY)
         before, self.latency = self.latency, (now, hist)
         if hist is None or before is None or now <= before[0]:
@@ -99,7 +107,7 @@ class EngineHistory:
         d = hist if before[1] is None else delta(hist, before[1])
         if d is None:
             return None
-        interval = now - before[0]
+        interval = max(now, received or now) - before[0]
         lived = next((int(d.count - n) for bound, n in d.buckets if bound >= interval), 0)
         return lived, d.sum, interval
 
@@ -575,8 +583,9 @@ def risks_of(headroom: Headroom, running: int, thin: bool, stale: bool) -> tuple
 
 def judge(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, history: EngineHistory, how: Judging,
           gauges_only: bool, found: FoundCmdline | None = None,
-          idle_gauges_trusted: bool = True) -> EngineReport | EngineGap:
-    """The report of engine `e` at `now` (seconds, monotonic), or why its capacity cannot be derived.
+          idle_gauges_trusted: bool = True, received: float | None = None) -> EngineReport | EngineGap:
+    """The report of engine `e` at `now` (seconds, monotonic: when the body was asked for; `received`: when it
+    arrived, if known), or why its capacity cannot be derived.
 
     `idle_gauges_trusted` False: this server's gauges may read 0 under load (vLLM 0.32's Rust frontend), so one
     observation of idle gauges cannot tell an idle server from a loaded one (a one-shot answer is then undecided).
@@ -693,7 +702,7 @@ def judge(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, histo
         # (a case of an undecided answer, never the verdict's: verdict.classify).
         head_tokens = derive.uncached_prompt(prompt.tokens, hit_share)
     # The history's baselines move in this order, before the observation is built once.
-    latency_since = None if gauges_only else history.latency_since(now, e)
+    latency_since = None if gauges_only else history.latency_since(now, e, received)
     unfinished_tokens = None if gauges_only else history.unfinished_tokens(e)
     used_before = history.used_before(pool.kv_used_blocks)
     tokens_per_step = None if gauges_only else history.tokens_per_step(

@@ -225,21 +225,24 @@ class Target:
         """The target's URL as logs and messages show it (credentials redacted)."""
         return redact(self.settings.url)
 
-    def observe(self, now: float, text: str, gauges_only: bool = False) -> TargetReport:
+    def observe(self, now: float, text: str, gauges_only: bool = False, received: float | None = None) -> TargetReport:
         """Turn one /metrics body into a report; raises ScrapeError for unusable bodies.
 
-        `gauges_only` marks a one-shot diagnosis (see `one_shot`): a single observation, no rates.
+        `gauges_only` marks a one-shot diagnosis (see `one_shot`): a single observation, no rates. `received`:
+        when the body arrived (monotonic s), if later than `now`, when it was asked for.
         """
         parser = self.parser()
         try:
             parser.feed(text)
         except exposition.ExpositionError as exc:
             raise ScrapeError(exc.reason, f"{self.shown}: {exc}") from None
-        return self.judge_exposition(now, self.parsed(parser), gauges_only)
+        return self.judge_exposition(now, self.parsed(parser), gauges_only, received)
 
-    def judge_exposition(self, now: float, expo: exposition.Exposition, gauges_only: bool = False) -> TargetReport:
+    def judge_exposition(self, now: float, expo: exposition.Exposition, gauges_only: bool = False,
+                         received: float | None = None) -> TargetReport:
         """The report of a parsed exposition: each engine judged (`judge.judge`), or named as a gap when its
-        capacity cannot be derived or one of its series holds a value it cannot hold (only that engine)."""
+        capacity cannot be derived or one of its series holds a value it cannot hold (only that engine).
+        `now`: when the body was asked for; `received`: when it arrived (both monotonic s; None: at `now`)."""
         engine = self.settings.engine
         try:
             snap = engine.read(expo, self.version)
@@ -278,7 +281,7 @@ class Target:
             history = self.histories.get(key) or self.histories.setdefault(
                 key, EngineHistory(self.settings.thresholds, one_shot=gauges_only))
             item = judge(now, e, cfg, snap, history, self.judging, gauges_only, found,
-                         idle_gauges_trusted=not (self.frontend or "").startswith("rust"))
+                         idle_gauges_trusted=not (self.frontend or "").startswith("rust"), received=received)
             if isinstance(item, EngineGap):
                 if not snap.cache_info and ("num_gpu_blocks" in item.missing or "block_size" in item.missing):
                     item = replace(item, hint=(
@@ -399,13 +402,15 @@ class Target:
         number = self.scrapes
         try:
             expo = await self.fetch_parsed(client, now)
+            # The clock the caller gave `now` on (tests pass their own) moved on by the fetch's length.
+            received = now + (time.perf_counter() - started)
             if self.settings.vllm_args is None and self.settings.discover_cmdline and (
                     self._cmdline_at is None or now - self._cmdline_at >= self.settings.models_interval):
                 await asyncio.to_thread(self.refresh_cmdline, now)
             if sum(len(v) for v in expo.samples.values()) > THREAD_SAMPLES:
-                report = await asyncio.to_thread(self.judge_exposition, now, expo)
+                report = await asyncio.to_thread(self.judge_exposition, now, expo, False, received)
             else:
-                report = self.judge_exposition(now, expo)
+                report = self.judge_exposition(now, expo, received=received)
         except ScrapeError as exc:
             self.errors[exc.reason] = self.errors.get(exc.reason, 0) + 1
             report = TargetReport(self.settings.url, up=False, error_reason=exc.reason, error=str(exc),

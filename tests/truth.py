@@ -294,6 +294,7 @@ class Score:
     missed_false_full: int = 0  # slots-bound frames past the hold, below full usage, not flagged (must be 0)
     lead_up: int = 0  # frames in the lead-up to a preemption storm
     raises: int = 0  # of them, frames whose advice raises max_num_seqs (must be 0)
+    undecided_named: int = 0  # of `agree`: one-shot undecided answers naming the truth among their cases
 
     @property
     def agreement(self) -> float:
@@ -396,8 +397,14 @@ def score_timeline(name: str, meta: dict[str, Any], timeline: list[tuple[float, 
             s.frames += 1
             verdict = str(ours.verdict)
             s.confusion[(truth.label, verdict)] += 1
-            s.per_truth[(truth.label, verdict in accept)] += 1
-            if verdict in accept:
+            # One observation's `undecided` naming the truth among its cases agrees, as in the engine-truth score
+            # (engine_score.named_case): with flags only where every case is over evidence no flag states.
+            named = (s is not out[0] and verdict == "undecided" and verdict not in accept
+                     and engine_score.named_case(engine_score.Label(truth.label, False, ""), ours.decided_by,
+                                                 flags=s is out[1] and given is not None))
+            s.undecided_named += named
+            s.per_truth[(truth.label, verdict in accept or named)] += 1
+            if verdict in accept or named:
                 s.agree += 1
             else:
                 s.misses.append(f"t={t:.1f} truth={truth.label} ({truth.why}) ours={verdict}")
@@ -558,7 +565,10 @@ def render(scores: list[Score]) -> str:
         agree = sum(s.agree for s in ss)
         bad = sum(s.bad_false_full for s in ss)
         missed = sum(s.missed_false_full for s in ss)
-        lines += [f"## {mode}: {agree}/{total} frames agree ({100 * agree / max(total, 1):.1f} %), "
+        named = sum(s.undecided_named for s in ss)
+        lines += [f"## {mode}: {agree}/{total} frames agree ({100 * agree / max(total, 1):.1f} %"
+                  + (f"; {named} of them undecided, naming the truth among their cases: without them "
+                     f"{100 * (agree - named) / max(total, 1):.1f} %" if named else "") + "), "
                   f"{bad} false-full on KV-bound/preempting/transient frames, "
                   + (f"{missed} slots-bound frames past the hold not flagged, " if mode == "sidecar" else "") +
                   f"{sum(s.raises for s in ss)} of {sum(s.lead_up for s in ss)} lead-up frames advise an unconditional "

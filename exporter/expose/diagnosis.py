@@ -295,8 +295,24 @@ def _transient(e: EngineReport) -> str:
                                           ": the next scrape tells.") + _risks(e))
 
 
+def _unknown_role(e: EngineReport) -> str:
+    return (f"Nothing waits and nothing runs; {e.headroom.kv_used_blocks} blocks stay in use, and the engine exports "
+            "vLLM's NIXL connector series but nobody stated its kv_role: if it is a P/D producer (kv_producer "
+            "or kv_both), these are finished prefills it keeps until its decode side reads them (freed then, "
+            "or when their lease expires), held on purpose; if not, they may be leaked. Give vLLM's command "
+            "line (--kv-transfer-config) to decide.")
+
+
 def _undecided(e: EngineReport) -> str:
     h, used = e.headroom, _used(e)
+    if e.producer_holding:
+        return _unknown_role(e)
+    if e.asleep_or_stuck:
+        mode = e.config.enable_sleep_mode
+        return (f"{e.waiting} requests wait and the engine has made no step for {e.seconds_without_progress:.0f} s; "
+                f"{used}, {e.running} running. This vLLM exports no sleep state and its sleep mode is "
+                f"{'on' if mode is not None and mode.value else 'not known'}: an engine put to sleep (POST /sleep) "
+                "and a stuck scheduler look the same from here. The server's GET /is_sleeping decides.")
     if not e.decided_by:
         return f"{used}, {e.running} run and {e.waiting} wait; what binds cannot be told from what is consistent."
     unknown = sorted({c.input for c in e.decided_by} - set(advice.EVIDENCE))
@@ -316,11 +332,7 @@ def _ok(e: EngineReport) -> str:
     h = e.headroom
     if e.producer_holding:
         if e.config.kv_role is None:
-            return (f"Nothing waits and nothing runs; {h.kv_used_blocks} blocks stay in use, and the engine exports "
-                    "vLLM's NIXL connector series but nobody stated its kv_role: if it is a P/D producer (kv_producer "
-                    "or kv_both), these are finished prefills it keeps until its decode side reads them (freed then, "
-                    "or when their lease expires), held on purpose; if not, they may be leaked. Give vLLM's command "
-                    "line (--kv-transfer-config) to decide.")
+            return _unknown_role(e)
         return (f"Nothing waits and nothing runs; the {h.kv_used_blocks} blocks in use are finished prefills this "
                 f"P/D producer (kv_role {e.config.kv_role.value}) keeps until its decode "
                 "side reads them (vLLM's NIXL connector frees them then, or when their lease expires): held on "
@@ -414,6 +426,8 @@ def actions(e: EngineReport, engines: list[EngineReport] | None = None) -> list[
     given = advice.advise_server(e, engines or [e])
     out = [a.text() for a in given]
     fixed = ACTIONS[catalogue.entry(shown.verdict).actions]
+    if shown.asleep_or_stuck:
+        fixed = (ASLEEP_OR_STUCK_ACTION,)
     out += deferral_actions(shown) if str(shown.verdict) == "deferred" else list(fixed)
     known = e.config.max_num_seqs
     if (known is None or known.source == "inferred") and not any(
@@ -441,11 +455,22 @@ def deferral_actions(e: EngineReport) -> list[str]:
     return out or list(ACTIONS["deferred"])
 
 
+# An undecided stall that sleep may explain (no sleep state exported): ask the server, restart for neither answer
+# until the log is read.
+ASLEEP_OR_STUCK_ACTION = ("ask the server: GET /is_sleeping (served with VLLM_SERVER_DEV_MODE=1); if it is asleep, "
+                          "POST /wake_up; if not, the scheduler is stuck: check the engine log")
+
+
 CAP_DOUBT_FRAMES = 6  # scrapes with requests waiting before a stated cap far above the running count is doubted
 
 
 def stated_cap_doubt(e: EngineReport) -> str | None:
     """A stated max_num_seqs the engine contradicts: more requests run than it allows."""
+    wrong = e.max_num_seqs_refuted
+    if wrong is not None:
+        return (f"check max_num_seqs: {e.running} run, more than the max_num_seqs {wrong.value} you stated "
+                f"({wrong.source}); vLLM never runs more than its cap, so the stated value is wrong: this answer "
+                "takes the cap as unknown; state the server's real value")
     known = e.config.max_num_seqs
     if known is None or known.source == "inferred":
         return None
@@ -563,6 +588,7 @@ def engine_json(e: EngineReport, engines: list[EngineReport] | None = None) -> d
         "gauges_reliable": e.gauges_reliable,
         "judged_from_seconds_ago": None if e.judged_from is None else round(e.judged_from, 3),
         "producer_holding": e.producer_holding,
+        "asleep_or_stuck": e.asleep_or_stuck,
         "effective_usage_ratio": round(h.effective_usage_ratio, 6),  # deprecated alias, removed in 0.2.0
         "worst_case_blocks_per_request": {
             "profile": h.worst_case_blocks_profile,

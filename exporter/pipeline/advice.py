@@ -114,8 +114,9 @@ class Evidence:
 EVIDENCE = {
     "request_tokens": Evidence(
         "the queue head's uncached prompt (tokens)", "the queue head's size",
-        "watch it with `serve`, which reads the budget's use from the steps between scrapes",
-        "wait for the next scrape (the steps until then show the budget's use)"),
+        "watch it with `serve`, which reads from the steps between scrapes whether the head goes in and what they "
+        "spend of the budget",
+        "wait for the next scrape (the steps until then show whether the head goes in and the budget's use)"),
     "head_cached_blocks": Evidence(
         "the queue head's prompt blocks cached in free blocks",
         "how much of the queue head's prompt sits cached in free blocks (vLLM's per-step gate counts them with "

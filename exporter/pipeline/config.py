@@ -252,6 +252,7 @@ class ServingConfig:
     kv_cache_max_concurrency: Known[float] | None = None
     enable_prefix_caching: Known[bool] | None = None
     enable_chunked_prefill: Known[bool] | None = None
+    enable_sleep_mode: Known[bool] | None = None  # --enable-sleep-mode: POST /sleep may put the engine to sleep
     model: Known[str] | None = None
     served_model_name: Known[str] | None = None
     kv_cache_dtype: Known[str] | None = None  # vLLM's --kv-cache-dtype

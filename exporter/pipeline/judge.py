@@ -632,6 +632,13 @@ def judge(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, histo
     hit_share = history.hit_share(e, gauges_only)
 
     max_num_seqs = admission_cap(cfg, snap)
+    refuted: Known[int] | None = None
+    if max_num_seqs is not None and running > max_num_seqs:
+        # vLLM never runs more than its cap: what it reads refutes the stated value, so the answer is judged as with
+        # the cap unknown (its floor the running count) and never advises changing the refuted figure.
+        refuted = cfg.max_num_seqs if value(cfg.max_num_seqs) == max_num_seqs else cfg.max_num_active_seqs
+        cfg = replace(cfg, max_num_seqs=None, max_num_active_seqs=None)
+        max_num_seqs = None
     gate = admission_inputs(cfg, snap)
     derived_from = derive.Inputs(
         num_gpu_blocks=n_blocks,
@@ -742,7 +749,7 @@ def judge(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, histo
         lora_admits=None if e.lora is None else lora_admissible(e.lora.max_lora, e.lora.waiting, e.lora.running,
                                                                 waiting),
         head_tokens=head_tokens, kv_room_typical=kv_room_typical, step_tokens_since=step_tokens_since,
-        uncounted_prefill=uncounted_prefill)
+        uncounted_prefill=uncounted_prefill, sleep_mode=value(cfg.enable_sleep_mode))
     progress = (e.steps_total, e.generation_tokens_total)
     if tracker.restart_if_reset(obs, e.preemptions_total, progress):
         # vLLM restarted: its counters began again at 0; the prefix-hit and prefill baselines go too.
@@ -787,6 +794,8 @@ def judge(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, histo
                      gauges_only, how, block_size, quality, budget, found, tracker, inputs,
                      risks_of(headroom, running, thin, quality.stale), decides, waste, boundary,
                      hit_share if e.prefix_queries_total is not None and e.prefix_hits_total is not None else None)
+    if refuted is not None:
+        report = replace(report, max_num_seqs_refuted=refuted)
     if judgement.gauges_reliable:
         report = replace(report, advice=tuple(advice.advise(report)))
         history.consistent = report
@@ -840,6 +849,7 @@ def _report(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, jud
         judged_from=judgement.judged_from,
         unreliable_scrapes=tracker.unreliable_scrapes,
         producer_holding=judgement.producer_holding,
+        asleep_or_stuck=judgement.asleep_or_stuck,
         capacity_decides=decides,
         admission_notes=admission_notes(cfg, snap),
         kv_transfer=kv_transfer(cfg, e),

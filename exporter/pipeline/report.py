@@ -15,7 +15,7 @@ from typing import Any
 from ..core import defaults
 from ..engines.base import AttentionFacts, Candidate, Histogram, OffloadTier, ReleaseRules
 from . import derive
-from .config import ServingConfig
+from .config import Known, ServingConfig
 from .derive import Headroom
 from .inputs import Input
 from .profile import Quantile
@@ -116,6 +116,9 @@ class EngineReport:
     cmdline_pid: int | None = None  # the vLLM process whose /proc/<pid>/cmdline gave the `cmdline` values
     cmdline_found_by: str | None = None
     busy_ceiling: int | None = None  # highest running seen while requests waited, lately (sidecar only)
+    # A stated admission cap (max_num_seqs or max_num_active_seqs) below the running count: refuted by what vLLM
+    # reads, so the answer is judged with the cap unknown.
+    max_num_seqs_refuted: Known[int] | None = None
     busy_frames: int = 0  # scrapes with requests waiting behind that ceiling
     # The one judgement (issue 19): what binds now, what an unknown input would change, the risks, the advice.
     binding_limit: Limit = Limit.NONE
@@ -128,6 +131,7 @@ class EngineReport:
     judged_from: float | None = None  # seconds since the consistent scrape whose judgement this repeats
     unreliable_scrapes: int = 0  # scrapes of this engine whose gauges contradicted its counters, since start
     producer_holding: bool = False  # a P/D producer keeps finished prefills' blocks for its decode side
+    asleep_or_stuck: bool = False  # no step, nothing runs, and the release exports no sleep state: asleep or stuck
     consistent: EngineReport | None = None  # gauges unreliable: the report of the consistent scrape judged from
     block_waste: derive.Waste | None = None  # token slots of used blocks holding no token (None: nothing runs)
     prefix_cache_hit_ratio: float | None = None  # prompt tokens found in the prefix cache lately (None: no counters)

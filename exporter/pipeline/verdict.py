@@ -78,7 +78,7 @@ class Observation:
     deferred: int | None  # waiting requests by reason "deferred" (vLLM ≥ 0.20), else None
     usage: float
     max_num_seqs: int | None  # stated, or inferred (max_num_seqs_inferred) from the running ceiling
-    awake: bool | None
+    awake: bool | None  # vLLM's sleep state (None: the release exports none)
     headroom: Pool  # the pool's figures (those that do not depend on max_num_seqs)
     largest_prompt_blocks: int | None = None  # blocks of the longest prompt vLLM has finished (bucket bound)
     finished_total: float | None = None  # requests finished since start (count of the prompt histogram)
@@ -122,6 +122,7 @@ class Observation:
     # The blocks in use grew since the last scrape by more than the tokens counted since then fill (less one partly
     # filled block per running request): a prefill under way that vLLM counts only when it completes.
     uncounted_prefill: bool = False
+    sleep_mode: bool | None = None  # --enable-sleep-mode (None: not known); with `awake` None sleep may explain a stall
     # The head's size is known only as a range, from the typical (median) prompt of the profile to its quantile
     # (the conservative size `headroom.prompt_blocks` and the KV room are taken at): the quantile's uncached prompt
     # tokens (what it would take of the token budget) and how many heads of the typical prompt the free blocks
@@ -172,6 +173,7 @@ class Judgement:
     decided_by: tuple[Case, ...] = ()  # undecided: what each value of the unknown input would mean
     admits: int | None = None  # requests the next step can admit (free slots and free blocks), when known
     producer_holding: bool = False  # a P/D producer keeps finished prefills' blocks for its decode side
+    asleep_or_stuck: bool = False  # a stall that sleep may explain: the release exports no sleep state
     gauges_reliable: bool = True  # False: the gauges contradict the counters; judged from `judged_from`
     judged_from: float | None = None  # seconds since the consistent scrape this answer repeats (gauges unreliable)
 
@@ -241,7 +243,7 @@ def next_step(free_slots: int | None, kv_room: int, waiting: int, budget_room: f
 
 
 def default_rule(c: Candidate) -> str:
-    """A default's candidate as a case's rule: `vLLM's default on CPU (x world, 1 assumed)`."""
+    """A default's candidate as a case's rule: `vLLM's default on CPU (for one rank: ...)`."""
     return f"vLLM's default on {c.rule}"
 
 
@@ -277,19 +279,28 @@ def classify(o: Observation, h: History, t: Thresholds) -> Judgement:
         # A hold longer than the producer's lease (plus the leak hold) is no longer explained by the decode side.
         past_lease = (o.producer_hold_limit is not None and h.idle_with_blocks_for is not None
                       and h.idle_with_blocks_for >= o.producer_hold_limit + t.leak_after)
+        leak_due = idle_with_blocks and (h.one_shot or (h.idle_with_blocks_for is not None
+                                                        and h.idle_with_blocks_for >= t.leak_after))
         if idle_with_blocks and producer and not past_lease:
             # A P/D prefill instance keeps finished prefills' blocks until its decode side reads them (a lease,
             # `kv_lease_duration` renewed by heartbeats in 0.32.0; VLLM_NIXL_ABORT_REQUEST_TIMEOUT, 480 s, before):
             # held on purpose, not leaked. With no role stated, a connector's own counters (vLLM exports
-            # NIXL's only with a NIXL connector) say the instance may be that producer: a leak then needs
-            # the role, which decides it.
+            # NIXL's only with a NIXL connector; vllm-rs always) say the instance may be that producer: once a
+            # leak would be said, the role decides it, and the answer is undecided.
+            if o.kv_role is None and leak_due:
+                return Judgement(Verdict.UNDECIDED, Limit.UNDECIDED, producer_holding=True, first_look=not h.one_shot)
             return Judgement(Verdict.OK, Limit.NONE, producer_holding=True)
-        if idle_with_blocks and (h.one_shot or (h.idle_with_blocks_for is not None
-                                                and h.idle_with_blocks_for >= t.leak_after)):
+        if leak_due:
             return Judgement(Verdict.LEAK, Limit.NONE, suspected=h.one_shot)
         return Judgement(Verdict.OK, Limit.NONE)
     stalled = h.no_progress_for is not None and h.no_progress_for >= t.stuck_after
+    # A release without a sleep state (vLLM 0.10.2 exports no engine_sleep_state) and sleep mode on or not known:
+    # an engine put to sleep (POST /sleep) makes no step either, with its requests kept (tests/fixtures/vllm-0.32.0/
+    # prod-sleep: 63 running while asleep). GET /is_sleeping decides; a restart is advised for neither.
+    sleep_may_explain = o.awake is None and o.sleep_mode is not False
     if stalled and o.running > 0:
+        if sleep_may_explain:
+            return Judgement(Verdict.UNDECIDED, Limit.UNDECIDED, asleep_or_stuck=True, first_look=not h.one_shot)
         # Running requests make no step: nothing but the engine explains that.
         return Judgement(Verdict.STUCK, Limit.ENGINE)
     if o.deferred is not None and o.deferred > 0 and o.deferred >= o.waiting and not h.deferred_fell:
@@ -346,6 +357,8 @@ def classify(o: Observation, h: History, t: Thresholds) -> Judgement:
         return Judgement(Verdict.TRANSIENT, Limit.UNDECIDED, head_of_line_candidate=True, suspected=h.one_shot,
                          first_look=True)
     if stalled:
+        if sleep_may_explain:  # (above): asleep or stuck, not told apart
+            return Judgement(Verdict.UNDECIDED, Limit.UNDECIDED, asleep_or_stuck=True, first_look=not h.one_shot)
         # Nothing runs, the head fits, nothing is deferred, the engine is awake, yet it makes no step.
         return Judgement(Verdict.STUCK, Limit.ENGINE)
     budgets: tuple[Candidate | None, ...] = o.budget_candidates or (None,)
@@ -401,13 +414,9 @@ def classify(o: Observation, h: History, t: Thresholds) -> Judgement:
                                   f"long as the requests in flight hold each, against a budget of {binds[-1].value} "
                                   f"({'stated' if o.budget_stated else default_rule(binds[-1])})",
                                   Limit.TOKEN_BUDGET))
-    others = {c.limit for c in cases[1:]}
-    if others == {Limit.NONE}:
-        # Most often the moment between two engine steps: vLLM admits the queue at its next step unless every slot
-        # is taken; one observation cannot tell which.
-        return Judgement(Verdict.TRANSIENT, Limit.UNDECIDED, head_of_line_candidate=True, suspected=h.one_shot,
-                         first_look=True, decided_by=tuple(cases), admits=kv_room)
-    return _undecided(h, cases + by_budget, kv_room)
+    # Slots bind if the cap is the running count, and the queue goes in at the next step at every larger cap: the
+    # cap decides, so the answer says so (undecided with its cases), never `transient` on one side of it.
+    return replace(_undecided(h, cases + by_budget, kv_room), head_of_line_candidate=True)
 
 
 def _cached_prefix(o: Observation, h: History, t: Thresholds) -> Judgement:
@@ -669,6 +678,19 @@ def _room(o: Observation, h: History, limit: Limit, admits: int) -> Judgement:
     if limit is Limit.BLOCKS and o.profile_backed:
         # The free blocks hold fewer of the profile's prompts than wait: the next step fills the pool.
         return Judgement(Verdict.KV_FULL, Limit.BLOCKS, head_of_line_candidate=True, admits=admits)
+    if limit is Limit.BLOCKS and h.one_shot and o.waiting > admits:
+        # The free blocks hold fewer heads than wait only at a size no finished request backs (what requests in
+        # flight hold each): one observation cannot call that the moment between two steps. The head's size
+        # decides (a fresh reviewer, vllm-0.32.0/head-of-line frame 12 with its flags: "the next step can admit 2"
+        # of 7 waiting, said to be transient; the real head is 255 blocks).
+        hr = o.headroom
+        bs = hr.block_size_tokens
+        each = max(1, hr.kv_free_blocks // max(o.waiting, 1))
+        return _undecided(h, [
+            Case("request_tokens", hr.prompt_blocks * bs, "the size the headroom takes, no finished request sizing "
+                 "it: what requests in flight hold each, else max_model_len", Limit.BLOCKS),
+            Case("request_tokens", each * bs, f"or less: at most {each:,} blocks each, so the free blocks hold "
+                 "the whole queue", Limit.NONE)], admits)
     return Judgement(Verdict.TRANSIENT, Limit.NONE, head_of_line_candidate=True, suspected=h.one_shot,
                      first_look=True, admits=admits)
 
@@ -873,11 +895,14 @@ class Tracker:
         # Blocks in use that change while requests run are steps too: a long prompt prefilling chunk by chunk moves
         # no counter on releases that count a step only when it produces a token (0.10.2).
         moved = self._last_used is not None and o.headroom.kv_used_blocks != self._last_used and o.running > 0
-        # No step since the last scrape (no counter moved, the same gauges and blocks): vLLM's stats are the ones the
-        # last scrape judged, with more evidence (its steps); this one repeats that answer until `stuck_after`.
-        unchanged = (progress[0] is not None and progress == self._last_progress_value
-                     and self._last_used == o.headroom.kv_used_blocks and self._prev is not None
-                     and self._prev == (o.running, o.waiting, o.finished_total) and o.waiting > 0)
+        # Whether the engine made a step since the last scrape (unknown without its counters: taken as yes). With
+        # nothing running the scheduler still tries the head on every loop, making no step it counts (no token).
+        stepped = progress[0] is None or progress != self._last_progress_value or moved or o.running == 0
+        # No step while requests run (no counter moved, the same gauges and blocks: a step longer than the
+        # interval): vLLM's stats are the ones the last scrape judged, with more evidence (its steps); this one
+        # repeats that answer until `stuck_after`.
+        unchanged = not stepped and (self._last_used == o.headroom.kv_used_blocks and self._prev is not None
+                                     and self._prev == (o.running, o.waiting, o.finished_total) and o.waiting > 0)
         self._last_used = o.headroom.kv_used_blocks
         if progress != self._last_progress_value or self._last_progress_at is None or nothing_to_do or moved:
             self._last_progress_value = progress
@@ -910,10 +935,12 @@ class Tracker:
             self._idle_since = now
 
         prev = self._prev
-        # The previous scrape showed room for the head beside a free slot and since then nothing was admitted
-        # (running did not rise) and nothing finished: the head did not fit, whatever the profile says.
+        # The previous scrape showed room for the head beside a free slot and since then the engine stepped, nothing
+        # was admitted (running did not rise) and nothing finished: the head did not fit, whatever the profile says.
+        # Without a step no head was examined (a fresh reviewer: two scrapes of one exposition read as a head that
+        # stood, "none was admitted").
         stood = (self._room_before and prev is not None and o.running <= prev[0] and o.waiting > 0
-                 and not self._finished_since(o))
+                 and not self._finished_since(o) and stepped)
         history = History(
             preempted_recently=preempted,
             no_progress_for=no_progress,
@@ -931,7 +958,7 @@ class Tracker:
         judgement = classify(o, history, self.t)
         c = self._consistent
         if (unchanged and c is not None and no_progress < self.t.stuck_after and judgement.verdict is not Verdict.STUCK
-                and c.judgement.verdict in _WAITING_VERDICTS):
+                and c.judgement.verdict is not Verdict.STUCK):
             # (engine truth, tests/fixtures/vllm-0.10.2/prod-kv frames 116 and 138: a CPU step longer than the
             # scrape interval; the second look otherwise reads a head that was never examined as one that stood)
             judgement = c.judgement

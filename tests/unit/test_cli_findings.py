@@ -213,7 +213,7 @@ def test_an_internal_error_is_logged_once_without_a_traceback(monkeypatch: pytes
         parser.feed(SNAPSHOT.read_text())
         return target.parsed(parser)
 
-    def boom(now: float, expo: object, gauges_only: bool = False) -> object:
+    def boom(*_args: object, **_kwargs: object) -> object:
         raise ExceptionGroup("unhandled errors in a TaskGroup", [OverflowError("port must be 0-65535")])
 
     monkeypatch.setattr(target, "fetch_parsed", body)
@@ -269,7 +269,7 @@ def test_vllm_args_use_vllms_own_types_and_say_what_is_ignored() -> None:
     argv = ["vllm", "serve", "m", "--max-num-seqs", "1k", "--block-size", "0", "--num-gpu-blocks-override", "1",
             "--max-num-batched-tokens", "8K", "--max-model-len", "32k", "-tp", "two"]
     got, notes = parse_vllm_args_noting(argv)
-    assert got == {"model": "m", "max_num_batched_tokens": 8192, "max_model_len": 32000}
+    assert got == {"model": "m", "max_num_batched_tokens": 8192, "max_model_len": 32000, "enable_sleep_mode": False}
     assert notes == [
         "--vllm-args --max-num-seqs '1k' is ignored: vLLM expects a whole number (vLLM reads it with int())",
         "--vllm-args --block-size '0' is ignored: it is not a positive number",

@@ -25,8 +25,12 @@ def test_parse_vllm_serve_command_line() -> None:
         "enable_chunked_prefill": False,
         "tensor_parallel_size": 2,
         "port": 8001,
+        "enable_sleep_mode": False,  # a whole command line without --enable-sleep-mode: vLLM's default, off
     }
     assert "s3cret" not in repr(got)
+    # A bare list of flags says nothing of the others; the flag itself is read.
+    assert "enable_sleep_mode" not in config.parse_vllm_args(["--max-num-seqs", "8"])
+    assert config.parse_vllm_args(["--max-num-seqs", "8", "--enable-sleep-mode"])["enable_sleep_mode"] is True
 
 
 @pytest.mark.parametrize(("text", "value"), [("4096", 4096), ("32k", 32000), ("32K", 32768), ("1M", 1048576),

@@ -201,6 +201,16 @@ def test_pr_38027_the_nixl_series_alone_mark_a_producer() -> None:
     seen = sidecar(r, frames, None)  # type: ignore[arg-type]
     assert seen and not [e for e in seen if e.verdict == "leak"]
     assert all(e.producer_holding for e in seen[-3:])
+    # Once a leak would be said (--verdict.leak-after, 120 s), the role decides between a hold and a leak: the
+    # answer is undecided and says what decides it; it was `ok` with "if not, they may be leaked" (a fresh reviewer).
+    late = [e for (t, _text), e in zip(frames, seen, strict=True) if t - frames[0][0] > 125.0]
+    assert late and all(e.verdict == "undecided" and "--kv-transfer-config" in diagnosis.explain(e) for e in late)
+    early = [e for (t, _text), e in zip(frames, seen, strict=True) if t - frames[0][0] < 115.0]
+    assert early and all(e.verdict == "ok" for e in early)
+    # One observation cannot wait for the hold: undecided at once.
+    one = as_recorded(Target(Settings("recorded", vllm_args=None, discover_cmdline=False)), r.meta)
+    [answer] = one.observe(frames[-1][0], frames[-1][1], gauges_only=True).engines
+    assert answer.verdict == "undecided" and answer.producer_holding
 
 
 def test_a_known_command_line_without_a_connector_is_no_producer_whatever_series_it_exports() -> None:

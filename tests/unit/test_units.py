@@ -72,7 +72,8 @@ def test_single_letter_size_suffixes_read_as_vllms_kv_cache_memory_bytes(text: s
 
 def test_the_sidecar_reads_vllm_args_on_the_same_rule() -> None:
     argv = ["vllm", "serve", "m", "--max-model-len", "32K", "--max-num-batched-tokens", "1.5K"]
-    assert parse_vllm_args(argv) == {"model": "m", "max_model_len": 32768}  # vLLM itself refuses 1.5K
+    assert parse_vllm_args(argv) == {"model": "m", "max_model_len": 32768,  # vLLM itself refuses 1.5K
+                                     "enable_sleep_mode": False}
 
 
 @given(st.integers(min_value=1, max_value=10**7))

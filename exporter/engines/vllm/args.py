@@ -29,7 +29,7 @@ _INT_FLAGS_ALSO = ("tensor_parallel_size", "data_parallel_size", "pipeline_paral
 _STR_FLAGS = ("model", "served_model_name", "kv_cache_dtype", "host", "gpu_memory_utilization", "performance_mode",
               "attention_backend")
 _FLOAT_FLAGS = ("watermark",)
-_BOOL_FLAGS = ("enable_chunked_prefill", "enable_prefix_caching", "scheduler_reserve_full_isl")
+_BOOL_FLAGS = ("enable_chunked_prefill", "enable_prefix_caching", "scheduler_reserve_full_isl", "enable_sleep_mode")
 _JSON_FLAGS = ("speculative_config", "kv_transfer_config")
 # 0.33's short forms of --speculative-config's keys (vllm/engine/arg_utils.py:2108-2121 @0.33.0)
 _SPEC_KEYS = {"spec_method": "method", "spec_model": "model", "spec_tokens": "num_speculative_tokens"}
@@ -326,6 +326,11 @@ def parse_vllm_args_noting(argv: list[str], where: str = "--vllm-args") -> tuple
         notes.append(f"{where} --max-num-active-seqs {active} is ignored: vLLM refuses it above --max-num-seqs "
                      f"{seqs} (max_num_active_seqs ({active}) cannot be greater than max_num_seqs ({seqs}).)")
         del out["max_num_active_seqs"]
+    if "enable_sleep_mode" not in out and is_vllm_server(argv):
+        # A whole command line (the server's program and its flags) without --enable-sleep-mode: vLLM's default,
+        # off (vllm/engine/arg_utils.py `enable_sleep_mode: bool = False` @0.10.2 and @0.32.0); the engine cannot
+        # be put to sleep. A bare list of flags says nothing of the others.
+        out["enable_sleep_mode"] = False
     return out, notes
 
 

@@ -67,7 +67,8 @@ def batch_defaults(version: str | None, world_size: int | None, performance_mode
         scale = world if c.per_world else 1
         device = c.device
         if c.per_world:
-            device += f" (x world {world})" if world_size else " (x world, 1 assumed)"
+            # CPU's defaults scale with the world size (tensor x pipeline parallel)
+            device += f" (x {world} ranks)" if world_size else " (for one rank: x the tensor and pipeline ranks)"
         seqs.append(Candidate(c.seqs * scale, device))
         tokens.append(Candidate(c.tokens * scale, device))
     if performance_mode == "throughput":

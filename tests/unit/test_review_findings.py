@@ -1,0 +1,106 @@
+"""What a fresh reviewer found trying issue 19's rule ("every answer claims only what its evidence shows") on
+recorded real expositions, each fixed at its root and tested from the recording it was found on.
+"""
+
+from __future__ import annotations
+
+from exporter.expose import diagnosis
+from exporter.pipeline.catalogue import Limit, Verdict
+from exporter.pipeline.report import EngineReport
+from exporter.pipeline.target import Settings, Target, one_shot
+from exporter.replay import recording
+from tests import fixtures, rewrite
+
+PROD_SLOTS = fixtures.ROOT / "prod-slots"  # vLLM 0.32.0, --max-num-seqs 256
+
+
+def _diagnose(folder: object, i: int, argv: list[str] | None) -> EngineReport:
+    rec = recording.load(folder)  # type: ignore[arg-type]
+    t, text = rec.frames[i]
+    target = fixtures.as_recorded(one_shot(Settings("recorded", vllm_args=argv, discover_cmdline=False)), rec.meta)
+    [engine] = target.observe(t, text, gauges_only=True).engines
+    return engine
+
+
+def test_a_stated_cap_below_the_running_count_is_refuted_not_advised_on() -> None:
+    # prod-slots frame 10: 255 run (the server's cap is 256), 62 wait. Stated `--max-num-seqs 64`, the answer was
+    # slots_full, "all 64 slots of max_num_seqs=64 are taken", false_full yes, and "raise max_num_seqs from 64 to
+    # 128" beside "the stated value is wrong": following it would halve the real cap.
+    e = _diagnose(PROD_SLOTS, 10, ["vllm", "serve", "tiny-llama", "--max-num-seqs", "64"])
+    assert e.running == 255
+    assert e.max_num_seqs_refuted is not None and e.max_num_seqs_refuted.value == 64
+    assert e.config.max_num_seqs is None  # judged with the cap unknown
+    assert not any(a.setting == "max_num_seqs" and a.direction in ("raise", "lower") for a in e.advice)
+    text = diagnosis.explain(e)
+    assert "64 slots" not in text and "max_num_seqs=64" not in text
+    assert any("more than the max_num_seqs 64 you stated" in line for line in diagnosis.actions(e))
+    # A stated cap the running count does not exceed stands.
+    right = _diagnose(PROD_SLOTS, 10, ["vllm", "serve", "tiny-llama", "--max-num-seqs", "256"])
+    assert right.max_num_seqs_refuted is None and right.config.max_num_seqs is not None
+    assert right.verdict is Verdict.SLOTS_FULL
+
+
+def test_a_second_scrape_of_the_same_exposition_reads_no_head_as_one_that_stood() -> None:
+    # prod-slots replayed without flags: frame 28 shows 254 running, 1 waiting, 18,050 blocks free (transient). The
+    # same exposition scraped again 0.5 s later (a replay, or a server whose stats did not move: no engine step) was
+    # read as a second look at a head that stood, "none was admitted ... the head is larger than typical":
+    # head_of_line. No step examined it.
+    rec = recording.load(PROD_SLOTS)
+    target = fixtures.as_recorded(Target(Settings("recorded", vllm_args=None, discover_cmdline=False)), rec.meta)
+    for t, text in rec.frames[:29]:
+        [first] = target.observe(t, text).engines
+    assert (first.running, first.waiting) == (254, 1) and first.verdict is Verdict.TRANSIENT
+    t, text = rec.frames[28]
+    [again] = target.observe(t + 0.5, text).engines
+    assert again.verdict is Verdict.TRANSIENT
+
+
+OLD_IDLE = fixtures.ROOT.parent / "vllm-0.10.2" / "idle"
+
+
+def _stalled(args: list[str]) -> list[EngineReport]:
+    """vLLM 0.10.2's idle recording with 3 requests waiting and every counter flat, 130 s long: an engine that makes
+    no step. 0.10.2 exports no sleep state (no vllm:engine_sleep_state)."""
+    rec = recording.load(OLD_IDLE)
+    last = rewrite.set_sample(rec.frames[-1][1], "vllm:num_requests_waiting", 3)
+    assert "engine_sleep_state" not in last
+    frames = [(t, rewrite.set_sample(text, "vllm:num_requests_waiting", 3)) for t, text in rec.frames]
+    t = frames[-1][0]
+    while t + 5.0 <= 130.0:
+        t += 5.0
+        frames.append((t, last))
+    target = fixtures.as_recorded(Target(Settings("recorded", vllm_args=args, discover_cmdline=False)), rec.meta)
+    return [e for t, text in frames for e in target.observe(t, text).engines]
+
+
+def test_a_stall_sleep_may_explain_is_never_called_stuck_nor_a_restart() -> None:
+    # A fresh reviewer: with --enable-sleep-mode on a release without a sleep state, the answer became `stuck`,
+    # "Nothing else explains it: ... the engine is awake", "restart the pod if the engine is hung" (and the stuck
+    # page), although an engine put to sleep looks the same.
+    rec = recording.load(OLD_IDLE)
+    with_sleep = _stalled([*(str(a) for a in rec.meta["server_argv"]), "--enable-sleep-mode"])
+    late = with_sleep[-3:]
+    assert all(e.verdict is Verdict.UNDECIDED and e.asleep_or_stuck for e in late)
+    assert all("GET /is_sleeping" in diagnosis.explain(e) and "awake" not in diagnosis.explain(e) for e in late)
+    assert not any("restart" in a for e in late for a in diagnosis.actions(e))
+    # The whole command line without --enable-sleep-mode: vLLM's default is off, the engine cannot be asleep.
+    without = _stalled([str(a) for a in rec.meta["server_argv"]])
+    assert without[-1].verdict is Verdict.STUCK and not without[-1].asleep_or_stuck
+    # A bare list of flags says nothing of sleep mode: undecided as well.
+    bare = _stalled(["--max-num-seqs", "8"])
+    assert bare[-1].verdict is Verdict.UNDECIDED and bare[-1].asleep_or_stuck
+
+
+def test_one_observation_does_not_call_a_queue_the_free_blocks_hold_only_in_part_transient() -> None:
+    # vllm-0.32.0/head-of-line frame 12, diagnosed with its command line: 1 running request holds 66 blocks (no
+    # request has finished, so that is the only size there is), 160 blocks are free, 7 wait. The answer was
+    # `transient`, binding none, no cases: "the next step can admit 2, so ... the moment between two engine steps";
+    # the real head is 8,160 tokens (255 blocks).
+    folder = fixtures.ROOT / "head-of-line"
+    meta = recording.load(folder).meta
+    e = _diagnose(folder, 12, [str(a) for a in meta["server_argv"]])
+    assert (e.running, e.waiting, e.headroom.kv_free_blocks) == (1, 7, 160)
+    assert e.verdict is Verdict.UNDECIDED
+    assert {(c.input, c.limit) for c in e.decided_by} == {("request_tokens", Limit.BLOCKS),
+                                                          ("request_tokens", Limit.NONE)}
+    assert "moment between two engine steps" not in diagnosis.explain(e)

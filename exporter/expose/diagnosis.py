@@ -27,6 +27,11 @@ HOW_TO_SUPPLY = (
 )
 
 
+def _waits(e: EngineReport) -> str:
+    """'1 request waits' or 'N requests wait'."""
+    return "1 request waits" if e.waiting == 1 else f"{e.waiting} requests wait"
+
+
 def _pct(x: float) -> str:
     return f"{100 * x:.0f} %"
 
@@ -109,12 +114,12 @@ def _slots_full(e: EngineReport) -> str:
     inferred = _inferred_cap(e) if e.slots_inferred or (e.config.max_num_seqs is not None
                                                         and str(e.config.max_num_seqs.source) == "inferred") else ""
     if free > 0:
-        return (f"{used}; {e.running} of {e.cap_setting}={cap} slots are taken and {e.waiting} requests wait"
+        return (f"{used}; {e.running} of {e.cap_setting}={cap} slots are taken and {_waits(e)}"
                 f"{inferred}: "
                 f"the next step fills the {free} free slot{'s' if free > 1 else ''} (requests finish and are replaced "
                 f"between steps) and the other {e.waiting - free} wait for a slot, not for memory "
                 f"({h.kv_free_blocks} of {h.kv_capacity_blocks} blocks are free).{_risks(e)}")
-    return (f"{used}, but all {cap} slots of {e.cap_setting}={cap} are taken{inferred}; {e.waiting} requests wait for "
+    return (f"{used}, but all {cap} slots of {e.cap_setting}={cap} are taken{inferred}; {_waits(e)} for "
             f"a slot, not for memory ({h.kv_free_blocks} of {h.kv_capacity_blocks} blocks are free).{_risks(e)}")
 
 
@@ -125,15 +130,15 @@ def _kv_full(e: EngineReport) -> str:
         why = (f"{h.kv_free_blocks} free blocks cannot hold the next request's {h.prompt_blocks}"
                if h.kv_free_blocks < h.prompt_blocks else f"the pool is {_pct(h.panel_usage_ratio)} used")
         return (f"{used}; all {e.max_num_seqs} slots{slots} are taken and memory binds too: {why}. "
-                f"{e.waiting} requests wait for memory as much as for a slot: more slots would not admit them.")
+                f"{_waits(e)} for memory as much as for a slot: more slots would not admit them.")
     if h.head_may_fit and not h.head_fits and h.admission is not None:
         return (f"{used}: {h.kv_free_blocks} blocks are free and the queue head needs {_head_need(h)} (its prefill "
                 "chunk and its prompt's blocks cached in free blocks, which no metric counts); since the last "
                 f"scrape the engine's steps left token budget, nothing was admitted and nothing finished: its "
-                f"cached blocks do not fit beside its chunk, and {e.waiting} requests wait for KV cache.{_risks(e)}")
+                f"cached blocks do not fit beside its chunk, and {_waits(e)} for KV cache.{_risks(e)}")
     if h.kv_free_blocks < h.prompt_blocks:
         return (f"{used}: {h.kv_free_blocks} blocks are free and the next request needs about {h.prompt_blocks} "
-                f"({_profile_text(e)}); {e.waiting} requests wait for KV cache.{_risks(e)}")
+                f"({_profile_text(e)}); {_waits(e)} for KV cache.{_risks(e)}")
     if e.binding_limit is Limit.BLOCKS and e.admits is not None and h.panel_usage_ratio < defaults.FULL_USAGE:
         return (f"{used}: {h.kv_free_blocks} blocks are free, enough for {e.admits} more requests of "
                 f"{h.prompt_blocks} blocks ({_profile_text(e)}), and {e.waiting} wait: the next step admits "
@@ -148,7 +153,7 @@ def _kv_full(e: EngineReport) -> str:
                 f"{left} are left and the next request needs about {need.blocks} ({_profile_text(e)}); {e.waiting} "
                 f"requests wait for KV cache.{_risks(e)}")
     return (f"{used}: the pool is (nearly) exhausted ({h.kv_free_blocks} of {h.kv_capacity_blocks} blocks free); "
-            f"{e.waiting} requests wait for KV cache.{_risks(e)}")
+            f"{_waits(e)} for KV cache.{_risks(e)}")
 
 
 def _preempting(e: EngineReport) -> str:
@@ -185,7 +190,7 @@ def _preempting(e: EngineReport) -> str:
 def _head_of_line(e: EngineReport) -> str:
     h = e.headroom
     return (f"{_used(e)} and {h.kv_free_blocks} blocks are free, enough for a typical request "
-            f"({h.prompt_blocks} blocks), yet {e.waiting} requests wait and none was admitted or finished since the "
+            f"({h.prompt_blocks} blocks), yet {_waits(e)} and none was admitted or finished since the "
             "last scrape: the request at the head of the queue is larger than typical (vLLM admits in order and "
             f"needs its whole prompt to fit), or running prefills use up the step's token budget "
             f"(max_num_batched_tokens).{_risks(e)}")
@@ -207,7 +212,7 @@ def _deferred(e: EngineReport) -> str:
         most = h.admission_headroom_requests_max
         admits = (f"between {h.admission_headroom_requests} and {most}" if most is not None
                   else f"{h.admission_headroom_requests}")
-        return (f"{_used(e)}; {e.waiting} requests wait and vLLM's LoRA cap skips those whose adapter is not loaded "
+        return (f"{_used(e)}; {_waits(e)} and vLLM's LoRA cap skips those whose adapter is not loaded "
                 f"({'; '.join(e.deferred_causes)}): the next step admits {admits} of them (the exposition does not "
                 "say how many ask for a running adapter), not short of memory. The engine makes no step for the "
                 "others meanwhile: that is the deferral, not a hang.")
@@ -217,7 +222,7 @@ def _deferred(e: EngineReport) -> str:
 
 
 def _stuck(e: EngineReport) -> str:
-    return (f"{e.waiting} requests wait and the engine has made no step for {e.seconds_without_progress:.0f} s; "
+    return (f"{_waits(e)} and the engine has made no step for {e.seconds_without_progress:.0f} s; "
             f"{_used(e)}. Nothing else explains it: no request is deferred, the engine is awake, and the head "
             "fits the pool. The scheduler is not making progress.")
 
@@ -247,9 +252,11 @@ def _budget_full(e: EngineReport) -> str:
         budget = f"{b.max_num_batched_tokens:,} tokens ({b.source})"
     else:
         budget = f"at most {max(c.value for c in b.candidates):,} tokens (even vLLM's largest default)"
-    return (f"{_used(e)}, {h.kv_free_blocks} blocks and free slots, yet {e.waiting} requests wait: a running "
-            f"prefill takes the whole token budget of {budget} of each step{per} (max_num_batched_tokens). "
-            f"vLLM schedules running requests first and admits waiting ones only while budget is left.{_risks(e)}")
+    taken = ("the running requests' tokens and the prefills admitted take" if e.running else
+             "the prefills it admits take")
+    return (f"{_used(e)}, {h.kv_free_blocks} free blocks and free slots, yet {_waits(e)}: {taken} "
+            f"the whole token budget of {budget} of each step{per} (max_num_batched_tokens). vLLM schedules "
+            f"running requests first and admits waiting ones only while budget is left.{_risks(e)}")
 
 
 def _never_fits(e: EngineReport) -> str:
@@ -257,7 +264,7 @@ def _never_fits(e: EngineReport) -> str:
     wmax = h.worst_case_blocks_max_model_len
     sure = (" One observation: it may also be the moment between two steps; a second look confirms."
             if e.suspected else "")
-    return (f"Nothing runs and all {h.kv_capacity_blocks} blocks are free, yet {e.waiting} requests wait: the "
+    return (f"Nothing runs and all {h.kv_capacity_blocks} blocks are free, yet {_waits(e)}: the "
             f"request at the head of the queue needs more blocks than the whole pool (max_model_len needs "
             f"{wmax} blocks, the pool has {h.kv_capacity_blocks}). vLLM admits in order and rejects nothing here "
             f"(vllm#39734), so it and every request behind it wait forever; the engine makes no step meanwhile, "
@@ -286,7 +293,7 @@ def _transient(e: EngineReport) -> str:
                 f"{_cases(e)}. Most often this is the moment between two engine steps. Supply max_num_seqs, or "
                 f"watch it with `serve`.{_risks(e)}")
     return (f"{used}, {h.kv_free_blocks} blocks are free (the queue head is taken to need {_head_need(h)}) and "
-            f"{e.waiting} requests wait: " + (
+            f"{_waits(e)}: " + (
                 f"the next step can admit {e.admits}, so in one observation this is most often the moment between "
                 "two engine steps" if e.admits is not None else
                 "in one observation this is most often the moment between two engine steps")
@@ -309,7 +316,7 @@ def _undecided(e: EngineReport) -> str:
         return _unknown_role(e)
     if e.asleep_or_stuck:
         mode = e.config.enable_sleep_mode
-        return (f"{e.waiting} requests wait and the engine has made no step for {e.seconds_without_progress:.0f} s; "
+        return (f"{_waits(e)} and the engine has made no step for {e.seconds_without_progress:.0f} s; "
                 f"{used}, {e.running} running. This vLLM exports no sleep state and its sleep mode is "
                 f"{'on' if mode is not None and mode.value else 'not known'}: an engine put to sleep (POST /sleep) "
                 "and a stuck scheduler look the same from here. The server's GET /is_sleeping decides.")

@@ -391,7 +391,9 @@ def classify(o: Observation, h: History, t: Thresholds) -> Judgement:
         return _room(o, h, limit, min(free_slots, kv_room))
     # max_num_seqs unknown: with it at the running count the slots bind; with vLLM's defaults the next step admits
     # what the free blocks (and the token budget) let in.
-    cases = [Case("max_num_seqs", o.running, "the running count: vLLM never runs more than its cap", Limit.SLOTS)]
+    # With nothing running no cap binds (vLLM's is at least 1): only the larger values are cases.
+    cases = [Case("max_num_seqs", o.running, "the running count: vLLM never runs more than its cap", Limit.SLOTS)
+             ] if o.running > 0 else []
     larger = [c for c in o.max_num_seqs_candidates if c.value > o.running] or [
         Candidate(o.running + o.waiting, "any cap above the running count and the queue")]
     by_budget: list[Case] = []
@@ -414,6 +416,10 @@ def classify(o: Observation, h: History, t: Thresholds) -> Judgement:
                                   f"long as the requests in flight hold each, against a budget of {binds[-1].value} "
                                   f"({'stated' if o.budget_stated else default_rule(binds[-1])})",
                                   Limit.TOKEN_BUDGET))
+    if not by_budget and {c.limit for c in cases} == {Limit.NONE}:
+        # Nothing runs and every cap it may have admits the queue at the next step: the moment between two steps.
+        return Judgement(Verdict.TRANSIENT, Limit.NONE, head_of_line_candidate=True, suspected=h.one_shot,
+                         first_look=True, admits=kv_room)
     # Slots bind if the cap is the running count, and the queue goes in at the next step at every larger cap: the
     # cap decides, so the answer says so (undecided with its cases), never `transient` on one side of it.
     return replace(_undecided(h, cases + by_budget, kv_room), head_of_line_candidate=True)

@@ -104,3 +104,17 @@ def test_one_observation_does_not_call_a_queue_the_free_blocks_hold_only_in_part
     assert {(c.input, c.limit) for c in e.decided_by} == {("request_tokens", Limit.BLOCKS),
                                                           ("request_tokens", Limit.NONE)}
     assert "moment between two engine steps" not in diagnosis.explain(e)
+
+
+def test_with_nothing_running_no_case_says_the_cap_is_zero() -> None:
+    # prod-slots frame 0 (idle, nothing has run), rewritten to one waiting request, diagnosed without flags: the
+    # answer's cases began "if max_num_seqs is 0 (the running count: vLLM never runs more than its cap), the slots
+    # bind". vLLM's cap is at least 1, so nothing running means no cap binds.
+    rec = recording.load(PROD_SLOTS)
+    t, text = rec.frames[0]
+    text = rewrite.set_sample(text, "vllm:num_requests_waiting", 1)
+    target = fixtures.as_recorded(one_shot(Settings("recorded", vllm_args=None, discover_cmdline=False)), rec.meta)
+    [e] = target.observe(t, text, gauges_only=True).engines
+    assert (e.running, e.waiting) == (0, 1)
+    assert not [c for c in e.decided_by if c.input == "max_num_seqs" and c.value == 0]
+    assert "max_num_seqs is 0" not in diagnosis.explain(e)

@@ -56,9 +56,13 @@ def cap_guessed(e: EngineReport) -> bool:
 
 def size_backed(e: EngineReport) -> bool:
     """The worst case per request rests on finished requests: the profile is not thin and its prompt is read from
-    the length histograms (not the in-flight floor, not max_model_len)."""
+    the length histograms (not the in-flight floor, not max_model_len), and neither its prompt nor its output
+    quantile lies in vLLM's +Inf bucket, where the histogram says only "longer than the last bound" and the size
+    taken is max_model_len (a fresh reviewer: 0.32.0 prod-preempt, a p99 prompt between 20,000 tokens and
+    max_model_len's 32,768 sized "lower max_num_seqs from 256 to 13-15", the top of that range)."""
     q = e.profile
-    return (q is not None and not q.thin and e.prompt is not None and e.prompt.basis in SIZED_BASES)
+    return (q is not None and not q.thin and e.prompt is not None and e.prompt.basis in SIZED_BASES
+            and not e.prompt.open_ended and not (e.max_tokens is not None and e.max_tokens.open_ended))
 
 
 def kv_capacity(e: EngineReport, wanted: int) -> Advice | None:

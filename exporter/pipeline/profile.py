@@ -30,6 +30,9 @@ class Quantile:
     lower: int | None = None  # the bucket's bounds around `tokens`: the uncertainty of a bucketed quantile
     upper: int | None = None
     span: float | None = None  # seconds of finished requests behind it ("window"); None: lifetime or unknown
+    # In vLLM's +Inf bucket: the histogram says only "longer than the last bound" (`lower`); `tokens` and `upper`
+    # are max_model_len, a bound, not a size any request was seen to have.
+    open_ended: bool = False
 
 
 def interpolated_quantile(hist: Histogram, q: float) -> tuple[float, float, float] | None:
@@ -121,7 +124,8 @@ def histogram_quantile(hist: Histogram, q: float, max_model_len: int | None, bas
     if tokens is None:
         return None
     lower = to_tokens(low, max_model_len) if low > 0 else 0
-    return Quantile(tokens, basis, int(hist.count), lower, to_tokens(high, max_model_len), span)
+    return Quantile(tokens, basis, int(hist.count), lower, to_tokens(high, max_model_len), span,
+                    open_ended=math.isinf(high))
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,7 +52,7 @@ def test_a_counter_reset_restarts_the_window_instead_of_going_negative() -> None
 def test_inf_bucket_means_max_model_len() -> None:
     buckets = ((20.0, 0.0), (500.0, 0.0), (float("inf"), 3.0))
     assert profile.histogram_quantile(base.Histogram(buckets, 3.0, 0.0), 0.99, 512, "window") == \
-        profile.Quantile(512, "window", 3, 500, 512)
+        profile.Quantile(512, "window", 3, 500, 512, open_ended=True)
     assert profile.histogram_quantile(base.Histogram(buckets, 3.0, 0.0), 0.99, None, "window") is None
 
 

@@ -118,3 +118,17 @@ def test_with_nothing_running_no_case_says_the_cap_is_zero() -> None:
     assert (e.running, e.waiting) == (0, 1)
     assert not [c for c in e.decided_by if c.input == "max_num_seqs" and c.value == 0]
     assert "max_num_seqs is 0" not in diagnosis.explain(e)
+
+
+def test_advice_is_never_sized_by_a_quantile_in_the_open_ended_bucket() -> None:
+    # 0.32.0 prod-preempt frame 40, with its command line: of 1,918 finished prompts 41 are longer than 20,000
+    # tokens, vLLM's last finite bucket bound, so the p99 lies between 20,000 and max_model_len's 32,768. The
+    # answer advised "add kv_capacity: 242144 blocks (+1211 %)" and, on prod-sleep's frames, "lower max_num_seqs
+    # from 256 to 13-15": sized by the top of that range, a bound no request was seen to reach.
+    folder = fixtures.ROOT / "prod-preempt"
+    meta = recording.load(folder).meta
+    e = _diagnose(folder, 40, [str(a) for a in meta["server_argv"]])
+    assert e.prompt is not None and e.prompt.open_ended and e.prompt.lower == 20000
+    assert not [a for a in e.advice if a.direction in ("raise", "lower", "add")], [a.text() for a in e.advice]
+    # The worst case stays a risk, said with its basis.
+    assert e.headroom.worst_case_blocks_profile == 1024

@@ -41,7 +41,7 @@ def _profile_text(e: EngineReport) -> str:
     if p is None:
         return "no finished request yet and nothing running, so the head is taken as one block"
     if p.basis == "in_flight":
-        return (f"no finished request yet: at least the {e.headroom.held_blocks_per_running} blocks each running "
+        return (f"no finished request sizes it: at least the {e.headroom.held_blocks_per_running} blocks each running "
                 "request holds now")
     if p.basis == "max_model_len":
         return f"no finished request yet: a prompt may be as long as max_model_len ({p.tokens} tokens)"
@@ -303,11 +303,20 @@ def _transient(e: EngineReport) -> str:
 
 
 def _unknown_role(e: EngineReport) -> str:
+    later = ("if not, and they stay past --verdict.leak-after, they may be leaked" if str(e.verdict) == "ok" else
+             "if not, they may be leaked")
     return (f"Nothing waits and nothing runs; {e.headroom.kv_used_blocks} blocks stay in use, and the engine exports "
             "vLLM's NIXL connector series but nobody stated its kv_role: if it is a P/D producer (kv_producer "
             "or kv_both), these are finished prefills it keeps until its decode side reads them (freed then, "
-            "or when their lease expires), held on purpose; if not, they may be leaked. Give vLLM's command "
-            "line (--kv-transfer-config) to decide.")
+            f"or when their lease expires), held on purpose; {later}. Give vLLM's command line "
+            "(--kv-transfer-config) to decide.")
+
+
+def _unstated(e: EngineReport) -> str:
+    wrong = e.max_num_seqs_refuted
+    if wrong is not None and e.config.max_num_seqs is None:
+        return f"nobody stated rightly (the stated {wrong.value} is below the {e.running} running)"
+    return "nobody stated"
 
 
 def _undecided(e: EngineReport) -> str:
@@ -331,7 +340,7 @@ def _undecided(e: EngineReport) -> str:
     return (f"{used}, {h.kv_free_blocks} blocks are free (the queue head is taken to need {_head_need(h)}), "
             f"{e.running} run and {e.waiting} wait: more than the next step could admit, so this is no moment between "
             f"two steps. What binds depends on {' and '.join(what)}, which "
-            f"{'nobody stated' if unknown else 'one observation cannot tell'}; {_cases(e)}. "
+            f"{_unstated(e) if unknown else 'one observation cannot tell'}; {_cases(e)}. "
             f"{'; or '.join(todo)} to decide.{_risks(e)}")
 
 
@@ -435,6 +444,8 @@ def actions(e: EngineReport, engines: list[EngineReport] | None = None) -> list[
     fixed = ACTIONS[catalogue.entry(shown.verdict).actions]
     if shown.asleep_or_stuck:
         fixed = (ASLEEP_OR_STUCK_ACTION,)
+    elif shown.producer_holding and str(shown.verdict) == "undecided":
+        fixed = (KV_ROLE_ACTION,)
     out += deferral_actions(shown) if str(shown.verdict) == "deferred" else list(fixed)
     known = e.config.max_num_seqs
     if (known is None or known.source == "inferred") and not any(
@@ -464,6 +475,9 @@ def deferral_actions(e: EngineReport) -> list[str]:
 
 # An undecided stall that sleep may explain (no sleep state exported): ask the server, restart for neither answer
 # until the log is read.
+KV_ROLE_ACTION = ("give vLLM's command line (--vllm-args, or share the pod's process namespace) with its "
+                  "--kv-transfer-config: a kv_producer keeps these blocks on purpose; without a connector they are "
+                  "leaked and a restart of the pod reclaims them")
 ASLEEP_OR_STUCK_ACTION = ("ask the server: GET /is_sleeping (served with VLLM_SERVER_DEV_MODE=1); if it is asleep, "
                           "POST /wake_up; if not, the scheduler is stuck: check the engine log")
 
@@ -475,9 +489,12 @@ def stated_cap_doubt(e: EngineReport) -> str | None:
     """A stated max_num_seqs the engine contradicts: more requests run than it allows."""
     wrong = e.max_num_seqs_refuted
     if wrong is not None:
-        return (f"check max_num_seqs: {e.running} run, more than the max_num_seqs {wrong.value} you stated "
-                f"({wrong.source}); vLLM never runs more than its cap, so the stated value is wrong: this answer "
-                "takes the cap as unknown; state the server's real value")
+        # max_num_seqs still known: the refuted one was max_num_active_seqs (judge.py judges each on its own)
+        name = "max_num_active_seqs" if e.config.max_num_seqs is not None else "max_num_seqs"
+        taken = ("judged without it" if name == "max_num_active_seqs" else "this answer takes the cap as unknown")
+        return (f"check {name}: {e.running} run, more than the {name} {wrong.value} you stated ({wrong.source}); "
+                f"vLLM never runs more than its cap, so the stated value is wrong: {taken}; state the server's real "
+                "value")
     known = e.config.max_num_seqs
     if known is None or known.source == "inferred":
         return None

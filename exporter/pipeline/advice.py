@@ -96,7 +96,10 @@ def limit_words(limit: Limit, admits: int | None) -> str:
     return {
         Limit.SLOTS: "the slots bind (a free slot would admit the head)",
         Limit.TOKEN_BUDGET: "the token budget binds (such prefills take whole steps)",
-        Limit.BLOCKS: (f"the next step admits the {admits} requests the free blocks hold and the pool binds the rest"
+        Limit.BLOCKS: ("the free blocks hold no more heads and the pool binds" if admits == 0 else
+                       "the next step admits the one request the free blocks hold and the pool binds the rest"
+                       if admits == 1 else
+                       f"the next step admits the {admits} requests the free blocks hold and the pool binds the rest"
                        if admits is not None else "the pool binds"),
         Limit.HEAD_PROMPT: "the head's prompt does not fit in the free blocks",
         Limit.NONE: "vLLM admits the queue at its next step",
@@ -162,13 +165,15 @@ def _state_seqs(e: EngineReport) -> Advice:
     src = None if known is None else str(known.source)
     cases = [c for c in e.decided_by if c.input == "max_num_seqs"]
     h = e.headroom
+    cap = e.max_num_seqs if e.max_num_seqs is not None else e.running
     if cases:
         said = cases_text(cases, e.admits, named=False)
-    else:
-        cap = e.max_num_seqs if e.max_num_seqs is not None else e.running
+    elif cap > 0 and e.waiting > 0:
         said = f"if it is {cap:,}, slots bind" + (
             f" and the pool holds {h.max_concurrency_profile} requests of the observed worst case"
             if size_backed(e) else "")
+    else:  # nothing runs or waits: no cap binds now (vLLM's is at least 1)
+        said = "it sizes the slot and admission headroom"
     return Advice("max_num_seqs", "state", current, src, None, "",
                   "pass --max-num-seqs or vLLM's command line (--vllm-args), or share the pod's process namespace: "
                   f"{said}; a guessed value is never raised")

@@ -514,7 +514,7 @@ def _seqs_input(cfg: ServingConfig, cap: int | None, batch: BatchDefaults, runni
     top = max(c.value for c in batch.max_num_seqs)
     if known is not None and known.source != Source.INFERRED:
         return Input("max_num_seqs", known.value, provenance(known.source))
-    floor = max(x for x in (running, busy_ceiling or 0, cap or 0))
+    floor = max(1, running, busy_ceiling or 0, cap or 0)  # vLLM's cap is at least 1
     cands = tuple(c for c in batch.max_num_seqs if c.value >= floor)
     if cap is not None:
         return Input("max_num_seqs", cap, Provenance.INFERRED, cap, max(top, cap),
@@ -633,12 +633,19 @@ def judge(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, histo
 
     max_num_seqs = admission_cap(cfg, snap)
     refuted: Known[int] | None = None
+    # vLLM never runs more than its cap: what it reads refutes a stated value below the running count, and the
+    # answer is judged without it (the cap unknown, its floor the running count, if max_num_seqs itself is
+    # refuted), never advising a change of the refuted figure. Each of the two caps is judged on its own (a fresh
+    # reviewer: a wrong --max-num-active-seqs threw away a right --max-num-seqs).
+    active = value(cfg.max_num_active_seqs)
+    if max_num_seqs is not None and running > max_num_seqs and active is not None and active < running:
+        refuted = cfg.max_num_active_seqs
+        cfg = replace(cfg, max_num_active_seqs=None)
+        max_num_seqs = admission_cap(cfg, snap)
     if max_num_seqs is not None and running > max_num_seqs:
-        # vLLM never runs more than its cap: what it reads refutes the stated value, so the answer is judged as with
-        # the cap unknown (its floor the running count) and never advises changing the refuted figure.
-        refuted = cfg.max_num_seqs if value(cfg.max_num_seqs) == max_num_seqs else cfg.max_num_active_seqs
-        cfg = replace(cfg, max_num_seqs=None, max_num_active_seqs=None)
-        max_num_seqs = None
+        refuted = cfg.max_num_seqs
+        cfg = replace(cfg, max_num_seqs=None)
+        max_num_seqs = admission_cap(cfg, snap)
     gate = admission_inputs(cfg, snap)
     derived_from = derive.Inputs(
         num_gpu_blocks=n_blocks,

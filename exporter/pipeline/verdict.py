@@ -354,6 +354,13 @@ def classify(o: Observation, h: History, t: Thresholds) -> Judgement:
         # but the head may be smaller. One observation cannot tell; a second look with nothing admitted can.
         if not h.one_shot and h.head_of_line_before:
             return Judgement(Verdict.HEAD_OF_LINE, Limit.HEAD_PROMPT, head_of_line_candidate=True)
+        if h.one_shot:
+            # Not the moment between two steps (a fresh reviewer: 0.32.0 prod-preempt frame 52 without
+            # max_model_len, 77 of 20,000 blocks free, 216 running, 40 waiting, a 93-block head: said `transient`):
+            # a pool in use at `full_usage` binds whatever the head's size; otherwise the head's size decides.
+            if o.usage >= t.full_usage:
+                return Judgement(Verdict.KV_FULL, Limit.BLOCKS, head_of_line_candidate=True, admits=0)
+            return _head_size_undecided(o, h, 0)
         return Judgement(Verdict.TRANSIENT, Limit.UNDECIDED, head_of_line_candidate=True, suspected=h.one_shot,
                          first_look=True)
     if stalled:
@@ -689,16 +696,26 @@ def _room(o: Observation, h: History, limit: Limit, admits: int) -> Judgement:
         # flight hold each): one observation cannot call that the moment between two steps. The head's size
         # decides (a fresh reviewer, vllm-0.32.0/head-of-line frame 12 with its flags: "the next step can admit 2"
         # of 7 waiting, said to be transient; the real head is 255 blocks).
-        hr = o.headroom
-        bs = hr.block_size_tokens
-        each = max(1, hr.kv_free_blocks // max(o.waiting, 1))
-        return _undecided(h, [
-            Case("request_tokens", hr.prompt_blocks * bs, "the size the headroom takes, no finished request sizing "
-                 "it: what requests in flight hold each, else max_model_len", Limit.BLOCKS),
-            Case("request_tokens", each * bs, f"or less: at most {each:,} blocks each, so the free blocks hold "
-                 "the whole queue", Limit.NONE)], admits)
+        return _head_size_undecided(o, h, admits)
     return Judgement(Verdict.TRANSIENT, Limit.NONE, head_of_line_candidate=True, suspected=h.one_shot,
                      first_look=True, admits=admits)
+
+
+def _head_size_undecided(o: Observation, h: History, admits: int) -> Judgement:
+    """One observation whose free blocks hold fewer heads than wait at the size the headroom takes, a size no
+    finished request backs: undecided between the pool binding (at that size) and the queue going in (at the size
+    that lets the free blocks hold it all)."""
+    hr = o.headroom
+    bs = hr.block_size_tokens
+    each = hr.kv_free_blocks // max(o.waiting, 1)
+    cases = [Case("request_tokens", hr.prompt_blocks * bs, "the size the headroom takes, no finished request "
+                  "sizing it: what requests in flight hold each, else max_model_len", Limit.BLOCKS)]
+    if each >= 1:
+        cases.append(Case("request_tokens", each * bs, f"or less: at most {each:,} blocks each, so the free blocks "
+                          "hold the whole queue", Limit.NONE))
+    else:
+        return Judgement(Verdict.KV_FULL, Limit.BLOCKS, head_of_line_candidate=True, admits=0)
+    return _undecided(h, cases, admits)
 
 
 def false_full_condition(o: Observation, verdict: Verdict, t: Thresholds) -> bool:
@@ -945,8 +962,12 @@ class Tracker:
         # was admitted (running did not rise) and nothing finished: the head did not fit, whatever the profile says.
         # Without a step no head was examined (a fresh reviewer: two scrapes of one exposition read as a head that
         # stood, "none was admitted").
+        # A head that fits even at max_model_len cannot be one that did not fit (a fresh reviewer: a stalled engine
+        # with nothing running beside 20,000 free blocks was called head-of-line until stuck-after).
+        w_max = o.headroom.worst_case_blocks_max_model_len
+        any_head_fits = w_max is not None and w_max <= o.headroom.kv_free_blocks
         stood = (self._room_before and prev is not None and o.running <= prev[0] and o.waiting > 0
-                 and not self._finished_since(o) and stepped)
+                 and not self._finished_since(o) and stepped and not any_head_fits)
         history = History(
             preempted_recently=preempted,
             no_progress_for=no_progress,

@@ -132,3 +132,64 @@ def test_advice_is_never_sized_by_a_quantile_in_the_open_ended_bucket() -> None:
     assert not [a for a in e.advice if a.direction in ("raise", "lower", "add")], [a.text() for a in e.advice]
     # The worst case stays a risk, said with its basis.
     assert e.headroom.worst_case_blocks_profile == 1024
+
+
+# -- a second fresh reviewer, on the fixes above ---------------------------------------------------------------------
+def test_one_observation_of_a_full_pool_is_kv_bound_whatever_the_guessed_head() -> None:
+    # 0.32.0 prod-preempt frame 52 with only --max-num-seqs 256 (no max_model_len, so the profile's open-ended p99
+    # sizes nothing and the head is taken at what requests in flight hold, 93 blocks): 77 of 20,000 blocks free,
+    # 216 running, 40 waiting. The answer was `transient`, "the moment between two engine steps".
+    t, text = recording.load(fixtures.ROOT / "prod-preempt").frames[52]
+    # As `diagnose FILE` reads it: no /v1/models beside the file, so max_model_len is not known.
+    target = one_shot(Settings("recorded", vllm_args=["--max-num-seqs", "256"], discover_cmdline=False))
+    [e] = target.observe(t, text, gauges_only=True).engines
+    assert e.config.max_model_len is None
+    assert (e.running, e.waiting, e.headroom.kv_free_blocks) == (216, 40, 77)
+    assert e.verdict is Verdict.KV_FULL and not e.false_full
+
+
+def test_a_wrong_active_cap_is_refuted_alone() -> None:
+    # prod-slots frame 13 (256 running) with the recorded --max-num-seqs 256 and a wrong --max-num-active-seqs 64:
+    # the answer threw the right max_num_seqs away ("max_num_seqs, which nobody stated").
+    meta = recording.load(PROD_SLOTS).meta
+    e = _diagnose(PROD_SLOTS, 13, [*(str(a) for a in meta["server_argv"]), "--max-num-active-seqs", "64"])
+    assert e.running == 256 and e.config.max_num_seqs is not None and e.config.max_num_seqs.value == 256
+    assert e.max_num_seqs_refuted is not None and e.max_num_seqs_refuted.value == 64
+    assert e.verdict is Verdict.SLOTS_FULL
+    assert any(a.startswith("check max_num_active_seqs: 256 run") for a in diagnosis.actions(e))
+
+
+def test_a_stalled_engine_with_nothing_running_beside_room_for_any_head_is_no_head_of_line() -> None:
+    # 0.32.0's idle recording, 64 requests waiting, nothing running, 39 of 39 blocks free, every counter flat: the
+    # sidecar read the second scrape as a head that stood ("larger than typical", advice "lower max_model_len")
+    # until stuck-after, although max_model_len's 16 blocks fit the free ones.
+    rec = recording.load(fixtures.ROOT / "idle")
+    last = rewrite.set_sample(rec.frames[-1][1], "vllm:num_requests_waiting", 64)
+    target = fixtures.as_recorded(Target(Settings("recorded", vllm_args=[str(a) for a in rec.meta["server_argv"]],
+                                                  discover_cmdline=False)), rec.meta)
+    seen = [e for i in range(8) for e in target.observe(100.0 + 5 * i, last).engines]
+    assert seen[0].headroom.worst_case_blocks_max_model_len <= seen[0].headroom.kv_free_blocks
+    assert not [e for e in seen if e.verdict is Verdict.HEAD_OF_LINE]
+
+
+def test_a_command_line_with_a_config_file_says_nothing_of_sleep_mode() -> None:
+    from exporter.pipeline.config import parse_vllm_args
+
+    assert parse_vllm_args(["vllm", "serve", "m", "--max-num-seqs", "8"])["enable_sleep_mode"] is False
+    assert "enable_sleep_mode" not in parse_vllm_args(["vllm", "serve", "m", "--config", "/etc/vllm/config.yaml"])
+    assert "enable_sleep_mode" not in parse_vllm_args(["vllm", "serve", "m", "--config=/etc/vllm/config.yaml"])
+
+
+def test_an_unknown_role_asks_for_it_and_says_a_leak_only_once_it_may_be_one() -> None:
+    from tests.unit.test_pd_disaggregation import producer_frames
+
+    r, frames = producer_frames()
+    target = fixtures.as_recorded(Target(Settings("recorded", vllm_args=None, discover_cmdline=False)), r.meta)
+    seen = [(t, e) for t, text in frames for e in target.observe(t, text).engines]
+    start = frames[0][0]
+    early = [e for t, e in seen if t - start < 115.0]
+    assert early and all(e.verdict is Verdict.OK and "past --verdict.leak-after" in diagnosis.explain(e)
+                         for e in early)
+    late = [e for t, e in seen if t - start > 125.0]
+    assert late and all(any("--kv-transfer-config" in a for a in diagnosis.actions(e)) for e in late)
+    assert not any("if it is 0" in a for e in late for a in diagnosis.actions(e))

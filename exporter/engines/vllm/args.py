@@ -326,7 +326,8 @@ def parse_vllm_args_noting(argv: list[str], where: str = "--vllm-args") -> tuple
         notes.append(f"{where} --max-num-active-seqs {active} is ignored: vLLM refuses it above --max-num-seqs "
                      f"{seqs} (max_num_active_seqs ({active}) cannot be greater than max_num_seqs ({seqs}).)")
         del out["max_num_active_seqs"]
-    if "enable_sleep_mode" not in out and is_vllm_server(argv):
+    config_file = any(a == "--config" or a.startswith("--config=") for a in argv)  # YAML flags we do not read
+    if "enable_sleep_mode" not in out and is_vllm_server(argv) and not config_file:
         # A whole command line (the server's program and its flags) without --enable-sleep-mode: vLLM's default,
         # off (vllm/engine/arg_utils.py `enable_sleep_mode: bool = False` @0.10.2 and @0.32.0); the engine cannot
         # be put to sleep. A bare list of flags says nothing of the others.

@@ -173,6 +173,12 @@ class EngineHistory:
         if q is None or h is None:
             return 0.0
         if gauges_only:
+            if e.prompt_tokens_total is not None and h > e.prompt_tokens_total:
+                # More tokens found in the cache than prompt tokens vLLM computed: the lookups are counted on each
+                # try of a waiting request (before 0.28), not once per prompt, and say nothing of the head's share
+                # (a fresh reviewer: 0.10.2 head-of-line frame 12, 9.75M hits of 13.03M lookups beside 2,112
+                # prompt tokens, took a 66-block head as 17 and said "the next step can admit 7").
+                return 0.0
             return h / q if q > 0 else 0.0
         before = self.prefix
         share = before[2] if before is not None else 0.0

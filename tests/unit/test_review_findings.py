@@ -193,3 +193,15 @@ def test_an_unknown_role_asks_for_it_and_says_a_leak_only_once_it_may_be_one() -
     late = [e for t, e in seen if t - start > 125.0]
     assert late and all(any("--kv-transfer-config" in a for a in diagnosis.actions(e)) for e in late)
     assert not any("if it is 0" in a for e in late for a in diagnosis.actions(e))
+
+
+def test_a_prefix_hit_share_from_repeated_lookups_does_not_shrink_the_head() -> None:
+    # 0.10.2 head-of-line frame 12 with its command line: vLLM 0.10.2 counts a prefix-cache lookup on every try of
+    # a waiting request, so 9.75M hits of 13.03M lookups stand beside 2,112 prompt tokens computed. Their 75 % cut
+    # the in-flight head of 66 blocks to 17, and the answer said "the next step can admit 7" (transient); the real
+    # head is 255 blocks.
+    folder = fixtures.ROOT.parent / "vllm-0.10.2" / "head-of-line"
+    meta = recording.load(folder).meta
+    e = _diagnose(folder, 12, [str(a) for a in meta["server_argv"]])
+    assert e.waiting == 7 and e.headroom.prompt_blocks == 66
+    assert e.verdict is not Verdict.TRANSIENT

@@ -179,10 +179,14 @@ CATALOGUE: dict[Verdict, Entry] = {
         explanation="sleeping", actions="sleeping", binds=(Limit.SLEEP,)),
     Verdict.UNDECIDED: Entry(
         "requests wait, more than the next engine step could admit, and what binds depends on a value nobody stated "
-        "(max_num_seqs inferred or unknown, max_num_batched_tokens assumed: vLLM's default depends on the device, "
-        "which it does not export): the answer's `decided_by` says what binds for each value it may have, and the "
-        "advice is to state it. Also a scrape whose gauges contradict the counters with no recent consistent one. "
-        "Never false-full",
+        "(max_num_seqs inferred, unknown or refuted by the running count, max_num_batched_tokens assumed: vLLM's "
+        "default depends on the device, which it does not export) or on evidence one observation cannot see (the "
+        "queue head's size or cached blocks, how many waiting requests a LoRA adapter lets through): the answer's "
+        "`decided_by` says what binds for each value it may have, and the advice is to state it or how to watch it. "
+        "Also a scrape whose gauges contradict the counters with no recent consistent one; a stall on a release "
+        "without a sleep state while sleep mode is on or not known (`asleep_or_stuck`: GET /is_sleeping decides, "
+        "no restart); blocks held with nothing to do beside NIXL series and no kv_role stated, once a leak would "
+        "be said (`producer_holding`). Never false-full",
         "none", "light-blue", false_full=False, waiting=False, alert=None, explanation="undecided",
         actions="undecided", binds=(Limit.UNDECIDED,),
         no_alert="the cause is not known: the advice asks for the value that decides it; the queue's own alerts "

@@ -150,8 +150,8 @@ def _kv_full(e: EngineReport) -> str:
         n = e.config.num_gpu_blocks.value if e.config.num_gpu_blocks else h.kv_capacity_blocks
         return (f"{used}: {h.kv_free_blocks} blocks are free, but --watermark {w:g} keeps {need.watermark_blocks} of "
                 f"the {n} blocks free beside running requests: "
-                f"{left} are left and the next request needs about {need.blocks} ({_profile_text(e)}); {e.waiting} "
-                f"requests wait for KV cache.{_risks(e)}")
+                f"{left} are left and the next request needs about {need.blocks} ({_profile_text(e)}); "
+                f"{_waits(e)} for KV cache.{_risks(e)}")
     return (f"{used}: the pool is (nearly) exhausted ({h.kv_free_blocks} of {h.kv_capacity_blocks} blocks free); "
             f"{_waits(e)} for KV cache.{_risks(e)}")
 

@@ -91,16 +91,21 @@ def kv_capacity(e: EngineReport, wanted: int) -> Advice | None:
                   f"{options[0]}")
 
 
+def _pool_binds(admits: int | None) -> str:
+    if admits is None:
+        return "the pool binds"
+    if admits == 0:
+        return "the free blocks hold no more heads and the pool binds"
+    held = "the one request" if admits == 1 else f"the {admits} requests"
+    return f"the next step admits {held} the free blocks hold and the pool binds the rest"
+
+
 def limit_words(limit: Limit, admits: int | None) -> str:
     """What binds, in words, when an unknown input has one of its values."""
     return {
         Limit.SLOTS: "the slots bind (a free slot would admit the head)",
         Limit.TOKEN_BUDGET: "the token budget binds (such prefills take whole steps)",
-        Limit.BLOCKS: ("the free blocks hold no more heads and the pool binds" if admits == 0 else
-                       "the next step admits the one request the free blocks hold and the pool binds the rest"
-                       if admits == 1 else
-                       f"the next step admits the {admits} requests the free blocks hold and the pool binds the rest"
-                       if admits is not None else "the pool binds"),
+        Limit.BLOCKS: _pool_binds(admits),
         Limit.HEAD_PROMPT: "the head's prompt does not fit in the free blocks",
         Limit.NONE: "vLLM admits the queue at its next step",
         Limit.DEFERRAL: "vLLM skips the rest (their LoRA adapter waits for a slot under max_loras)",

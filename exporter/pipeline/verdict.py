@@ -300,7 +300,7 @@ def classify(o: Observation, h: History, t: Thresholds) -> Judgement:
     sleep_may_explain = o.awake is None and o.sleep_mode is not False
     if stalled and o.running > 0:
         if sleep_may_explain:
-            return Judgement(Verdict.UNDECIDED, Limit.UNDECIDED, asleep_or_stuck=True, first_look=not h.one_shot)
+            return _asleep_or_stuck(h)
         # Running requests make no step: nothing but the engine explains that.
         return Judgement(Verdict.STUCK, Limit.ENGINE)
     if o.deferred is not None and o.deferred > 0 and o.deferred >= o.waiting and not h.deferred_fell:
@@ -365,7 +365,7 @@ def classify(o: Observation, h: History, t: Thresholds) -> Judgement:
                          first_look=True)
     if stalled:
         if sleep_may_explain:  # (above): asleep or stuck, not told apart
-            return Judgement(Verdict.UNDECIDED, Limit.UNDECIDED, asleep_or_stuck=True, first_look=not h.one_shot)
+            return _asleep_or_stuck(h)
         # Nothing runs, the head fits, nothing is deferred, the engine is awake, yet it makes no step.
         return Judgement(Verdict.STUCK, Limit.ENGINE)
     budgets: tuple[Candidate | None, ...] = o.budget_candidates or (None,)
@@ -462,8 +462,8 @@ def _cached_prefix(o: Observation, h: History, t: Thresholds) -> Judgement:
     # Looking twice is judged here (above), with the steps' budget use: at its fewest blocks the head is not
     # concluded larger than they because it stood.
     j = classify(fits, replace(h, head_of_line_before=False), t)
-    spent = o.chunked_prefill and bool(o.budget_candidates) and (all(
-        _taken(o) >= c.value for c in o.budget_candidates) or budget_used_since(o) is True)
+    spent = o.chunked_prefill and bool(o.budget_candidates) and all(
+        _taken(o) >= c.value for c in o.budget_candidates)
     if j.binds in (Limit.HEAD_PROMPT, Limit.BLOCKS) or (j.binds is Limit.TOKEN_BUDGET and spent):
         return j
     cached = need.blocks - need.reserved_blocks - need.least_blocks
@@ -701,6 +701,11 @@ def _room(o: Observation, h: History, limit: Limit, admits: int) -> Judgement:
                      first_look=True, admits=admits)
 
 
+def _asleep_or_stuck(h: History) -> Judgement:
+    """A stall that sleep may explain (the release exports no sleep state): undecided, GET /is_sleeping decides."""
+    return Judgement(Verdict.UNDECIDED, Limit.UNDECIDED, asleep_or_stuck=True, first_look=not h.one_shot)
+
+
 def _head_size_undecided(o: Observation, h: History, admits: int) -> Judgement:
     """One observation whose free blocks hold fewer heads than wait at the size the headroom takes, a size no
     finished request backs: undecided between the pool binding (at that size) and the queue going in (at the size
@@ -708,14 +713,13 @@ def _head_size_undecided(o: Observation, h: History, admits: int) -> Judgement:
     hr = o.headroom
     bs = hr.block_size_tokens
     each = hr.kv_free_blocks // max(o.waiting, 1)
-    cases = [Case("request_tokens", hr.prompt_blocks * bs, "the size the headroom takes, no finished request "
-                  "sizing it: what requests in flight hold each, else max_model_len", Limit.BLOCKS)]
-    if each >= 1:
-        cases.append(Case("request_tokens", each * bs, f"or less: at most {each:,} blocks each, so the free blocks "
-                          "hold the whole queue", Limit.NONE))
-    else:
+    if each < 1:  # not even one block for each waiting request: the pool binds whatever their size
         return Judgement(Verdict.KV_FULL, Limit.BLOCKS, head_of_line_candidate=True, admits=0)
-    return _undecided(h, cases, admits)
+    return _undecided(h, [
+        Case("request_tokens", hr.prompt_blocks * bs, "the size the headroom takes, no finished request sizing it: "
+             "what requests in flight hold each, else max_model_len", Limit.BLOCKS),
+        Case("request_tokens", each * bs, f"or less: at most {each:,} blocks each, so the free blocks hold the whole "
+             "queue", Limit.NONE)], admits)
 
 
 def false_full_condition(o: Observation, verdict: Verdict, t: Thresholds) -> bool:

@@ -16,8 +16,17 @@ from ..core import defaults
 from ..engines.vllm import VLLM
 from ..planning import blocks, memory, startup_log
 from ..planning import estimate as est
-from .flags import UsageError, add, add_kv_cache_memory_bytes, block_size, fraction, params, positive_int, tokens
-from .settings import DRAFT_WITHOUT_SPEC
+from .flags import (
+    DRAFT_WITHOUT_SPEC,
+    UsageError,
+    add,
+    add_kv_cache_memory_bytes,
+    block_size,
+    fraction,
+    params,
+    positive_int,
+    tokens,
+)
 
 DESCRIPTION = (
     "Estimate vLLM 0.32.0's KV cache from a Hugging Face config.json: pages, KV-cache groups, blocks, max "

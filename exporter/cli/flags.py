@@ -45,6 +45,11 @@ class RuntimeFailure(Exception):
     """The command was right but could not be carried out (target down, port taken): one sentence, exit 1."""
 
 
+# vLLM sizes a drafter's KV only for the method --speculative-config names (vllm/config/speculative.py @0.33.0).
+DRAFT_WITHOUT_SPEC = ("--draft-model-config sizes a speculative drafter, but {where} no --speculative-config: "
+                      "vLLM runs no drafter without it; give vLLM's --speculative-config or drop --draft-model-config")
+
+
 def _arg_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
     def conv(text: str) -> Any:
         try:

@@ -6,13 +6,9 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..core import defaults
-from ..expose import diagnosis
-from ..pipeline import oneshot
-from ..pipeline.report import TargetReport
-from ..planning.recommend import recommend, render_text
 from .flags import (
     RuntimeFailure,
     UsageError,
@@ -24,7 +20,12 @@ from .flags import (
     looks_like_host_port,
     positive_int,
 )
-from .settings import settings_for
+
+if TYPE_CHECKING:
+    from ..pipeline.report import TargetReport
+
+# The pipeline, the presenters and the planner are imported by the command that runs, not by `import exporter.cli`:
+# `estimate` and `--help` never load the judgement (issue 25: one-shot commands import only what they use).
 
 
 def register(sub: Any) -> None:
@@ -62,9 +63,11 @@ def register(sub: Any) -> None:
 def source(text: str) -> str:
     """The source as the pipeline takes it: a URL ending in /metrics becomes its base URL (said on stderr);
     an address without http:// is refused with the URL it probably meant (UsageError)."""
+    from ..pipeline.oneshot import is_url
+
     if text == STDIN:
         return text
-    if oneshot.is_url(text):
+    if is_url(text):
         try:
             check_target_url(text)
         except ValueError as exc:
@@ -101,6 +104,9 @@ def _startup_log_readable(args: argparse.Namespace) -> None:
 
 
 def _observe(args: argparse.Namespace) -> TargetReport:
+    from ..pipeline import oneshot
+    from .settings import settings_for
+
     args.source = source(args.source)
     _startup_log_readable(args)
     try:
@@ -116,6 +122,8 @@ def _observe(args: argparse.Namespace) -> TargetReport:
 
 
 def run_diagnose(args: argparse.Namespace) -> int:
+    from ..expose import diagnosis
+
     report = _observe(args)
     if args.json:
         print(json.dumps(diagnosis.document([report]), indent=2, allow_nan=False))
@@ -126,6 +134,8 @@ def run_diagnose(args: argparse.Namespace) -> int:
 
 
 def run_recommend(args: argparse.Namespace) -> int:
+    from ..planning.recommend import recommend, render_text
+
     report = _observe(args)
     if not report.up:
         if args.json:  # like diagnose --json, a JSON answer on stdout; the sentence and exit code 1 as without

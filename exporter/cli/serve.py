@@ -10,8 +10,6 @@ from typing import Any
 from .. import __version__
 from ..core import defaults
 from ..expose.listen import PortInUse, bind, health_address, host_port, page_url, parse_listen_address
-from ..pipeline.oneshot import check_url
-from ..pipeline.target import Target
 from .flags import (
     Implicit,
     UsageError,
@@ -28,7 +26,6 @@ from .flags import (
     scrape_interval,
     scrape_timeout,
 )
-from .settings import settings_for
 
 EXAMPLE = """example:
   vllm-headroom serve --target http://127.0.0.1:8000 --max-num-seqs 256
@@ -81,6 +78,8 @@ def register(sub: Any) -> None:
 def target_urls(args: argparse.Namespace, notes: list[str] | None = None) -> list[str]:
     """The checked base URLs of every target; a URL ending in /metrics is taken as its base URL (a note
     saying so is appended to `notes`). Raises UsageError for a URL that cannot be used."""
+    from ..pipeline.oneshot import check_url  # the pipeline only for the command that watches (see oneshot.py)
+
     given = args.target is not None or bool(args.targets_file)
     urls = list(args.target or [])
     if args.targets_file:
@@ -116,6 +115,9 @@ def target_urls(args: argparse.Namespace, notes: list[str] | None = None) -> lis
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..pipeline.target import Target
+    from .settings import settings_for
+
     interval, timeout = opt(args, "scrape.interval"), opt(args, "scrape.timeout")
     if isinstance(timeout, Implicit):  # not given: the default, shortened for a short interval rather than refused
         timeout = defaults.scrape_timeout_for(interval)

@@ -18,7 +18,7 @@ from ..pipeline.target import Settings
 from ..pipeline.verdict import Thresholds
 from ..planning import memory
 from ..planning.estimate import load_model
-from .flags import ENV_PREFIX, UsageError, opt
+from .flags import DRAFT_WITHOUT_SPEC, ENV_PREFIX, UsageError, opt
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -116,11 +116,6 @@ def tls(args: argparse.Namespace) -> Tls:
             what = f"--scrape.client-cert {cert}" + (f" with --scrape.client-key {key}" if key else "")
             raise UsageError(f"cannot load {what}: {getattr(exc, 'strerror', None) or exc}") from None
     return Tls(ca_file=ca, insecure_skip_verify=insecure, client_cert=cert, client_key=key, server_name=name)
-
-
-# vLLM sizes a drafter's KV only for the method --speculative-config names (vllm/config/speculative.py @0.33.0).
-DRAFT_WITHOUT_SPEC = ("--draft-model-config sizes a speculative drafter, but {where} no --speculative-config: "
-                      "vLLM runs no drafter without it; give vLLM's --speculative-config or drop --draft-model-config")
 
 
 def settings_for(url: str, args: argparse.Namespace) -> Settings:

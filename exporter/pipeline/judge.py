@@ -749,6 +749,7 @@ def judge(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, histo
         prompt_tokens=None if budget is None or budget.prefill_tokens is None else int(budget.prefill_tokens),
         preemptions_total=e.preemptions_total,
         profile_backed=prompt is not None and prompt.basis in advice.SIZED_BASES, stale_profile=stale,
+        profile_recent=prompt is not None and prompt.basis == "window",
         kv_role=value(cfg.kv_role),
         idle_gauges_unverifiable=gauges_only and not idle_gauges_trusted,
         # A known command line without --kv-transfer-config has no connector: its NIXL series (vllm-rs exports

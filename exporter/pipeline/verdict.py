@@ -97,6 +97,7 @@ class Observation:
     preemptions_total: float | None = None  # since start (one-shot: the only preemption evidence)
     profile_backed: bool = True  # the head's size comes from finished requests (not the in-flight floor)
     stale_profile: bool = False  # requests in flight already hold more blocks than the profile's worst case
+    profile_recent: bool = True  # the head's size comes from requests finished within the window (not lifetime)
     kv_role: str | None = None  # --kv-transfer-config's kv_role (P/D)
     # The engine exports a KV connector's own counters (NIXL's) and no command line says it has none: it may take
     # part in P/D whatever its unstated role (vllm-rs exports NIXL's series without a connector)
@@ -342,9 +343,12 @@ def classify(o: Observation, h: History, t: Thresholds) -> Judgement:
             o = replace(o, max_num_seqs=o.running, max_num_seqs_inferred=True)
             cap = o.running
     if cap is not None and o.running >= cap:
-        if not head_fits and o.profile_backed and not o.thin_profile:
-            # Slots taken and, by a profile of finished requests, the head would not fit either: a free slot
-            # would not admit it; "a slot, not memory" would be false.
+        if not head_fits and o.profile_backed and not o.thin_profile and o.profile_recent:
+            # Slots taken and, by requests finished within the window, the head would not fit either: a free slot
+            # would not admit it; "a slot, not memory" would be false. Never on lifetime histograms alone (a
+            # one-shot, or a window in which nothing finished): they may hold another workload's prompts, and the
+            # slots bind for certain (a real 0.32.0 slot-bound probe after 4,000-token prompts was said kv_full
+            # with 90 free blocks and a 1-block head).
             return Judgement(Verdict.KV_FULL, Limit.HEAD_PROMPT)
         return _slots(o, h, 0, kv_room, o.budget_candidates or (None,))
     if not head_fits and o.profile_backed:

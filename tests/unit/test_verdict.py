@@ -239,3 +239,16 @@ def test_with_no_request_seen_the_head_is_taken_at_max_model_len_for_headroom_ne
     # only for smaller heads); the sidecar's first look stays transient, its second look tells.
     assert queued.verdict is Verdict.UNDECIDED and {c.limit for c in queued.decided_by} == {Limit.BLOCKS, Limit.NONE}
     assert classify(obs(IDLE, waiting=3, profile_backed=False), History(), T).verdict is Verdict.TRANSIENT
+
+
+def test_a_lifetime_profile_never_turns_known_full_slots_into_kv_full() -> None:
+    # Real 0.32.0 (e2e, `probe` slots-bound on the 320-block server after 4,000-token prompts): 8 of 8 slots taken,
+    # 90 blocks free, a 16-token head; nothing had finished within the window, so the head was sized by vLLM's
+    # lifetime histogram, whose prompts were another test's. It was said kv_full. The slots bind for certain; only
+    # requests finished within the window may add "and memory too".
+    big_head = replace(SLOTS.headroom, prompt_blocks=SLOTS.headroom.kv_free_blocks + 1, head_may_be_admissible=False)
+    assert not big_head.head_fits and not big_head.head_may_fit
+    lifetime = obs(SLOTS, headroom=big_head, profile_backed=True, profile_recent=False)
+    assert classify(lifetime, History(), T).verdict is Verdict.SLOTS_FULL
+    recent = obs(SLOTS, headroom=big_head, profile_backed=True, profile_recent=True)
+    assert classify(recent, History(), T).verdict is Verdict.KV_FULL

@@ -31,6 +31,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # Every server the suite starts runs eager: no torch.compile of the model, half the start-up (VllmServer).
+    VllmServer.EAGER_DEFAULT = True
     config.addinivalue_line(
         "markers",
         "e2e: starts a real vLLM 0.32.0 CPU server from scripts/vllm-venv (slow: ~1 min each)",

@@ -298,6 +298,10 @@ class Engine(Protocol):
 
     def attention_facts(self, text: str) -> AttentionFacts:
         """The attention backend, block size and KV dtype a start-up log states (asked and in effect)."""
+    def idle_gauges_doubt(self, frontend: str | None, frontend_read: bool, snap: Snapshot) -> str | None:
+        """Why one reading of idle gauges (nothing running, waiting or held) may come from a loaded server, as a
+        clause ("this server is ..."), or None when such a reading means an idle server. `frontend`: the API
+        server its /version names (None: the engine's own); `frontend_read`: whether /version answered."""
     def blocks_from_log_figures(self, facts: LogFacts, block_size: int, per_request: int) -> tuple[int, int] | None:
         """(lowest, highest) block counts the log's printed capacity figures allow, R = `per_request` blocks per
         request of the log's max_model_len; None when they allow none or the log prints none."""

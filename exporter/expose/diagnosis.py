@@ -364,9 +364,12 @@ def _ok(e: EngineReport) -> str:
 def _unreliable(e: EngineReport, inner: Callable[[EngineReport], str]) -> str:
     last = e.consistent
     if e.unreliable_scrapes == 0 and last is None:  # one observation of a frontend whose gauges may read 0
-        return ("vLLM's gauges read 0 running, 0 waiting and no block in use, but this server is vLLM's Rust "
-                "frontend (its /version says so), whose gauges read 0 on most scrapes under load: one observation "
-                "cannot tell an idle server from a loaded one. Undecided: run `vllm-headroom serve` (it checks the "
+        doubt = (f"{e.gauges_doubt}, and that frontend's gauges read 0 on most scrapes under load" if e.gauges_doubt
+                 else "this server's gauges may read 0 under load (vLLM 0.32's Rust frontend's do)")
+        url = ("diagnose the server's URL (its /version names the frontend), "
+               if e.gauges_doubt and "/version" not in e.gauges_doubt else "")
+        return (f"vLLM's gauges read 0 running, 0 waiting and no block in use, but {doubt}: one observation cannot "
+                f"tell an idle server from a loaded one. Undecided: {url}run `vllm-headroom serve` (it checks the "
                 f"gauges against the token counters across scrapes) or diagnose again while watching "
                 f"{VLLM.names.generation_tokens}.")
     lead = (f"vLLM's gauges read {e.running} running, {e.waiting} waiting and {_pct(e.headroom.panel_usage_ratio)} "
@@ -610,6 +613,7 @@ def engine_json(e: EngineReport, engines: list[EngineReport] | None = None) -> d
                         for k, v in sorted(e.inputs.items()) if not v.exact},
         "admits_next_step_requests": e.admits,
         "gauges_reliable": e.gauges_reliable,
+        "gauges_doubt": e.gauges_doubt,  # one-shot: why idle gauges may come from a loaded server, or null
         "judged_from_seconds_ago": None if e.judged_from is None else round(e.judged_from, 3),
         "producer_holding": e.producer_holding,
         "asleep_or_stuck": e.asleep_or_stuck,

@@ -589,12 +589,13 @@ def risks_of(headroom: Headroom, running: int, thin: bool, stale: bool) -> tuple
 
 def judge(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, history: EngineHistory, how: Judging,
           gauges_only: bool, found: FoundCmdline | None = None,
-          idle_gauges_trusted: bool = True, received: float | None = None) -> EngineReport | EngineGap:
+          idle_gauges_doubt: str | None = None, received: float | None = None) -> EngineReport | EngineGap:
     """The report of engine `e` at `now` (seconds, monotonic: when the body was asked for; `received`: when it
     arrived, if known), or why its capacity cannot be derived.
 
-    `idle_gauges_trusted` False: this server's gauges may read 0 under load (vLLM 0.32's Rust frontend), so one
-    observation of idle gauges cannot tell an idle server from a loaded one (a one-shot answer is then undecided).
+    `idle_gauges_doubt`: why this server's gauges may read 0 under load (`Engine.idle_gauges_doubt`), or None;
+    with a doubt, one observation of idle gauges cannot tell an idle server from a loaded one (a one-shot answer is
+    then undecided, and the explanation names the doubt).
 
     `gauges_only` marks a one-shot diagnosis (one observation: no rates, no inferred cap); `found` is the vLLM
     process whose command line gave config values (named in the report).
@@ -751,7 +752,7 @@ def judge(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, histo
         profile_backed=prompt is not None and prompt.basis in advice.SIZED_BASES, stale_profile=stale,
         profile_recent=prompt is not None and prompt.basis == "window",
         kv_role=value(cfg.kv_role),
-        idle_gauges_unverifiable=gauges_only and not idle_gauges_trusted,
+        idle_gauges_unverifiable=gauges_only and idle_gauges_doubt is not None,
         # A known command line without --kv-transfer-config has no connector: its NIXL series (vllm-rs exports
         # them regardless) say nothing of a role.
         connector_series=bool(e.connector_counters) and not (argv_known(cfg) and cfg.kv_connector is None),
@@ -807,7 +808,8 @@ def judge(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, histo
     report = _report(now, e, cfg, snap, judgement, false_full, headroom, prompt, max_tokens, max_num_seqs,
                      gauges_only, how, block_size, quality, budget, found, tracker, inputs,
                      risks_of(headroom, running, thin, quality.stale), decides, waste, boundary,
-                     hit_share if e.prefix_queries_total is not None and e.prefix_hits_total is not None else None)
+                     hit_share if e.prefix_queries_total is not None and e.prefix_hits_total is not None else None,
+                     idle_gauges_doubt if gauges_only else None)
     if refuted is not None:
         report = replace(report, max_num_seqs_refuted=refuted)
     if judgement.gauges_reliable:
@@ -825,7 +827,7 @@ def _report(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, jud
             gauges_only: bool, how: Judging, block_size: int, quality: ProfileQuality, budget: BudgetUse | None,
             found: FoundCmdline | None, tracker: Tracker, inputs: dict[str, Input],
             risks: tuple[Risk, ...], decides: str | None, waste: derive.Waste | None,
-            boundary: derive.Waste | None, hit_ratio: float | None) -> EngineReport:
+            boundary: derive.Waste | None, hit_ratio: float | None, gauges_doubt: str | None) -> EngineReport:
     return EngineReport(
         model_name=e.model_name,
         engine=e.engine,
@@ -860,6 +862,7 @@ def _report(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, jud
         inputs=inputs,
         admits=judgement.admits,
         gauges_reliable=judgement.gauges_reliable,
+        gauges_doubt=gauges_doubt,
         judged_from=judgement.judged_from,
         unreliable_scrapes=tracker.unreliable_scrapes,
         producer_holding=judgement.producer_holding,

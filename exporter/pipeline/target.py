@@ -268,6 +268,8 @@ class Target:
                                 "series): nothing is judged")
         models_len = self.models.max_model_len if self.models else None
         found = self._cmdline if self.settings.vllm_args is None and self.settings.discover_cmdline else None
+        # /version answered with a version: `frontend` is known (None: the engine's own API server)
+        doubt = engine.idle_gauges_doubt(self.frontend, self.version is not None or self.frontend is not None, snap)
         undetermined: list[tuple[str, float | None]] = []  # engines without capacity: the replica signal holds them
         for e in snap.engines:
             bad = snap.bad_values.get((e.model_name, e.engine))
@@ -281,7 +283,7 @@ class Target:
             history = self.histories.get(key) or self.histories.setdefault(
                 key, EngineHistory(self.settings.thresholds, one_shot=gauges_only))
             item = judge(now, e, cfg, snap, history, self.judging, gauges_only, found,
-                         idle_gauges_trusted=not (self.frontend or "").startswith("rust"), received=received)
+                         idle_gauges_doubt=doubt, received=received)
             if isinstance(item, EngineGap):
                 if not snap.cache_info and ("num_gpu_blocks" in item.missing or "block_size" in item.missing):
                     item = replace(item, hint=(

@@ -166,3 +166,38 @@ def test_one_observation_of_zero_gauges_behind_the_rust_frontend_is_undecided_ne
                          python_frontend)
         (p,) = py.observe(0.0, text, gauges_only=True).engines
         assert str(p.verdict) == "ok"
+
+
+def test_a_saved_body_without_cache_config_info_is_not_called_idle_from_zero_gauges() -> None:
+    """`diagnose FILE` has no /version to name the frontend: a saved body of the loaded Rust-frontend server (all gauges
+    0) used to be `ok`, "room for 2 more requests", where the same frame behind its URL is undecided. The body tells:
+    vLLM's Python frontend exports vllm:cache_config_info on every release recorded here, its Rust frontend never.
+    So zero gauges in a body without it are undecided, with the reason in the text and the JSON; a body with it (every
+    release's idle recording, saved the same way) is still `ok`."""
+    from exporter.expose import diagnosis
+    from exporter.pipeline.target import Settings, one_shot
+
+    d = ROOT / "false-full-unpinned"
+    m = meta(d)
+    window = m["load"]["window"]  # type: ignore[index]
+    argv = [str(a) for a in m["server_argv"]]  # type: ignore[union-attr]
+    zero = [text for t, text in frames(d) if window["start_t"] <= t <= window["end_t"]
+            and not any(engine_state(text)[k] for k in ("running", "waiting", "kv_cache_usage_perc"))]
+    assert len(zero) >= 20
+    for text in zero:
+        saved = one_shot(Settings("file:///saved.prom", vllm_args=argv, discover_cmdline=False))
+        (e,) = saved.observe(0.0, text, gauges_only=True).engines
+        assert (str(e.verdict), e.false_full, e.advice) == ("undecided", False, ())
+        said = diagnosis.explain(e)
+        assert "no vllm:cache_config_info" in said and "diagnose the server's URL" in said
+        assert "no vllm:cache_config_info" in (diagnosis.engine_json(e)["gauges_doubt"] or "")
+    python_idle = sorted((ROOT.parent).glob("vllm-*/idle/snapshot.prom"))
+    python_idle = [p for p in python_idle if "rust" not in p.parts[-3]]
+    judged = 0
+    for path in python_idle:
+        argv = [str(a) for a in json.loads((path.parent / "meta.json").read_text())["server_argv"]]
+        saved = one_shot(Settings("file:///saved.prom", vllm_args=argv, discover_cmdline=False))
+        for e in saved.observe(0.0, path.read_text(), gauges_only=True).engines:  # V0 0.8.5 idle names no engine
+            assert (str(e.verdict), e.gauges_doubt) == ("ok", None), path
+            judged += 1
+    assert judged >= 8

@@ -55,5 +55,19 @@ class VllmEngine:
     def attention_facts(self, text: str) -> AttentionFacts:
         return startup_log.attention(text)
 
+    def idle_gauges_doubt(self, frontend: str | None, frontend_read: bool, snap: Snapshot) -> str | None:
+        """vLLM 0.32's Rust frontend (vllm-rs) reads 0 running and waiting on most scrapes under load
+        (tests/fixtures/vllm-0.32.0-rust, false-full-unpinned: 47 of 47 loaded frames). Its /version names it
+        (`rust_frontend_version`); without /version (a saved body) its exposition does: it exports no
+        `vllm:cache_config_info`, which the Python frontend exports on every release recorded here (0.8.5 to
+        0.32.0: `PrometheusStatLogger.log_engine_initialized` calls `log_metrics_info("cache_config", ...)` at every
+        start, vllm/v1/metrics/loggers.py:1354-1355 @0.32.0)."""
+        if frontend is not None and frontend.startswith("rust"):
+            return "this server is vLLM's Rust frontend (its /version says so)"
+        if not frontend_read and not snap.cache_info:
+            return (f"this exposition has no {metrics.CACHE_CONFIG} (vLLM's Python frontend always exports it, "
+                    "its Rust frontend never does), so it may come from the Rust frontend")
+        return None
+
 
 VLLM = VllmEngine()

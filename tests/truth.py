@@ -386,9 +386,12 @@ def score_timeline(name: str, meta: dict[str, Any], timeline: list[tuple[float, 
         # Behind vLLM's Rust frontend (its /version says so) gauges reading 0 running, 0 waiting and 0 usage may
         # be idle or a loaded engine's zero reading: one observation cannot tell, `undecided` is its honest answer.
         f = frames[i]
+        live_accept = truth.accept
         if meta.get("frontend") == "rust" and f.running == 0 and f.waiting == 0 and f.usage == 0:
             once_accept, bare_accept = once_accept | {"undecided"}, bare_accept | {"undecided"}
-        for s, maybe, accept in ((out[0], ours_live, truth.accept), (out[1], ours_once, once_accept),
+            if i == 0:  # the sidecar's first look is one observation too
+                live_accept = live_accept | {"undecided"}
+        for s, maybe, accept in ((out[0], ours_live, live_accept), (out[1], ours_once, once_accept),
                                  (out[2], ours_bare, bare_accept)):
             if maybe is None or truth.undetermined:
                 s.undetermined += 1

@@ -361,17 +361,21 @@ def _ok(e: EngineReport) -> str:
             f"that could each reach max_tokens without preemption.{late}{_risks(e)}")
 
 
+def _unverified(e: EngineReport, doubt: str) -> str:
+    """Idle gauges one observation cannot check (`EngineReport.gauges_doubt`): one-shot, or the sidecar's first look."""
+    lead = (f"vLLM's gauges read 0 running, 0 waiting and no block in use, but {doubt}, and that frontend's gauges "
+            "read 0 on most scrapes under load: one observation cannot tell an idle server from a loaded one. "
+            "Undecided: ")
+    if not e.gauges_only:  # the sidecar's first look
+        return lead + ("the next scrape checks the gauges against the token counters "
+                       f"({VLLM.names.generation_tokens}, steps and finished requests).")
+    url = "diagnose the server's URL (its /version names the frontend), " if "/version" not in doubt else ""
+    return lead + (f"{url}run `vllm-headroom serve` (it checks the gauges against the token counters across "
+                   f"scrapes) or diagnose again while watching {VLLM.names.generation_tokens}.")
+
+
 def _unreliable(e: EngineReport, inner: Callable[[EngineReport], str]) -> str:
     last = e.consistent
-    if e.unreliable_scrapes == 0 and last is None:  # one observation of a frontend whose gauges may read 0
-        doubt = (f"{e.gauges_doubt}, and that frontend's gauges read 0 on most scrapes under load" if e.gauges_doubt
-                 else "this server's gauges may read 0 under load (vLLM 0.32's Rust frontend's do)")
-        url = ("diagnose the server's URL (its /version names the frontend), "
-               if e.gauges_doubt and "/version" not in e.gauges_doubt else "")
-        return (f"vLLM's gauges read 0 running, 0 waiting and no block in use, but {doubt}: one observation cannot "
-                f"tell an idle server from a loaded one. Undecided: {url}run `vllm-headroom serve` (it checks the "
-                f"gauges against the token counters across scrapes) or diagnose again while watching "
-                f"{VLLM.names.generation_tokens}.")
     lead = (f"vLLM's gauges read {e.running} running, {e.waiting} waiting and {_pct(e.headroom.panel_usage_ratio)} "
             "usage although the engine decoded several requests per step since the last scrape")
     if e.unreliable_scrapes > 1:
@@ -421,6 +425,8 @@ ACTIONS: dict[str, tuple[str, ...]] = {
 def explain(e: EngineReport) -> str:
     """One paragraph saying why requests wait (or that nothing does), from the engine's one judgement."""
     inner = EXPLANATIONS[catalogue.entry(e.verdict).explanation]
+    if e.gauges_doubt is not None:
+        return _unverified(e, e.gauges_doubt)
     if not e.gauges_reliable:
         return _unreliable(e, inner)
     return inner(e) + _watermark_decides(e)
@@ -613,7 +619,7 @@ def engine_json(e: EngineReport, engines: list[EngineReport] | None = None) -> d
                         for k, v in sorted(e.inputs.items()) if not v.exact},
         "admits_next_step_requests": e.admits,
         "gauges_reliable": e.gauges_reliable,
-        "gauges_doubt": e.gauges_doubt,  # one-shot: why idle gauges may come from a loaded server, or null
+        "gauges_doubt": e.gauges_doubt,  # one observation: why its idle gauges may come from a loaded server
         "judged_from_seconds_ago": None if e.judged_from is None else round(e.judged_from, 3),
         "producer_holding": e.producer_holding,
         "asleep_or_stuck": e.asleep_or_stuck,

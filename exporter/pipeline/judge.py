@@ -752,7 +752,8 @@ def judge(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, histo
         profile_backed=prompt is not None and prompt.basis in advice.SIZED_BASES, stale_profile=stale,
         profile_recent=prompt is not None and prompt.basis == "window",
         kv_role=value(cfg.kv_role),
-        idle_gauges_unverifiable=gauges_only and idle_gauges_doubt is not None,
+        # One observation (a one-shot, or the sidecar's first look) cannot check the gauges against the counters.
+        idle_gauges_unverifiable=idle_gauges_doubt is not None and (gauges_only or tracker.first_look),
         # A known command line without --kv-transfer-config has no connector: its NIXL series (vllm-rs exports
         # them regardless) say nothing of a role.
         connector_series=bool(e.connector_counters) and not (argv_known(cfg) and cfg.kv_connector is None),
@@ -809,7 +810,7 @@ def judge(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, histo
                      gauges_only, how, block_size, quality, budget, found, tracker, inputs,
                      risks_of(headroom, running, thin, quality.stale), decides, waste, boundary,
                      hit_share if e.prefix_queries_total is not None and e.prefix_hits_total is not None else None,
-                     idle_gauges_doubt if gauges_only else None)
+                     idle_gauges_doubt if judgement.idle_unverified else None)
     if refuted is not None:
         report = replace(report, max_num_seqs_refuted=refuted)
     if judgement.gauges_reliable:

@@ -177,6 +177,7 @@ class Judgement:
     asleep_or_stuck: bool = False  # a stall that sleep may explain: the release exports no sleep state
     gauges_reliable: bool = True  # False: the gauges contradict the counters; judged from `judged_from`
     judged_from: float | None = None  # seconds since the consistent scrape this answer repeats (gauges unreliable)
+    idle_unverified: bool = False  # idle gauges that one observation cannot check (`idle_gauges_unverifiable`)
 
 
 def pool_exhausted(o: Observation) -> bool:
@@ -273,7 +274,7 @@ def classify(o: Observation, h: History, t: Thresholds) -> Judgement:
         # vLLM 0.32.0's Rust frontend reads 0 on most scrapes under load (tests/fixtures/vllm-0.32.0-rust,
         # false-full-unpinned: 47 of 47 loaded frames): one such reading proves nothing; `serve` checks the
         # gauges against the token counters across scrapes.
-        return Judgement(Verdict.UNDECIDED, Limit.UNDECIDED, gauges_reliable=False)
+        return Judgement(Verdict.UNDECIDED, Limit.UNDECIDED, idle_unverified=True)
     if o.waiting <= 0:
         idle_with_blocks = hr.kv_used_blocks > 0 and o.running == 0
         producer = o.kv_role in PRODUCER_ROLES or (o.kv_role is None and o.connector_series)
@@ -763,6 +764,11 @@ class Tracker:
         self.t = thresholds
         self.one_shot = one_shot
         self._clear()
+
+    @property
+    def first_look(self) -> bool:
+        """No scrape of this engine judged yet (or none since its counters reset): nothing to check gauges against."""
+        return self._last_time is None
 
     def _clear(self) -> None:
         self._last_preemptions: float | None = None

@@ -201,3 +201,28 @@ def test_a_saved_body_without_cache_config_info_is_not_called_idle_from_zero_gau
             assert (str(e.verdict), e.gauges_doubt) == ("ok", None), path
             judged += 1
     assert judged >= 8
+
+
+def test_the_sidecars_first_look_at_zero_gauges_behind_the_rust_frontend_is_undecided() -> None:
+    """A sidecar started (or restarted) beside the loaded Rust-frontend server has nothing to check the gauges
+    against on its first scrape: it said `ok`, "Nothing is held back", there (and, at this load of ~1.5 requests in
+    flight, for the next ~7 s until the idle readings' Little's-law evidence adds up). Its first look is now
+    undecided with the reason, the next scrape checks; the gauge-reliability series stays 1 (nothing contradicted
+    yet). Started at the recording's start (idle, before the load), the second scrape is `ok` again."""
+    from exporter.expose import diagnosis
+    from exporter.pipeline.target import Settings, Target
+    from tests.fixtures import as_recorded
+
+    d = ROOT / "false-full-unpinned"
+    m = meta(d)
+    argv = [str(a) for a in m["server_argv"]]  # type: ignore[union-attr]
+    timeline = frames(d)
+    for start in (0.0, 10.0, 20.0):
+        sidecar = as_recorded(Target(Settings("http://vllm:8000", vllm_args=argv, discover_cmdline=False)), m)
+        seen = [e for t, text in timeline if t >= start for e in sidecar.observe(t, text).engines][:2]
+        first = seen[0]
+        assert (str(first.verdict), first.gauges_reliable, first.advice) == ("undecided", True, ())
+        said = diagnosis.explain(first)
+        assert "its /version says so" in said and "the next scrape checks the gauges" in said
+        if start == 0.0:
+            assert str(seen[1].verdict) == "ok" and seen[1].gauges_doubt is None

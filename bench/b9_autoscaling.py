@@ -58,7 +58,8 @@ UP_WINDOW = 0.0
 TOLERANCE = 0.1
 POLICY_PERIOD = 15.0 / SCALE  # HPA's default policies: up max(4 pods, 100 %) per 15 s, down 100 % per 15 s
 MIN_REPLICAS, MAX_REPLICAS = 1, 4
-TARGET_UTILIZATION = defaults.TARGET_UTILIZATION  # the sidecar's, at its default
+# The sidecar's, at its default; B9_TARGET_UTILIZATION runs the same loop at another (one value for both shapes).
+TARGET_UTILIZATION = float(os.environ.get("B9_TARGET_UTILIZATION", defaults.TARGET_UTILIZATION))
 LOAD_WINDOW = defaults.LOAD_WINDOW / SCALE  # the sidecar's offered-load window, scaled like every other duration
 
 MAX_NUM_SEQS = 4
@@ -141,9 +142,22 @@ def pace_env() -> Iterator[dict[str, str]]:
         yield {"PYTHONPATH": f"{tmp}:{PACE_DIR}", "VLLM_HEADROOM_BENCH_STEP": f"{STEP_BASE_MS},{STEP_PER_TOKEN_MS}"}
 
 
+# One process per engine: the model runs in the EngineCore (UniProcExecutor) on one OpenMP thread. Without
+# VLLM_ENABLE_V1_MULTIPROCESSING=0 vLLM 0.32's CPU platform turns "--distributed-executor-backend uni" into "mp":
+# each engine then has a Worker process that busy-polls its shm queue (sched_yield, shm_broadcast.SpinCondition)
+# through the whole paced sleep, ~1 core per busy replica, and VLLM_CPU_OMP_THREADS_BIND=auto pins every server's
+# Worker (and its 9 gloo threads, the load average's 30-40) to CPU 0. bench/replica_capacity.py, decode-heavy with
+# every slot full (2026-12-03): mp 1.60 requests/s for one replica, 2.67 for four (1.67x; step 26 -> 63 ms, 44
+# runnable threads); mp with Workers bound to CPUs 0/1 alternately 3.32 (2.07x); mp paced at 100 ms 0.40 and 0.64
+# (1.60x: the spin lasts as long as the paced step); OMP_WAIT_POLICY=PASSIVE, GOMP_SPINCOUNT=0 leave the Worker at
+# 0.98 core (the spin is Python's, not OpenMP's); uni 1.60 and 6.40 (4.00x; step 26.1 ms for both, 0.19 core per
+# busy server, 1.5 runnable threads). The caller's env wins (the experiment's mp runs).
+ONE_PROCESS_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": "1"}
+
+
 def start_servers(n: int, env: dict[str, str]) -> list[VllmServer]:
     servers = [VllmServer(max_num_seqs=MAX_NUM_SEQS, max_model_len=MAX_MODEL_LEN, block_size=BLOCK_SIZE,
-                          num_gpu_blocks_override=NUM_GPU_BLOCKS, pin_cpus=False, env=env,
+                          num_gpu_blocks_override=NUM_GPU_BLOCKS, pin_cpus=False, env={**ONE_PROCESS_ENV, **env},
                           extra_args=["--distributed-executor-backend", "uni"]) for _ in range(n)]
     with ThreadPoolExecutor(n) as pool:
         errors = [f.exception() for f in [pool.submit(s.start) for s in servers]]
@@ -243,12 +257,17 @@ class Result:
     error: str | None = None
 
 
+def completion(shape: Shape, seed: int) -> dict[str, Any]:
+    """The body of one request of `shape` (its own prompt per seed: no prefix-cache hits between requests)."""
+    return {"model": "tiny-llama", "prompt": prompt_ids(shape.prompt, seed), "max_tokens": shape.max_tokens,
+            "ignore_eos": True, "temperature": 0}
+
+
 async def _one(client: httpx.AsyncClient, url: str, shape: Shape, seed: int, at: float, t0: float,
                res: Result) -> None:
     await asyncio.sleep(max(0.0, t0 + at - time.monotonic()))
     res.sent = time.monotonic() - t0
-    body = {"model": "tiny-llama", "prompt": prompt_ids(shape.prompt, seed), "max_tokens": shape.max_tokens,
-            "ignore_eos": True, "temperature": 0, "stream": True}
+    body = {**completion(shape, seed), "stream": True}
     try:
         async with client.stream("POST", f"{url}/v1/completions", json=body) as resp:
             resp.raise_for_status()
@@ -413,20 +432,22 @@ def capacity_per_replica(server: VllmServer, shape: Shape, seconds: float) -> di
         i = 0
         while time.monotonic() < stop:
             i += 1
-            body = {"model": "tiny-llama", "prompt": prompt_ids(shape.prompt, 10_000 * k + i),
-                    "max_tokens": shape.max_tokens, "ignore_eos": True, "temperature": 0}
             t = time.monotonic()
-            (await client.post(f"{server.url}/v1/completions", json=body)).raise_for_status()
-            if time.monotonic() < stop:
+            answer = await client.post(f"{server.url}/v1/completions", json=completion(shape, 10_000 * k + i))
+            answer.raise_for_status()
+            if i > 1 and time.monotonic() < stop:  # each client's first request found no queue: not steady
                 results.append(time.monotonic() - t)
 
     async def main() -> None:
         async with httpx.AsyncClient(timeout=600) as client:
             await asyncio.gather(*(worker(client, k) for k in range(3 * MAX_NUM_SEQS)))
 
-    start = time.monotonic()
     asyncio.run(main())
-    return {"completions_per_s": len(results) / (time.monotonic() - start),
+    # Little's law on the closed loop once it is full: clients = completions/s x mean latency of the requests sent
+    # after each client's first. Counting completions over the run counted the first requests' ramp and lost those
+    # still in flight at the stop: 0.99 requests/s for a replica that completes 1.60 steady
+    # (bench/replica_capacity.py, decode-heavy, 2026-12-03), so "2.3 replicas' worth" of load was 1.4.
+    return {"completions_per_s": 3 * MAX_NUM_SEQS / statistics.fmean(results) if results else float("nan"),
             "latency_p50_s": statistics.median(results) if results else float("nan")}
 
 
@@ -437,9 +458,7 @@ def warm(servers: Sequence[VllmServer], shape: Shape) -> None:
     async def main() -> None:
         async with httpx.AsyncClient(timeout=600) as client:
             async def one(url: str, i: int) -> None:
-                body = {"model": "tiny-llama", "prompt": prompt_ids(shape.prompt, 900_000 + i),
-                        "max_tokens": shape.max_tokens, "ignore_eos": True, "temperature": 0}
-                (await client.post(f"{url}/v1/completions", json=body)).raise_for_status()
+                (await client.post(f"{url}/v1/completions", json=completion(shape, 900_000 + i))).raise_for_status()
             await asyncio.gather(*(one(s.url, 1000 * j + i) for j, s in enumerate(servers) for i in range(30)))
 
     asyncio.run(main())
@@ -455,6 +474,7 @@ def main() -> int:
     out: dict[str, Any] = {
         "scale": SCALE, "poll_s": POLL, "down_window_s": DOWN_WINDOW, "tolerance": TOLERANCE,
         "replicas": [MIN_REPLICAS, MAX_REPLICAS], "step": [STEP_BASE_MS, STEP_PER_TOKEN_MS],
+        "target_utilization": TARGET_UTILIZATION, "engine_env": ONE_PROCESS_ENV,
         "vllm": {"max_num_seqs": MAX_NUM_SEQS, "num_gpu_blocks": NUM_GPU_BLOCKS, "block_size": BLOCK_SIZE,
                  "max_model_len": MAX_MODEL_LEN},
         "router": "vllm-router 0.1.17 (PyPI; vllm-project/router, Rust), round_robin",
@@ -504,11 +524,12 @@ def main() -> int:
 
 def sidecar_argv(servers: Sequence[VllmServer], port: int) -> list[str]:
     """The real sidecar watching every replica, told max_num_seqs (stated), scraping every 2 s, its offered-load
-    window scaled (30 s / SCALE: each poll reads the load since the last); its other settings are the defaults
-    (profile window 300 s, target utilization 0.8)."""
+    window scaled (30 s / SCALE: each poll reads the load since the last), at `TARGET_UTILIZATION`; its other
+    settings are the defaults (profile window 300 s)."""
     argv = [sys.executable, "-m", "exporter", "serve", "--web.listen-address", f"127.0.0.1:{port}",
             "--scrape.interval", "2s", "--max-num-seqs", str(MAX_NUM_SEQS), "--no-vllm-cmdline-discovery",
-            "--autoscaling.load-window", f"{LOAD_WINDOW:g}s", "--log.level", "warning"]
+            "--autoscaling.load-window", f"{LOAD_WINDOW:g}s", "--autoscaling.target-utilization",
+            f"{TARGET_UTILIZATION:g}", "--log.level", "warning"]
     for s in servers:
         argv += ["--target", s.url]
     return argv

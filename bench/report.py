@@ -121,6 +121,17 @@ def autoscaling_verdict(b9: dict[str, Any], shape: str) -> tuple[bool, str]:
                  "direction changes")
 
 
+def _engine_env(b9: dict[str, Any]) -> str:
+    """How each engine ran, and ours' target utilization, when the run recorded them (earlier runs did not)."""
+    env = b9.get("engine_env")
+    said = "" if not env else (
+        "; one process per engine (" + ", ".join(f"{k}={v}" for k, v in env.items()) + ": with vLLM's Worker "
+        "process each busy replica's Worker spun ~1 core through the paced sleep and 4 replicas gave 1.67x one "
+        "replica's requests/s, one process per engine 4.00x; bench/replica_capacity.py)")
+    u = b9.get("target_utilization")
+    return said + ("" if u is None else f"; ours at target utilization {u:g}")
+
+
 def autoscaling(b9: dict[str, Any]) -> list[str]:
     shapes = b9["shapes"]
     v = b9["vllm"]
@@ -134,7 +145,8 @@ def autoscaling(b9: dict[str, Any]) -> list[str]:
            f"of {v['block_size']}, max_model_len {v['max_model_len']}, ~{b9.get('memory_mb_per_server', '?')} MB each,"
            f" started in {b9.get('startup_s', '?')} s) behind {b9['router']}; each engine step paced to at least "
            f"{b9['step'][0]:g} ms + {b9['step'][1]:g} ms per token (bench/pace: unpaced, one engine with work takes "
-           f"1.5 of the 2 cores and replicas add nothing). HPA's algorithm: tolerance {b9['tolerance']}, every "
+           f"1.5 of the 2 cores and replicas add nothing){_engine_env(b9)}. HPA's algorithm: tolerance "
+           f"{b9['tolerance']}, every "
            f"{b9['poll_s']:g} s (KEDA's 30 s), scale-down window {b9['down_window_s']:g} s (300 s), up 0 s, "
            f"replicas {b9['replicas'][0]}-{b9['replicas'][1]}; time scaled down {b9['scale']:g}x uniformly (a "
            f"request's engine time stands for one {b9['scale']:g}x as long). The same seeded Poisson load per shape "

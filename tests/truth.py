@@ -389,7 +389,8 @@ def score_timeline(name: str, meta: dict[str, Any], timeline: list[tuple[float, 
         live_accept = truth.accept
         if meta.get("frontend") == "rust" and f.running == 0 and f.waiting == 0 and f.usage == 0:
             once_accept, bare_accept = once_accept | {"undecided"}, bare_accept | {"undecided"}
-            if i == 0:  # the sidecar's first look is one observation too
+            if i == 0 or (f.steps, f.prompt_tokens) != (frames[i - 1].steps, frames[i - 1].prompt_tokens):
+                # The sidecar's first look is one observation too; after steps, zero gauges are no proof of idle.
                 live_accept = live_accept | {"undecided"}
         for s, maybe, accept in ((out[0], ours_live, live_accept), (out[1], ours_once, once_accept),
                                  (out[2], ours_bare, bare_accept)):

@@ -362,14 +362,15 @@ def _ok(e: EngineReport) -> str:
 
 
 def _unverified(e: EngineReport, doubt: str) -> str:
-    """Idle gauges one observation cannot check (`EngineReport.gauges_doubt`): one-shot, or the sidecar's first look."""
+    """Idle gauges nothing shows idle (`EngineReport.gauges_doubt`): one-shot, or steps since the last scrape."""
     lead = (f"vLLM's gauges read 0 running, 0 waiting and no block in use, but {doubt}, and that frontend's gauges "
             "read 0 on most scrapes under load: one observation cannot tell an idle server from a loaded one. "
             "Undecided: ")
-    if not e.gauges_only:  # the sidecar's first look
-        return lead + ("the next scrape checks the gauges against the token counters "
-                       f"({VLLM.names.generation_tokens}, steps and finished requests).")
-    url = "diagnose the server's URL (its /version names the frontend), " if "/version" not in doubt else ""
+    if not e.gauges_only:  # the sidecar: the first look, a restart, or steps since the last scrape
+        return lead + ("the engine ran steps since the last scrape, or there is none to compare with. It is said "
+                       "idle once a scrape shows no step since the one before; the gauges are said unreliable once "
+                       f"the counters ({VLLM.names.generation_tokens}, finished requests) show requests they miss.")
+    url = ("diagnose a URL whose /version answers (it names the frontend), " if "/version" not in doubt else "")
     return lead + (f"{url}run `vllm-headroom serve` (it checks the gauges against the token counters across "
                    f"scrapes) or diagnose again while watching {VLLM.names.generation_tokens}.")
 
@@ -619,7 +620,7 @@ def engine_json(e: EngineReport, engines: list[EngineReport] | None = None) -> d
                         for k, v in sorted(e.inputs.items()) if not v.exact},
         "admits_next_step_requests": e.admits,
         "gauges_reliable": e.gauges_reliable,
-        "gauges_doubt": e.gauges_doubt,  # one observation: why its idle gauges may come from a loaded server
+        "gauges_doubt": e.gauges_doubt,  # undecided idle gauges: why they may come from a loaded server
         "judged_from_seconds_ago": None if e.judged_from is None else round(e.judged_from, 3),
         "producer_holding": e.producer_holding,
         "asleep_or_stuck": e.asleep_or_stuck,

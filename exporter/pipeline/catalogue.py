@@ -183,13 +183,13 @@ CATALOGUE: dict[Verdict, Entry] = {
         "default depends on the device, which it does not export) or on evidence one observation cannot see (the "
         "queue head's size or cached blocks, how many waiting requests a LoRA adapter lets through): the answer's "
         "`decided_by` says what binds for each value it may have, and the advice is to state it or how to watch it. "
-        "Also a scrape whose gauges contradict the counters with no recent consistent one; one observation (a "
-        "one-shot, or the sidecar's first look) of zero gauges that may come from vLLM's Rust frontend, whose "
-        "gauges read 0 under load (its /version says so, or a saved body without the cache_config_info series, which "
-        "the Python frontend always exports); a stall on a "
-        "release without a sleep state while sleep mode is on or not known (`asleep_or_stuck`: GET /is_sleeping "
-        "decides, no restart); blocks held with nothing to do beside NIXL series and no kv_role stated, once a leak "
-        "would be said (`producer_holding`). Never false-full",
+        "Also a scrape whose gauges contradict the counters with no recent consistent one; zero gauges of a server "
+        "that may be vLLM's Rust frontend, whose gauges read 0 under load (its /version says so, or /version is not "
+        "read and the body has no cache_config_info series, which only a relabelling drops from the Python "
+        "frontend's), unless the counters show no step since the last scrape (never in one-shot, nor on the "
+        "sidecar's first look); a stall on a release without a sleep state while sleep mode is on or not known "
+        "(`asleep_or_stuck`: GET /is_sleeping decides, no restart); blocks held with nothing to do beside NIXL "
+        "series and no kv_role stated, once a leak would be said (`producer_holding`). Never false-full",
         "none", "light-blue", false_full=False, waiting=False, alert=None, explanation="undecided",
         actions="undecided", binds=(Limit.UNDECIDED,),
         no_alert="the cause is not known: the advice asks for the value that decides it; the queue's own alerts "

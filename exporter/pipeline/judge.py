@@ -752,8 +752,10 @@ def judge(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, histo
         profile_backed=prompt is not None and prompt.basis in advice.SIZED_BASES, stale_profile=stale,
         profile_recent=prompt is not None and prompt.basis == "window",
         kv_role=value(cfg.kv_role),
-        # One observation (a one-shot, or the sidecar's first look) cannot check the gauges against the counters.
-        idle_gauges_unverifiable=idle_gauges_doubt is not None and (gauges_only or tracker.first_look),
+        # Behind a doubt, idle gauges mean an idle engine only where its counters show it made no step since the
+        # last scrape (one-shot: no last scrape; the sidecar's first look, a restart, or steps since: unverified).
+        idle_gauges_unverifiable=idle_gauges_doubt is not None and (
+            gauges_only or not tracker.engine_still((e.steps_total, e.generation_tokens_total))),
         # A known command line without --kv-transfer-config has no connector: its NIXL series (vllm-rs exports
         # them regardless) say nothing of a role.
         connector_series=bool(e.connector_counters) and not (argv_known(cfg) and cfg.kv_connector is None),

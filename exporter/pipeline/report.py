@@ -128,7 +128,7 @@ class EngineReport:
     inputs: dict[str, Input] = field(default_factory=dict)  # the judgement's inputs with provenance and range
     admits: int | None = None  # requests the next engine step can admit (free slots and free blocks)
     gauges_reliable: bool = True  # False: this scrape's gauges contradict the counters (see `judged_from`)
-    gauges_doubt: str | None = None  # one observation: why its idle gauges may come from a loaded server (a clause)
+    gauges_doubt: str | None = None  # undecided idle gauges: why they may come from a loaded server (a clause)
     judged_from: float | None = None  # seconds since the consistent scrape whose judgement this repeats
     unreliable_scrapes: int = 0  # scrapes of this engine whose gauges contradicted its counters, since start
     producer_holding: bool = False  # a P/D producer keeps finished prefills' blocks for its decode side

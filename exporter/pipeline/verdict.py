@@ -765,10 +765,11 @@ class Tracker:
         self.one_shot = one_shot
         self._clear()
 
-    @property
-    def first_look(self) -> bool:
-        """No scrape of this engine judged yet (or none since its counters reset): nothing to check gauges against."""
-        return self._last_time is None
+    def engine_still(self, progress: tuple[float | None, float | None]) -> bool:
+        """The engine's step and generation counters are those of the last scrape: it made no step since. False on
+        the first look, after a restart (a counter fell) and without the counters: nothing shows it still."""
+        last = self._last_progress_value
+        return last is not None and None not in progress and progress == last
 
     def _clear(self) -> None:
         self._last_preemptions: float | None = None

@@ -189,7 +189,7 @@ def test_a_saved_body_without_cache_config_info_is_not_called_idle_from_zero_gau
         (e,) = saved.observe(0.0, text, gauges_only=True).engines
         assert (str(e.verdict), e.false_full, e.advice) == ("undecided", False, ())
         said = diagnosis.explain(e)
-        assert "no vllm:cache_config_info" in said and "diagnose the server's URL" in said
+        assert "no vllm:cache_config_info" in said and "diagnose a URL whose /version answers" in said
         assert "no vllm:cache_config_info" in (diagnosis.engine_json(e)["gauges_doubt"] or "")
     python_idle = sorted((ROOT.parent).glob("vllm-*/idle/snapshot.prom"))
     python_idle = [p for p in python_idle if "rust" not in p.parts[-3]]
@@ -203,12 +203,13 @@ def test_a_saved_body_without_cache_config_info_is_not_called_idle_from_zero_gau
     assert judged >= 8
 
 
-def test_the_sidecars_first_look_at_zero_gauges_behind_the_rust_frontend_is_undecided() -> None:
-    """A sidecar started (or restarted) beside the loaded Rust-frontend server has nothing to check the gauges
-    against on its first scrape: it said `ok`, "Nothing is held back", there (and, at this load of ~1.5 requests in
-    flight, for the next ~7 s until the idle readings' Little's-law evidence adds up). Its first look is now
-    undecided with the reason, the next scrape checks; the gauge-reliability series stays 1 (nothing contradicted
-    yet). Started at the recording's start (idle, before the load), the second scrape is `ok` again."""
+def test_zero_gauges_behind_the_rust_frontend_are_idle_only_where_the_engine_made_no_step() -> None:
+    """A sidecar started (or restarted) beside the loaded Rust-frontend server said `ok`, "Nothing is held back", on
+    its first scrape and, at this load of ~1.5 requests in flight, for the next ~7 s until the idle readings'
+    Little's-law evidence added up. Zero gauges behind that frontend now mean idle only where the counters show no
+    step since the last scrape: the first look, a restart (the counters fell) and every scrape after steps are
+    undecided, with the reason; the gauge-reliability series stays 1 until the counters contradict the gauges. Once
+    the load has ended (no step between two scrapes) the answer is `ok` again, and the idle start too."""
     from exporter.expose import diagnosis
     from exporter.pipeline.target import Settings, Target
     from tests.fixtures import as_recorded
@@ -216,13 +217,38 @@ def test_the_sidecars_first_look_at_zero_gauges_behind_the_rust_frontend_is_unde
     d = ROOT / "false-full-unpinned"
     m = meta(d)
     argv = [str(a) for a in m["server_argv"]]  # type: ignore[union-attr]
+    end = m["load"]["window"]["end_t"]  # type: ignore[index]
     timeline = frames(d)
-    for start in (0.0, 10.0, 20.0):
-        sidecar = as_recorded(Target(Settings("http://vllm:8000", vllm_args=argv, discover_cmdline=False)), m)
-        seen = [e for t, text in timeline if t >= start for e in sidecar.observe(t, text).engines][:2]
-        first = seen[0]
-        assert (str(first.verdict), first.gauges_reliable, first.advice) == ("undecided", True, ())
-        said = diagnosis.explain(first)
-        assert "its /version says so" in said and "the next scrape checks the gauges" in said
-        if start == 0.0:
-            assert str(seen[1].verdict) == "ok" and seen[1].gauges_doubt is None
+
+    def steps(text: str) -> tuple[float, float]:
+        state = {ln.split(" ")[0].split("{")[0]: ln for ln in text.splitlines() if not ln.startswith("#")}
+        return tuple(float(state[k].rsplit(" ", 1)[1]) for k in (  # type: ignore[return-value]
+            "vllm:iteration_tokens_total_count", "vllm:generation_tokens_total"))
+
+    def sidecar() -> Target:
+        return as_recorded(Target(Settings("http://vllm:8000", vllm_args=argv, discover_cmdline=False)), m)
+
+    for start in (0.0, 5.0, 10.0, 20.0):
+        fed = [(t, text) for t, text in timeline if t >= start]
+        target, before = sidecar(), None
+        for n, (t, text) in enumerate(fed):
+            (e,) = target.observe(t, text).engines
+            moved = before is None or steps(text) != before
+            before = steps(text)
+            if moved and t <= end:
+                assert str(e.verdict) != "ok", (start, t)
+                if e.gauges_reliable:
+                    said = diagnosis.explain(e)
+                    assert str(e.verdict) == "undecided" and e.advice == () and "its /version says so" in said
+                    assert ("there is none to compare with" in said) and e.gauges_doubt is not None
+            if (start == 0.0 and n > 0 and t < 2.0) or t > end + 1.0:
+                assert (str(e.verdict), e.gauges_doubt) == ("ok", None), (start, t)
+    # A restart under load: the counters fall, so the first scrape of the new process is not taken as still.
+    target = sidecar()
+    idle = [(t, text) for t, text in timeline if t > end + 1.0][:3]
+    loaded = [(idle[-1][0] + 0.5 * (i + 1), text) for i, (t, text) in enumerate(timeline) if 12.0 <= t <= 13.0]
+    assert steps(loaded[0][1])[0] < steps(idle[-1][1])[0]
+    for t, text in idle:
+        target.observe(t, text)
+    (e,) = target.observe(*loaded[0]).engines
+    assert str(e.verdict) == "undecided" and e.gauges_doubt is not None

@@ -65,8 +65,8 @@ class VllmEngine:
         if frontend is not None and frontend.startswith("rust"):
             return "this server is vLLM's Rust frontend (its /version says so)"
         if not frontend_read and not snap.cache_info:
-            return (f"this exposition has no {metrics.CACHE_CONFIG} (vLLM's Python frontend always exports it, "
-                    "its Rust frontend never does), so it may come from the Rust frontend")
+            return (f"this exposition has no {metrics.CACHE_CONFIG}, which vLLM's Rust frontend never exports (the "
+                    "Python frontend does, unless a relabelling drops it), so it may come from the Rust frontend")
         return None
 
 

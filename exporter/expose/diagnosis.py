@@ -364,7 +364,7 @@ def _ok(e: EngineReport) -> str:
 def _unverified(e: EngineReport, doubt: str) -> str:
     """Idle gauges nothing shows idle (`EngineReport.gauges_doubt`): one-shot, or steps since the last scrape."""
     lead = (f"vLLM's gauges read 0 running, 0 waiting and no block in use, but {doubt}, and that frontend's gauges "
-            "read 0 on most scrapes under load: one observation cannot tell an idle server from a loaded one. "
+            "read 0 on most scrapes under load: this reading cannot tell an idle server from a loaded one. "
             "Undecided: ")
     if not e.gauges_only:  # the sidecar: the first look, a restart, or steps since the last scrape
         return lead + ("the engine ran steps since the last scrape, or there is none to compare with. It is said "

@@ -594,8 +594,8 @@ def judge(now: float, e: EngineSample, cfg: ServingConfig, snap: Snapshot, histo
     arrived, if known), or why its capacity cannot be derived.
 
     `idle_gauges_doubt`: why this server's gauges may read 0 under load (`Engine.idle_gauges_doubt`), or None;
-    with a doubt, one observation of idle gauges cannot tell an idle server from a loaded one (a one-shot answer is
-    then undecided, and the explanation names the doubt).
+    with a doubt, idle gauges mean an idle engine only where its counters show no step since the last scrape
+    (never in one-shot): otherwise the answer is undecided, and the explanation names the doubt.
 
     `gauges_only` marks a one-shot diagnosis (one observation: no rates, no inferred cap); `found` is the vLLM
     process whose command line gave config values (named in the report).

@@ -177,7 +177,7 @@ class Judgement:
     asleep_or_stuck: bool = False  # a stall that sleep may explain: the release exports no sleep state
     gauges_reliable: bool = True  # False: the gauges contradict the counters; judged from `judged_from`
     judged_from: float | None = None  # seconds since the consistent scrape this answer repeats (gauges unreliable)
-    idle_unverified: bool = False  # idle gauges that one observation cannot check (`idle_gauges_unverifiable`)
+    idle_unverified: bool = False  # idle gauges nothing shows idle (`Observation.idle_gauges_unverifiable`)
 
 
 def pool_exhausted(o: Observation) -> bool:
@@ -272,8 +272,8 @@ def classify(o: Observation, h: History, t: Thresholds) -> Judgement:
         return Judgement(Verdict.PREEMPTING, Limit.BLOCKS, preemption_inferred=True, suspected=h.one_shot)
     if o.idle_gauges_unverifiable and o.running == 0 and o.waiting == 0 and hr.kv_used_blocks == 0:
         # vLLM 0.32.0's Rust frontend reads 0 on most scrapes under load (tests/fixtures/vllm-0.32.0-rust,
-        # false-full-unpinned: 47 of 47 loaded frames): one such reading proves nothing; `serve` checks the
-        # gauges against the token counters across scrapes.
+        # false-full-unpinned: 47 of 47 loaded frames): such a reading proves nothing unless the counters show
+        # no step since the last scrape; `serve` checks the gauges against the token counters across scrapes.
         return Judgement(Verdict.UNDECIDED, Limit.UNDECIDED, idle_unverified=True)
     if o.waiting <= 0:
         idle_with_blocks = hr.kv_used_blocks > 0 and o.running == 0

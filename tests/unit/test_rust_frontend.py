@@ -33,6 +33,18 @@ def frames(d: Path) -> list[tuple[float, str]]:
     return replay.load(d).frames
 
 
+def loaded_zero_frames() -> tuple[dict[str, object], list[str], list[str]]:
+    """The unpinned recording's meta, server argv and loaded frames whose gauges all read 0 (47 of 47)."""
+    d = ROOT / "false-full-unpinned"
+    m = meta(d)
+    window = m["load"]["window"]  # type: ignore[index]
+    argv = [str(a) for a in m["server_argv"]]  # type: ignore[union-attr]
+    zero = [text for t, text in frames(d) if window["start_t"] <= t <= window["end_t"]
+            and not any(engine_state(text)[k] for k in ("running", "waiting", "kv_cache_usage_perc"))]
+    assert len(zero) >= 20
+    return m, argv, zero
+
+
 def theirs(text: str, wanted: frozenset[str]) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
             for fam in openmetrics_families(text) for s in fam.samples if s.name in wanted}
@@ -149,13 +161,7 @@ def test_one_observation_of_zero_gauges_behind_the_rust_frontend_is_undecided_ne
     from exporter.pipeline.target import Settings, one_shot
     from tests.fixtures import as_recorded
 
-    d = ROOT / "false-full-unpinned"
-    m = meta(d)
-    window = m["load"]["window"]  # type: ignore[index]
-    argv = [str(a) for a in m["server_argv"]]  # type: ignore[union-attr]
-    zero = [text for t, text in frames(d) if window["start_t"] <= t <= window["end_t"]
-            and not any(engine_state(text)[k] for k in ("running", "waiting", "kv_cache_usage_perc"))]
-    assert len(zero) >= 20
+    m, argv, zero = loaded_zero_frames()
     python_frontend = {**m, "version": {"version": "0.32.0"}}
     for text in zero:
         rust = as_recorded(one_shot(Settings("http://vllm:8000", vllm_args=argv, discover_cmdline=False)), m)
@@ -177,13 +183,7 @@ def test_a_saved_body_without_cache_config_info_is_not_called_idle_from_zero_gau
     from exporter.expose import diagnosis
     from exporter.pipeline.target import Settings, one_shot
 
-    d = ROOT / "false-full-unpinned"
-    m = meta(d)
-    window = m["load"]["window"]  # type: ignore[index]
-    argv = [str(a) for a in m["server_argv"]]  # type: ignore[union-attr]
-    zero = [text for t, text in frames(d) if window["start_t"] <= t <= window["end_t"]
-            and not any(engine_state(text)[k] for k in ("running", "waiting", "kv_cache_usage_perc"))]
-    assert len(zero) >= 20
+    _meta, argv, zero = loaded_zero_frames()
     for text in zero:
         saved = one_shot(Settings("file:///saved.prom", vllm_args=argv, discover_cmdline=False))
         (e,) = saved.observe(0.0, text, gauges_only=True).engines

@@ -298,6 +298,33 @@ def details(b: dict[str, dict[str, Any] | None]) -> list[str]:
             out.append(f"\n- {name}, {last['pods']} pods, each group's last evaluation: {groups}")
     if (b9 := b.get("b9_autoscaling")) is not None:
         out += autoscaling(b9)
+        if (fr := b.get("b9_frontier")) is not None:
+            out += frontier(fr, b9)
+    return out
+
+
+def frontier(fr: dict[str, Any], b9: dict[str, Any]) -> list[str]:
+    """§9's schedules replayed through a queue model, and the best schedule found at each one's cost
+    (bench/b9_frontier.py); said stale when §9 was re-run after it."""
+    if fr["source_date"] != b9["date"]:
+        return ["", f"(bench/b9_frontier.py last read the §9 run of {fr['source_date']}, not this one: re-run it.)"]
+    out = ["", "### 9b. What the goal asks: each schedule through a queue model (`python -m bench.b9_frontier`)", "",
+           f"{_when(fr)}; from §9's run of {fr['source_date']}, no vLLM. The same arrivals; each request holds a slot "
+           "for S = max_num_seqs / (requests/s of one replica kept full); requests go round robin to the replicas in "
+           "the router at arrival. *Model* is each measured schedule's wait p95 in that model, beside vLLM's "
+           "measured queue-time p95. *Best found* is the least modelled wait p95 that a local search "
+           f"({fr['iterations']} moves from each measured schedule) finds among the schedules HPA can make (up at "
+           "once, down after the window) at no more replica-seconds than the signal spent: a schedule that knows "
+           "the load to come, so what a schedule could reach at that cost, not what any signal does.", "",
+           "| shape | signal | replica-seconds | vLLM queue time p95 | model | model, one central queue | "
+           "best found at ≤ its replica-seconds | that schedule (count@s) |", "|---|---|---|---|---|---|---|---|"]
+    for name, f in fr["shapes"].items():
+        for m in f["measured"]:
+            best = m["best_found"]
+            out.append(f"| {name} | {m['signal']} | {m['replica_seconds']:.0f} | {_f(m['queue_time_p95_s'])} s | "
+                       f"{m['model_wait_p95_s']:.2f} s | {m['model_wait_p95_central_s']:.2f} s | "
+                       f"{best['wait_p95_s']:.2f} s at {best['replica_seconds']:.0f} | "
+                       f"{' → '.join(f'{n}@{t:g}' for t, n in best['events'])} |")
     return out
 
 
@@ -461,7 +488,7 @@ def serving(b: dict[str, dict[str, Any] | None]) -> list[str]:
 
 def main() -> None:
     names = ["b1_parse", "b2_sidecar", "b3_fleet", "b4_load", "b5_detect", "b6_vllm_cost", "fleet_variants",
-             "b7_status_page", "b8_rules_cost", "b8_serving", "soak", "soak_traced", "b9_autoscaling"]
+             "b7_status_page", "b8_rules_cost", "b8_serving", "soak", "soak_traced", "b9_autoscaling", "b9_frontier"]
     b = {n: _load(n) for n in names}
     m = machine()
     lines = ["# vllm-headroom benchmarks (issue #7)", "",

@@ -294,6 +294,11 @@ def run_load(url: str, shape: Shape, times: Sequence[float], t0: float, seed0: i
     return results, thread
 
 
+def held_replica_seconds(events: Sequence[tuple[float, int]], end: float) -> float:
+    """Replica-seconds of a schedule of (time, replicas) steps from its first step to `end`."""
+    return sum((b_t - a_t) * n for (a_t, n), (b_t, _m) in zip(events, [*events[1:], (end, 0)], strict=True))
+
+
 def p95(values: Sequence[float]) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, math.ceil(0.95 * len(ordered)) - 1)] if ordered else float("nan")
@@ -401,8 +406,7 @@ def closed_loop(signal: Signal, shape: Shape, servers: Sequence[VllmServer], rou
     thread.join(900)
     after = [metrics(u, client) for u in urls]
     end = duration
-    replica_seconds = sum((b_t - a_t) * n for (a_t, n), (b_t, _m) in
-                          zip(hpa.events, [*hpa.events[1:], (end, 0)], strict=True))
+    replica_seconds = held_replica_seconds(hpa.events, end)
     steps = [b[1] - a[1] for a, b in zip(hpa.events, hpa.events[1:], strict=False)]
     signs = [1 if s > 0 else -1 for s in steps if s]
     changes = sum(1 for a, b in itertools.pairwise(signs) if a != b)

@@ -93,13 +93,12 @@ def simulate(times: Sequence[float], service: float, events: Sequence[tuple[floa
     return [(s if s is not None else horizon) - a for s, a in zip(start, times, strict=True)], draining
 
 
-def p95(values: Sequence[float]) -> float:
-    return b9.p95(values)
+def polls_of(duration: float) -> list[float]:
+    """The times (s) HPA decides at over a run: every poll interval after the start, before `duration`."""
+    return [k * b9.POLL for k in range(1, math.ceil(duration / b9.POLL)) if k * b9.POLL < duration]
 
 
-def replica_seconds(events: Sequence[tuple[float, int]], duration: float) -> float:
-    marks = [*events[1:], (duration, 0)]
-    return sum((b_t - a_t) * n for (a_t, n), (b_t, _m) in zip(events, marks, strict=True))
+WINDOW = round(b9.DOWN_WINDOW / b9.POLL)  # polls a recommendation holds the replica count up for (HPA's down window)
 
 
 def reachable(wanted: Sequence[int]) -> list[int]:
@@ -109,17 +108,15 @@ def reachable(wanted: Sequence[int]) -> list[int]:
     return [min(wanted[j:j + WINDOW]) for j in range(len(wanted))]
 
 
-WINDOW = round(b9.DOWN_WINDOW / b9.POLL)  # polls a recommendation holds the replica count up for (HPA's down window)
-
-
 def schedule_of(recommended: Sequence[int], polls: Sequence[float]) -> list[tuple[float, int]]:
-    """(time, replicas) steps of HPA's answer to one recommendation per poll (up at once, down after WINDOW polls)."""
-    events, current = [(0.0, b9.MIN_REPLICAS)], b9.MIN_REPLICAS
-    for k, at in enumerate(polls):
-        n = max(recommended[max(0, k - WINDOW + 1):k + 1])
-        if n != current:
-            events.append((at, n))
-            current = n
+    """(time, replicas) steps of §9's `Hpa` given one recommendation (replicas wanted) per poll: up at once, down
+    after WINDOW polls."""
+    hpa, current = b9.Hpa(), b9.MIN_REPLICAS
+    events = [(0.0, current)]
+    for want, at in zip(recommended, polls, strict=True):
+        current = hpa.decide(at, current, [(float(want), 1.0)])
+        if current != events[-1][1]:
+            events.append((at, current))
     return events
 
 
@@ -128,7 +125,7 @@ def best_within(times: Sequence[float], service: float, duration: float, budget:
     """The least modelled wait p95 (round robin) found over HPA-reachable schedules of at most `budget`
     replica-seconds: a seeded local search (change one poll's recommendation, or a run of them) from each start.
     A found schedule is an upper bound on the best one; it knows the load to come, which no signal does."""
-    polls = [k * b9.POLL for k in range(1, math.ceil(duration / b9.POLL)) if k * b9.POLL < duration]
+    polls = polls_of(duration)
     rnd = random.Random(seed)
     seen: dict[tuple[int, ...], tuple[float, float]] = {}
 
@@ -136,8 +133,8 @@ def best_within(times: Sequence[float], service: float, duration: float, budget:
         key = tuple(rec)
         if key not in seen:
             events = schedule_of(rec, polls)
-            cost = replica_seconds(events, duration)
-            seen[key] = (p95(waits(times, service, events, duration, round_robin=True)) if cost <= budget + 1e-9
+            cost = b9.held_replica_seconds(events, duration)
+            seen[key] = (b9.p95(waits(times, service, events, duration, round_robin=True)) if cost <= budget + 1e-9
                          else math.inf, cost)
         return seen[key]
 
@@ -166,7 +163,7 @@ def shape_frontier(run: dict[str, Any], name: str, iterations: int) -> dict[str,
     shape = run["shapes"][name]
     times, _burst, duration = b9.arrivals(shape["completions_per_s"], run["quick"], seed=24)
     service = b9.MAX_NUM_SEQS / shape["completions_per_s"]
-    polls = [k * b9.POLL for k in range(1, math.ceil(duration / b9.POLL)) if k * b9.POLL < duration]
+    polls = polls_of(duration)
     measured, starts = [], [[b9.MIN_REPLICAS] * len(polls)]
     for r in (r for r in run["runs"] if r["shape"] == name):
         events = [(float(t), int(n)) for t, n in r["events"]]
@@ -174,8 +171,8 @@ def shape_frontier(run: dict[str, Any], name: str, iterations: int) -> dict[str,
         model, drained = simulate(times, service, events, duration, round_robin=True)
         measured.append({
             "signal": r["signal"], "replica_seconds": r["replica_seconds"], "ttft_p95_s": r["ttft_p95_s"],
-            "queue_time_p95_s": r["queue_time_p95_s"], "model_wait_p95_s": p95(model),
-            "model_wait_p95_central_s": p95(waits(times, service, events, duration, round_robin=False)),
+            "queue_time_p95_s": r["queue_time_p95_s"], "model_wait_p95_s": b9.p95(model),
+            "model_wait_p95_central_s": b9.p95(waits(times, service, events, duration, round_robin=False)),
             "drained_replica_seconds": drained, "events": events})
     for m in measured:
         wait, cost, events = best_within(times, service, duration, m["replica_seconds"], starts, iterations, seed=9)

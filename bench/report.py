@@ -168,7 +168,7 @@ def autoscaling(b9: dict[str, Any]) -> list[str]:
             out.append(f"| {r['signal']} | {r['ttft_p95_s']:.2f} s | {_f(r['ttft_p50_s'])} s | "
                        f"{_f(r['queue_time_p95_s'])} s | {r['replica_seconds']:.0f} | {r['mean_replicas']:.2f} / "
                        f"{r['max_replicas']} | {r['scale_events']} | {r['direction_changes']} | "
-                       f"{' → '.join(f'{n}@{t:g}' for t, n in r['events'])} | {r['errors']} | "
+                       f"{_steps(r['events'])} | {r['errors']} | "
                        f"{r.get('loadavg_after', '?')} |")
         out.append("")
     return out
@@ -303,6 +303,11 @@ def details(b: dict[str, dict[str, Any] | None]) -> list[str]:
     return out
 
 
+def _steps(events: list[tuple[float, int]]) -> str:
+    """A replica schedule as `count@s` steps."""
+    return " → ".join(f"{n}@{t:g}" for t, n in events)
+
+
 def frontier(fr: dict[str, Any], b9: dict[str, Any]) -> list[str]:
     """§9's schedules replayed through a queue model, and the best schedule found at each one's cost
     (bench/b9_frontier.py); said stale when §9 was re-run after it."""
@@ -324,7 +329,7 @@ def frontier(fr: dict[str, Any], b9: dict[str, Any]) -> list[str]:
             out.append(f"| {name} | {m['signal']} | {m['replica_seconds']:.0f} | {_f(m['queue_time_p95_s'])} s | "
                        f"{m['model_wait_p95_s']:.2f} s | {m['model_wait_p95_central_s']:.2f} s | "
                        f"{best['wait_p95_s']:.2f} s at {best['replica_seconds']:.0f} | "
-                       f"{' → '.join(f'{n}@{t:g}' for t, n in best['events'])} |")
+                       f"{_steps(best['events'])} |")
     return out
 
 

@@ -2,7 +2,9 @@
 
     python -m bench.b9_model_loop            # validation against §9's run, then diagnosis and variants (~30 s)
     B9_MODEL_SEEDS=24,1,2,3 B9_MODEL_JSON=/tmp/out.json python -m bench.b9_model_loop
-                                             # reads bench/results/b9_autoscaling.json; no vLLM, no network
+                                             # reads bench/results/b9_autoscaling.json; no vLLM, no network;
+                                             # writes bench/results/b9_model_loop.json (§9c of RESULTS.md)
+                                             # unless B9_MODEL_JSON names another file
 
 §9b replays §9's measured schedules through a queue model (`b9_frontier.simulate`: MAX_NUM_SEQS slots a replica,
 each request holding one for S = MAX_NUM_SEQS / (one full replica's requests/s), round robin at arrival over the
@@ -46,7 +48,7 @@ from unittest import mock
 
 from bench import b9_autoscaling as b9
 from bench import b9_frontier as frontier
-from bench.common import RESULTS
+from bench.common import RESULTS, save
 from exporter.engines.base import E2E_LATENCY
 from exporter.pipeline.replicas import LoadWindow, _Sample, check_utilization, offered_load
 
@@ -431,6 +433,8 @@ def main() -> int:
     out["wall_s"] = round(time.monotonic() - started)
     if os.environ.get("B9_MODEL_JSON"):
         Path(os.environ["B9_MODEL_JSON"]).write_text(json.dumps(out, indent=1, default=float) + "\n")
+    else:
+        save("b9_model_loop", out)  # bench/results/b9_model_loop.json: §9c of bench/RESULTS.md
     print(f"\n{out['wall_s']} s")
     return 0
 

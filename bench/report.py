@@ -97,6 +97,8 @@ def goals(b: dict[str, dict[str, Any] | None]) -> list[str]:
     if (b9 := b.get("b9_autoscaling")) is not None:
         for shape in b9["shapes"]:
             met, why = autoscaling_verdict(b9, shape)
+            if not met and (ml := b.get("b9_model_loop")) is not None and ml["source_date"] == b9["date"]:
+                why += load_bound(ml, shape)
             rows.append(f"| autoscaling, {shape}: best TTFT p95 of 3 signals at ≤ the cheapest's replica-seconds, "
                         f"no oscillation | {why} | {_ok(met)} |")
     return rows
@@ -300,6 +302,8 @@ def details(b: dict[str, dict[str, Any] | None]) -> list[str]:
         out += autoscaling(b9)
         if (fr := b.get("b9_frontier")) is not None:
             out += frontier(fr, b9)
+        if (ml := b.get("b9_model_loop")) is not None:
+            out += model_loop(ml, b9)
     return out
 
 
@@ -330,6 +334,72 @@ def frontier(fr: dict[str, Any], b9: dict[str, Any]) -> list[str]:
                        f"{m['model_wait_p95_s']:.2f} s | {m['model_wait_p95_central_s']:.2f} s | "
                        f"{best['wait_p95_s']:.2f} s at {best['replica_seconds']:.0f} | "
                        f"{_steps(best['events'])} |")
+    return out
+
+
+def _seeds(row: dict[str, Any]) -> str:
+    """One signal over the model loop's seeds: mean wait p95 and replica-seconds, and the most direction changes."""
+    return (f"{row['mean_wait_p95_s']:.2f} s / {row['mean_replica_seconds']:.0f} "
+            f"({min(row['replica_seconds']):.0f}-{max(row['replica_seconds']):.0f}) / "
+            f"{max(row['direction_changes'])}")
+
+
+def load_bound(ml: dict[str, Any], shape: str) -> str:
+    """What the model loop says of the goal in one shape: a schedule that knows the offered load (ceil(load / u))
+    beside the cheapest threshold, over the seeds; empty when the model loop has not run."""
+    per = ml.get("diagnosis", {}).get(shape, {})
+    fluid, thr = per.get("fluid ceil(load / 1)"), per.get("waiting>5")
+    if not fluid or not thr:
+        return ""
+    return (f"; in the model loop (§9c, {len(ml['seeds'])} seeds) a schedule that knows the offered load, "
+            f"ceil(load / 1), spends {fluid['mean_replica_seconds']:.0f} replica-s against waiting>5's "
+            f"{thr['mean_replica_seconds']:.0f}")
+
+
+def model_loop(ml: dict[str, Any], b9: dict[str, Any]) -> list[str]:
+    """§9's closed loop inside §9b's queue model, each signal read from the model's state (bench/b9_model_loop.py):
+    the validation against §9's run, then every signal and variant over several arrival seeds; said stale when §9
+    was re-run after it."""
+    if ml["source_date"] != b9["date"]:
+        return ["", f"(bench/b9_model_loop.py last read the §9 run of {ml['source_date']}, not this one: re-run it.)"]
+    seeds = ", ".join(str(s) for s in ml["seeds"])
+    out = ["", "### 9c. The closed loop in the queue model (`python -m bench.b9_model_loop`)", "",
+           f"{_when(ml)}; from §9's run of {ml['source_date']}, no vLLM ({ml['wall_s']} s). §9b's queue model "
+           "stepped 10 ms at a time, HPA deciding every poll on each signal read from the model's own state: "
+           "waiting>5 from the replicas' queues, queue|kv with the blocks each request in a slot holds as the KV "
+           "proxy, ours through the sidecar's own `LoadWindow` (exporter/pipeline/replicas.py) at a "
+           f"{ml['scrape_s']:g} s scrape. First the check that the loop makes §9's schedules (seed 24):", "",
+           "| shape | signal | measured schedule | replica-s | vLLM queue p95 | model loop schedule | replica-s | "
+           "wait p95 |", "|---|---|---|---|---|---|---|---|"]
+    for v in ml["validation"]:
+        out.append(f"| {v['shape']} | {v['signal']} | {_steps([tuple(e) for e in v['measured_events']])} | "
+                   f"{v['measured_replica_seconds']:.0f} | {v['measured_queue_p95_s']:.2f} s | "
+                   f"{_steps([tuple(e) for e in v['model_events']])} | {v['model_replica_seconds']:.0f} | "
+                   f"{v['model_wait_p95_s']:.2f} s |")
+    out += ["", f"Then each signal over seeds {seeds} (the same load shape, other arrivals): mean wait p95 / mean "
+            "replica-seconds (their range) / most direction changes. *ceil(load / u)* is a schedule that knows the "
+            "offered load and keeps it at utilization u: what provisioning for the load costs at best. "
+            "*ours wW uU* are variants of ours (load window W, target utilization U, L smoothed or a burst's "
+            "backlog spread over a horizon).", "",
+            "| signal | " + " | ".join(ml["diagnosis"]) + " |", "|---|" + "---|" * len(ml["diagnosis"])]
+    names: list[str] = []
+    for part in ("variants", "diagnosis"):
+        for per in ml[part].values():
+            names += [n for n in per if n not in names]
+    for name in names:
+        cells = []
+        for shape in ml["diagnosis"]:
+            row = ml["variants"].get(shape, {}).get(name) or ml["diagnosis"][shape].get(name)
+            cells.append(_seeds(row) if row else "")
+        out.append(f"| {name} | " + " | ".join(cells) + " |")
+    out += ["", f"The peak held {ml['longer_plateau_s']:g} s longer (the same seeds):", "",
+            "| signal | " + " | ".join(ml["longer_plateau"]) + " |", "|---|" + "---|" * len(ml["longer_plateau"])]
+    plateau_names: list[str] = []
+    for per in ml["longer_plateau"].values():
+        plateau_names += [n for n in per if n not in plateau_names]
+    for name in plateau_names:
+        out.append(f"| {name} | " + " | ".join(_seeds(per[name]) if name in per else ""
+                                               for per in ml["longer_plateau"].values()) + " |")
     return out
 
 
@@ -493,7 +563,8 @@ def serving(b: dict[str, dict[str, Any] | None]) -> list[str]:
 
 def main() -> None:
     names = ["b1_parse", "b2_sidecar", "b3_fleet", "b4_load", "b5_detect", "b6_vllm_cost", "fleet_variants",
-             "b7_status_page", "b8_rules_cost", "b8_serving", "soak", "soak_traced", "b9_autoscaling", "b9_frontier"]
+             "b7_status_page", "b8_rules_cost", "b8_serving", "soak", "soak_traced", "b9_autoscaling", "b9_frontier",
+             "b9_model_loop"]
     b = {n: _load(n) for n in names}
     m = machine()
     lines = ["# vllm-headroom benchmarks (issue #7)", "",

@@ -56,6 +56,7 @@ def measure(shape: str, frames: list[str], rounds: int, budget_s: float,
 
     def parse_cold(text: str) -> object:
         exposition._label_cache.clear()  # the first scrape of a target: every label set is new
+        getattr(exposition, "_line_cache", {}).clear()  # and every sample line
         return exposition.parse(text, vllm.WANTED)
 
     def prom(text: str) -> object:
@@ -70,6 +71,7 @@ def measure(shape: str, frames: list[str], rounds: int, budget_s: float,
         runs["parse_cold"].append(_cpu_per_call(parse_cold, texts, budget_s))
         runs["prometheus_client"].append(_cpu_per_call(prom, texts, budget_s))
     exposition._label_cache.clear()
+    getattr(exposition, "_line_cache", {}).clear()
     med = {k: statistics.median(v) for k, v in runs.items()}
     size = sum(map(len, texts)) / len(texts)
     return {

@@ -262,40 +262,60 @@ class Parser:
             self._lines_seen += self._uncounted.count("\n") + 1
             self._uncounted = None
         first = self._lines_seen + 1
-        lines: Iterable[tuple[int, str]]
         if self._heads is not None:
             # Every wanted name starts with the engine's prefix: cut the text at each line that starts with it (which
-            # counts them too) and keep the lines whose next characters begin some wanted name, then test those.
+            # counts them too) and keep the lines whose next characters begin some wanted name, then test those
+            # (without the prefix: `_parse_tails`).
             size, heads, prefixes = self._heads
+            assert self._want is not None  # heads are made of the wanted names
             pieces = ("\n" + text).split("\n" + prefix)
             self.out.family_lines += len(pieces) - 1
             self._uncounted = text  # a body fed in one piece never needs its lines counted (only errors number them)
             if self._error is not None:
                 return  # the first error is the one said; later lines are only counted
-            lines = [(0, prefix + ln) for piece in pieces[1:] if piece[:size] in heads
-                     and (ln := piece.partition("\n")[0]).startswith(prefixes)]  # line numbers only for errors
+            tails = [ln for piece in pieces[1:] if piece[:size] in heads
+                     and (ln := piece.partition("\n")[0]).startswith(prefixes)]
+            before = self._kept
+            try:
+                self._kept += _parse_tails(tails, prefix, self.out.samples, self._want, self._seen,
+                                           self.out.duplicates)
+            except ExpositionError as exc:
+                self._error = exc
+                self._number_error(text, first)
+            self._check_size(before)
+            return
+        self.out.family_lines += text.count("\n" + prefix) + text.startswith(prefix)
+        all_lines = text.split("\n")
+        self._lines_seen += len(all_lines)
+        if self._error is not None:
+            return  # the first error is the one said; later lines are only counted
+        lines: Iterable[tuple[int, str]]
+        if self._prefixes is None:
+            lines = enumerate(all_lines, first)
         else:
-            self.out.family_lines += text.count("\n" + prefix) + text.startswith(prefix)
-            all_lines = text.split("\n")
-            self._lines_seen += len(all_lines)
-            if self._error is not None:
-                return  # the first error is the one said; later lines are only counted
-            if self._prefixes is None:
-                lines = enumerate(all_lines, first)
-            else:
-                wanted = self._prefixes
-                lines = [(0, ln) for ln in all_lines if ln.startswith(wanted)]  # line numbers only for errors
+            wanted = self._prefixes
+            lines = [(0, ln) for ln in all_lines if ln.startswith(wanted)]  # line numbers only for errors
         before = self._kept
         try:
             self._kept += _parse_lines(lines, self.out.samples, self._want, self._seen, self.out.duplicates)
         except ExpositionError as exc:
             self._error = exc
-            if self._prefixes is not None:  # the fast path numbers no line: find the one said, numbered, once
-                numbered = [(i, ln) for i, ln in enumerate(text.split("\n"), first) if ln.startswith(self._prefixes)]
-                try:
-                    _parse_lines(numbered, {}, self._want, {}, [])
-                except ExpositionError as said:
-                    self._error = said
+            if self._prefixes is not None:
+                self._number_error(text, first)
+        self._check_size(before)
+
+    def _number_error(self, text: str, first: int) -> None:
+        """The fast paths number no line: find the malformed one said, numbered, once (lines from `first`)."""
+        assert self._prefixes is not None
+        numbered = [(i, ln) for i, ln in enumerate(text.split("\n"), first) if ln.startswith(self._prefixes)]
+        try:
+            _parse_lines(numbered, {}, self._want, {}, [])
+        except ExpositionError as said:
+            self._error = said
+
+    def _check_size(self, before: int) -> None:
+        """Refuse the body (`too_large`) once more than `max_samples` samples are kept (`before`: kept until this
+        chunk)."""
         if self._max is not None and self._kept > self._max >= before:
             raise ExpositionError(f"more than {self._max:,} samples of the series the sidecar reads (a real vLLM "
                                   "exports about 50 per engine): refused rather than held in memory",
@@ -445,3 +465,85 @@ def _parse_lines(lines: Iterable[tuple[int, str]], samples: dict[str, Series], w
         else:
             names.add(key)
     return kept
+
+
+# What a sample line's text before its value means, by that text without the engine's prefix, per (prefix, wanted
+# names): label sets repeat scrape after scrape while the values change, so a line seen before is read with one
+# lookup. `_SKIP`: a name not wanted (a longer name that shares a wanted prefix).
+_LineMeaning = tuple[str, Labels, str]  # (sample name, labels, canonical key)
+_SKIP: _LineMeaning = ("", {}, "")
+_line_cache: dict[tuple[str, frozenset[str]], dict[str, _LineMeaning]] = {}
+_line_cache_chars = 0
+
+
+def _parse_tails(tails: list[str], prefix: str, samples: dict[str, Series], want: frozenset[str],
+                 seen: dict[str, set[str]], duplicates: list[tuple[str, Labels]]) -> int:
+    """`_parse_lines` of the lines `prefix + tail`, in order: the same samples, duplicates, count and errors.
+
+    A line whose text up to its last `}` was read before (from a line with no exemplar) and that has no exemplar
+    itself is read from `_line_cache`: everything `_parse_lines` derives from that text (the name, whether it is
+    wanted, the labels and their key) is the same, so only the value is read here. Every other line, and any
+    line whose value is not one plain float, is read by `_parse_lines` (which raises its errors)."""
+    global _line_cache_chars
+    cache = _line_cache.get((prefix, want))
+    if cache is None:
+        if len(_line_cache) >= 64:
+            _line_cache.clear()
+        cache = _line_cache.setdefault((prefix, want), {})
+    kept = 0
+    for tail in tails:
+        head, brace, rest = tail.rpartition("}")
+        meaning = cache.get(head) if brace else None
+        if meaning is not None and " # " not in rest:
+            if meaning is _SKIP:
+                continue
+            tokens = rest.split()
+            if len(tokens) == 1 and "_" not in (token := tokens[0]):
+                try:
+                    value = float(token)
+                except ValueError:
+                    pass
+                else:
+                    name, labels, key = meaning
+                    kept += 1
+                    series = samples.get(name)
+                    if series is None:
+                        samples[name] = [(labels, value)]
+                        seen[name] = {key}
+                        continue
+                    series.append((labels, value))
+                    names = seen[name]
+                    if key in names:
+                        if len(duplicates) < 100:
+                            duplicates.append((name, labels))
+                    else:
+                        names.add(key)
+                    continue
+        line = prefix + tail
+        kept += _parse_lines(((0, line),), samples, want, seen, duplicates)
+        if meaning is None and brace and " # " not in line and len(head) <= _CACHED_LABEL_CHARS:
+            found = _meaning(line, want)
+            if found is not None:
+                if len(cache) >= _CACHE_ENTRIES or _line_cache_chars >= _CACHE_CHARS:
+                    cache.clear()  # a target that invents label sets must not grow us without bound
+                    _line_cache_chars = 0
+                cache[head] = found
+                _line_cache_chars += 2 * len(head)  # the text and the canonical key
+    return kept
+
+
+def _meaning(line: str, want: frozenset[str]) -> _LineMeaning | None:
+    """What `_parse_lines` derives from `line` (read by it without error, no exemplar) before its value: the name,
+    labels and key, `_SKIP` for a name not wanted; None for a line without a label set."""
+    if line[0] == "#":
+        return None
+    brace = line.find("{")
+    space = line.find(" ")
+    if brace == -1 or (space != -1 and space < brace):
+        return None
+    name = line[:brace]
+    if name not in want:
+        return _SKIP
+    close = line.rfind("}")
+    label_text = line[brace + 1 : close]
+    return (name, *_cached_labels(label_text, 0)) if label_text else (name, *_NO_LABELS)

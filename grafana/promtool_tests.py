@@ -780,6 +780,11 @@ def _field_cases() -> list[tuple[Case, Case]]:
                             3)]),  # 3 of the 4 series it must export per target
          Case("a sidecar of the rules' schema without an engine report (capacity missing): quiet", [Engine()],
               [Pod(undetermined="missing")])),
+        (Case("a sidecar of the rules' schema without vllm_headroom_up (dropped): the skew warning, not 'schema 1'",
+              [Engine()], [Pod(verdict="ok", omit=("vllm_headroom_up",))],
+              fires=[Expect("VLLMHeadroomRulesSkew", {**skew, "schema": SCHEMA_VERSION, "cause": "series_missing"},
+                            0)]),
+         Case("a sidecar of the rules' schema with every series: quiet", [Engine()], [Pod(verdict="ok")])),
     ]
 
 

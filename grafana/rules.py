@@ -790,7 +790,8 @@ def alerts(cfg: Config) -> list[Alert]:
               t_unscraped, "warning", "The sidecar reads vLLM's metrics, but Prometheus does not scrape vLLM.",
               f"{WHERE}: the sidecar has read vLLM's metrics for {_minutes(t_unscraped)}, Prometheus has none: "
               "check the monitor's port (Helm: vllm.portName).", group="sidecar"),
-        # A sidecar of another schema (or older than build_info: "none"), or of ours lacking a series the rules read.
+        # A sidecar of another schema, or of ours lacking a series the rules read. Not one without build_info at all
+        # (every release exports it; a relabelling that drops it is not caught: docs/runbook.md says so).
         Alert("VLLMHeadroomRulesSkew",
               f"max by ({cfg.dedup('target', 'schema', 'cause')}) (\n"
               f'label_replace(vllm_headroom_build_info{{schema!="{SCHEMA_VERSION}"}}, "cause", "schema", "", "")\n'
@@ -800,9 +801,10 @@ def alerts(cfg: Config) -> list[Alert]:
               f'or label_replace({ours} unless on ({sk}) vllm_headroom_up, "cause", "series_missing", "", "") * 0\n)',
               t_skew, "warning", "The sidecar and the rules disagree on their series.",
               f"The sidecar {SIDECAR}{{{{ with $labels.target }}}} ({{{{ . }}}}){{{{ end }}}} and these rules (schema "
-              f"{SCHEMA_VERSION}) disagree for {_minutes(t_skew)}: {{{{ with $labels.schema }}}}it exports schema "
-              f"{{{{ . }}}}{{{{ else }}}}it exports {{{{ $value | humanize }}}} of the {len(reads)} series the rules "
-              "read per target{{ end }}. Upgrade sidecar and rules together.",
+              f"{SCHEMA_VERSION}) disagree for {_minutes(t_skew)}: "
+              '{{ if eq $labels.cause "schema" }}it exports schema {{ $labels.schema }}{{ else }}it exports '
+              f"{{{{ $value | humanize }}}} of the {len(reads)} series the rules read per target{{{{ end }}}}. "
+              "Upgrade sidecar and rules together.",
               group="bundle"),
         # Copies of one engine's series that differ only in labels outside the identity: an HA pair's replicas.
         Alert("VLLMHeadroomDuplicateSeries",
@@ -983,7 +985,11 @@ def render(template: str, labels: dict[str, str], value: float | None = None) ->
         then, _, otherwise = m.group(2).partition("{{ else }}")
         return then.replace("{{ . }}", v) if v else otherwise
 
+    def eq(m: re.Match[str]) -> str:
+        return m.group(3) if labels.get(m.group(1)) == m.group(2) else (m.group(4) or "")
+
     out = re.sub(r"\{\{ with \$labels\.(\w+) \}\}(.*?)\{\{ end \}\}", with_, template)
+    out = re.sub(r'\{\{ if eq \$labels\.(\w+) "([^"]*)" \}\}(.*?)(?:\{\{ else \}\}(.*?))?\{\{ end \}\}', eq, out)
     out = re.sub(r"\{\{ if \$labels\.(\w+) \}\}(.*?)(?:\{\{ else \}\}(.*?))?\{\{ end \}\}", cond, out)
     out = re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels.get(m.group(1), ""), out)
     if value is not None:

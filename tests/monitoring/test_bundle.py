@@ -239,6 +239,24 @@ def test_what_keeps_the_bundle_cheap() -> None:
     assert unread == []
 
 
+def test_the_rules_file_stays_within_40_kb() -> None:
+    """Issue 20 item 4: a reviewer reads the whole bundle; a new rule pays for its bytes elsewhere (the operator
+    copies carry the same rules in other wrappers and are not counted)."""
+    size = (ROOT / generate.RULES).stat().st_size
+    assert size <= 40_000, f"{generate.RULES} is {size:,} bytes, over issue 20's 40 KB"
+
+
+def test_the_skew_warning_names_a_schema_only_when_the_schema_differs() -> None:
+    """A sidecar of the rules' schema that lacks vllm_headroom_up still carries build_info's schema label on the
+    alert: the description must not say it exports another schema (a fresh reviewer found "it exports schema 1")."""
+    rule = next(r for r in rules() if r.get("alert") == "VLLMHeadroomRulesSkew")
+    desc = rule["annotations"]["description"]
+    missing = render(desc, {"instance": "10.0.0.9:9478", "schema": "1", "cause": "series_missing"}, 0)
+    assert "exports schema" not in missing and "it exports 0 of the" in missing
+    other = render(desc, {"instance": "10.0.0.9:9478", "schema": "2", "cause": "schema"}, 1)
+    assert "it exports schema 2" in other
+
+
 def test_every_expression_parses() -> None:
     for r in rules():
         promql_parser.parse(r["expr"])

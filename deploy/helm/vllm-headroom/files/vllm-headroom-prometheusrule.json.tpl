@@ -522,7 +522,7 @@
           {
             "alert": "VLLMHeadroomRulesSkew",
             "annotations": {
-              "description": "The sidecar {{`{{ with $labels.pod }}`}}of {{`{{ . }}`}} {{`{{ end }}`}}at {{`{{ $labels.instance }}`}}{{`{{ with $labels.target }}`}} ({{`{{ . }}`}}){{`{{ end }}`}} and these rules (schema 1) disagree for 15 minutes: {{`{{ with $labels.schema }}`}}it exports schema {{`{{ . }}`}}{{`{{ else }}`}}it exports {{`{{ $value | humanize }}`}} of the 4 series the rules read per target{{`{{ end }}`}}. Upgrade sidecar and rules together.",
+              "description": "The sidecar {{`{{ with $labels.pod }}`}}of {{`{{ . }}`}} {{`{{ end }}`}}at {{`{{ $labels.instance }}`}}{{`{{ with $labels.target }}`}} ({{`{{ . }}`}}){{`{{ end }}`}} and these rules (schema 1) disagree for 15 minutes: {{`{{ if eq $labels.cause \"schema\" }}`}}it exports schema {{`{{ $labels.schema }}`}}{{`{{ else }}`}}it exports {{`{{ $value | humanize }}`}} of the 4 series the rules read per target{{`{{ end }}`}}. Upgrade sidecar and rules together.",
               "runbook_url": "{{ include "vllm-headroom.jsonString" .Values.prometheusRule.runbookBaseUrl }}#vllmheadroomrulesskew",
               "summary": "The sidecar and the rules disagree on their series."
             },

@@ -31,6 +31,7 @@ from typing import Any
 
 from exporter.core import defaults
 from exporter.expose import diagnosis
+from exporter.pipeline import catalogue
 from exporter.pipeline.advice import EVIDENCE, seqs_range
 from exporter.pipeline.config import ServingConfig
 from exporter.pipeline.target import EngineReport, Settings, Target, one_shot
@@ -113,7 +114,8 @@ GUESSED_SOURCES = frozenset({"inferred", "default"})  # config provenance nobody
 WORST_CASE_SETTINGS = frozenset({"max_num_seqs", "kv_capacity"})  # advice whose figure is a worst case per request
 GUESSED_PROFILE_BASES = frozenset({"in_flight", "max_model_len", "none"})  # no finished request backs the size
 
-RULES = ("unknown_verdict", "flag_contradicts_claim", "binding_contradicts_claim", "advice_contradicts_claim",
+RULES = ("unknown_verdict", "flag_contradicts_claim", "binding_contradicts_claim", "binding_outside_catalogue",
+         "advice_contradicts_claim",
          "changes_a_guessed_value", "advice_from_a_guessed_worst_case", "kv_full_from_a_risk_bound",
          "ok_while_requests_wait")
 
@@ -188,6 +190,9 @@ def check(answer: dict[str, Any], held_for: float | None = None, hold: float = H
     said = claims(answer)
     flag = bool(answer["false_full"])
     binding = answer.get("binding_limit")
+    binds = {str(limit) for limit in catalogue.entry(verdict).binds}  # what the reference page says it binds
+    if binding is not None and binding not in binds:
+        bad("binding_outside_catalogue", f"the catalogue's {verdict} binds {sorted(binds)}, the answer says {binding}")
     advice = advice_of(answer)
     for name in sorted(said):
         c = CLAIMS[name]

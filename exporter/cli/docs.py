@@ -146,7 +146,9 @@ def verdicts_page() -> str:
         "# Verdicts", "",
         "Why requests wait (or that nothing does), one verdict per engine and scrape: `verdict` in "
         "`/api/v1/diagnosis` and `diagnose --json`, `vllm_headroom_verdict{verdict}` in /metrics (1 for the current "
-        "one; every verdict below is a label value). *false-full*: the verdict belongs to the false-full family "
+        "one; every verdict below is a label value). *binding limit*: the `binding_limit` an answer with this verdict "
+        "names (`vllm_headroom_binding_limit{limit}`; tests/consistency.py fails on any other); "
+        "*false-full*: the verdict belongs to the false-full family "
         "(requests wait although the pool has room), so `false_full` may rise; *kept*: a first look at a wait "
         "beside room keeps this verdict of the scrape before; *alert*: the alert that speaks for it, with its "
         "runbook section in [../runbook.md](../runbook.md). How the verdicts are judged: "

@@ -210,9 +210,10 @@ ALERT_BY_VERDICT: dict[str, str | None] = {str(v): e.alert for v, e in CATALOGUE
 
 def markdown_table() -> str:
     """The verdict table of docs/reference/verdicts.md (tests/unit/test_docs_reference.py keeps the page equal)."""
-    rows = ["| verdict | when | false-full | kept | alert |", "|---|---|---|---|---|"]
+    rows = ["| verdict | when | binding limit | false-full | kept | alert |", "|---|---|---|---|---|---|"]
     for v, e in CATALOGUE.items():
         alert = f"`{e.alert}` ({e.severity})" if e.alert else f"none: {e.no_alert}"
-        rows.append(f"| `{v}` | {e.meaning} | {'yes' if e.false_full else 'no'} | {'yes' if e.waiting else 'no'} "
-                    f"| {alert} |")
+        binds = ", ".join(f"`{limit}`" for limit in e.binds) or "–"
+        rows.append(f"| `{v}` | {e.meaning} | {binds} | {'yes' if e.false_full else 'no'} | "
+                    f"{'yes' if e.waiting else 'no'} | {alert} |")
     return "\n".join(rows) + "\n"

@@ -121,7 +121,11 @@ def test_the_check_catches_a_flag_that_contradicts_the_claim(kv_full: dict[str, 
 
 
 def test_the_check_catches_a_binding_limit_that_contradicts_the_claim(kv_full: dict[str, Any]) -> None:
-    assert _rules(_planted(kv_full, binding_limit="slots")) == {"binding_contradicts_claim"}
+    assert _rules(_planted(kv_full, binding_limit="slots")) == {"binding_contradicts_claim",
+                                                                "binding_outside_catalogue"}
+    # A limit the claim allows but the verdict's catalogue entry (the reference page's "binding limit") does not.
+    blocks_head = _rules(_planted(kv_full, verdict="head_of_line", binding_limit="blocks"))
+    assert "binding_outside_catalogue" in blocks_head and "binding_contradicts_claim" not in blocks_head
     # An explanation that says "a slot, not memory" on a memory verdict contradicts its own binding limit.
     said = _planted(kv_full, explanation=kv_full["explanation"] + " Requests wait for a slot, not for memory.")
     assert "binding_contradicts_claim" in _rules(said)

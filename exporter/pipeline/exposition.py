@@ -222,7 +222,7 @@ class Parser:
     def __init__(self, wanted: Iterable[str] | None = None, prefix: str = _vllm.PREFIX,
                  renames: tuple[tuple[str, str], ...] = _vllm.RENAMES, max_samples: int | None = None) -> None:
         self._prefixes = None if wanted is None else tuple(wanted)
-        self._want, self._heads = _wanted(self._prefixes, prefix)
+        self._want, self._finder = _wanted(self._prefixes, prefix)
         self._prefix = prefix
         self._renames = renames
         self._needle = _needle(renames) if renames else None
@@ -262,19 +262,16 @@ class Parser:
             self._lines_seen += self._uncounted.count("\n") + 1
             self._uncounted = None
         first = self._lines_seen + 1
-        if self._heads is not None:
-            # Every wanted name starts with the engine's prefix: cut the text at each line that starts with it (which
-            # counts them too) and keep the lines whose next characters begin some wanted name, then test those
-            # (without the prefix: `_parse_tails`).
-            size, heads, prefixes = self._heads
-            assert self._want is not None  # heads are made of the wanted names
-            pieces = ("\n" + text).split("\n" + prefix)
-            self.out.family_lines += len(pieces) - 1
+        if self._finder is not None:
+            # Every wanted name starts with the engine's prefix: count the lines that start with it, and find those
+            # that go on with a wanted name (without the prefix: `_parse_tails`) in one pass of a regular expression.
+            body = "\n" + text
+            self.out.family_lines += body.count("\n" + prefix)
             self._uncounted = text  # a body fed in one piece never needs its lines counted (only errors number them)
             if self._error is not None:
                 return  # the first error is the one said; later lines are only counted
-            tails = [ln for piece in pieces[1:] if piece[:size] in heads
-                     and (ln := piece.partition("\n")[0]).startswith(prefixes)]
+            assert self._want is not None  # the finder is made of the wanted names
+            tails = self._finder.findall(body)
             before = self._kept
             try:
                 self._kept += _parse_tails(tails, prefix, self.out.samples, self._want, self._seen,
@@ -344,26 +341,41 @@ class Parser:
         return self.out
 
 
-_Heads = tuple[int, frozenset[str], tuple[str, ...]]
-_wanted_sets: dict[tuple[tuple[str, ...] | None, str], tuple[frozenset[str] | None, _Heads | None]] = {}
+_wanted_sets: dict[tuple[tuple[str, ...] | None, str], tuple[frozenset[str] | None, re.Pattern[str] | None]] = {}
 
 
-def _wanted(wanted: tuple[str, ...] | None, prefix: str) -> tuple[frozenset[str] | None, _Heads | None]:
-    """The wanted names as a set, and when every one starts with `prefix` (and continues past it): how many
-    characters after the prefix every wanted name has, the set of those beginnings, and the names without the
-    prefix (else None). Kept per (names, prefix): one engine's parser is made every scrape."""
+def _wanted(wanted: tuple[str, ...] | None, prefix: str) -> tuple[frozenset[str] | None, re.Pattern[str] | None]:
+    """The wanted names as a set, and when every one starts with `prefix` (and continues past it): a pattern that
+    finds, in a text after a line feed, each line that starts with `prefix` and a wanted name and gives that line
+    without the prefix (else None). Kept per (names, prefix): one engine's parser is made every scrape."""
     known = _wanted_sets.get((wanted, prefix))
     if known is not None:
         return known
-    heads = None
+    finder = None
     if wanted and prefix and all(w.startswith(prefix) and len(w) > len(prefix) for w in wanted):
-        rests = tuple(w[len(prefix):] for w in wanted)
-        size = min(map(len, rests))
-        heads = size, frozenset(r[:size] for r in rests), rests
-    known = (None if wanted is None else frozenset(wanted)), heads
+        rests = {w[len(prefix):] for w in wanted}
+        finder = re.compile(re.escape("\n" + prefix) + "(" + _alternation(rests) + "[^\n]*)")
+    known = (None if wanted is None else frozenset(wanted)), finder
     if len(_wanted_sets) < 64:
         _wanted_sets[(wanted, prefix)] = known
     return known
+
+
+def _alternation(words: Iterable[str]) -> str:
+    """A regular expression matching any of `words` (none empty) and nothing else, as a tree of their common
+    beginnings: the matcher tests a character or two at each branch instead of every word in turn."""
+    tree: dict[str, set[str]] = {}
+    ends = False
+    for w in words:
+        if w:
+            tree.setdefault(w[0], set()).add(w[1:])
+        else:
+            ends = True
+    branches = [re.escape(c) + _alternation(rest) if rest != {""} else re.escape(c) for c, rest in sorted(tree.items())]
+    if not branches:
+        return ""
+    body = branches[0] if len(branches) == 1 and not ends else "(?:" + "|".join(branches) + ")"
+    return body + "?" if ends else body
 
 
 _needles: dict[tuple[tuple[str, str], ...], str] = {}
@@ -480,8 +492,8 @@ def _parse_tails(tails: list[str], prefix: str, samples: dict[str, Series], want
                  seen: dict[str, set[str]], duplicates: list[tuple[str, Labels]]) -> int:
     """`_parse_lines` of the lines `prefix + tail`, in order: the same samples, duplicates, count and errors.
 
-    A line whose text up to its last `}` was read before (from a line with no exemplar) and that has no exemplar
-    itself is read from `_line_cache`: everything `_parse_lines` derives from that text (the name, whether it is
+    A line whose text up to its last `}` was read before (from a line with no exemplar) and whose value is one
+    plain float is read from `_line_cache`: everything `_parse_lines` derives from that text (the name, whether it is
     wanted, the labels and their key) is the same, so only the value is read here. Every other line, and any
     line whose value is not one plain float, is read by `_parse_lines` (which raises its errors)."""
     global _line_cache_chars
@@ -494,13 +506,15 @@ def _parse_tails(tails: list[str], prefix: str, samples: dict[str, Series], want
     for tail in tails:
         head, brace, rest = tail.rpartition("}")
         meaning = cache.get(head) if brace else None
-        if meaning is not None and " # " not in rest:
+        if meaning is not None:
             if meaning is _SKIP:
                 continue
-            tokens = rest.split()
-            if len(tokens) == 1 and "_" not in (token := tokens[0]):
+            if "_" not in rest:
+                # float() reads one number between blanks (each one str.split() cuts at too): exactly the value
+                # `_parse_lines` reads when it is the only token. An exemplar, a timestamp or anything else fails
+                # here and is read there.
                 try:
-                    value = float(token)
+                    value = float(rest)
                 except ValueError:
                     pass
                 else:

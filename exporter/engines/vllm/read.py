@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..base import (
@@ -211,13 +212,62 @@ def _bound(le: str) -> float | None:
     return None if math.isnan(bound) else bound
 
 
+# How one family's bucket series group into histograms, for a sequence of label sets (between two scrapes of a
+# target they repeat while only the values change; the parser hands out the same dict for each, so comparing two
+# sequences is mostly identity checks): per engine, its bucket bounds in ascending order and where each one's count
+# is in the series. Only for series whose label sets group plainly (every bound a number, none twice for one
+# engine). Found by the first and last label sets' identities and the length, then compared whole.
+_Plan = tuple[tuple[Labels, ...], list[tuple[tuple[str, str], tuple[float, ...], tuple[int, ...]]]]
+_plans: dict[tuple[int, int, int], _Plan] = {}
+
+
+def _plan(rows: Sequence[tuple[Labels, float]]) -> _Plan | None:
+    """The grouping of `rows` (a family's bucket series) as `_histograms` makes it; None when it is not plain."""
+    groups: dict[tuple[str, str], dict[float, int]] = {}
+    for i, (labels, _value) in enumerate(rows):
+        le = labels.get("le")
+        if le is None:
+            continue
+        bound = _bound(le)
+        if bound is None:
+            return None
+        per = groups.setdefault((labels.get("model_name", ""), labels.get("engine", "0")), {})
+        if bound in per:
+            return None  # summed over several series (multiprocess mode): the plain loop adds them up
+        per[bound] = i
+    return tuple(labels for labels, _value in rows), [
+        (key, tuple(b for b, _i in ordered), tuple(i for _b, i in ordered))
+        for key, per in groups.items() for ordered in [sorted(per.items())]]
+
+
 def _histograms(expo: Samples, name: str, bad: _Bad) -> dict[tuple[str, str], Histogram]:
     """The histograms of family `name` by engine; one whose buckets are not a histogram (a bound that is no
     number, counts not finite, negative or falling with the bound, no +Inf bucket) is named in `bad`."""
+    rows = expo.series(name + "_bucket")
+    if not rows:
+        return _grouped(expo, name, bad, {})
+    label_sets, values = zip(*rows, strict=True)
+    found = id(label_sets[0]), id(label_sets[-1]), len(label_sets)
+    plan = _plans.get(found)
+    if plan is None or plan[0] != label_sets:
+        plan = _plan(rows)
+        if plan is None:
+            return _grouped(expo, name, bad, _bucket_counts(rows, name, bad))
+        if len(_plans) >= 1024:
+            _plans.clear()  # label sets that change every scrape must not grow us without bound
+        _plans[found] = plan
+    # `_bucket_counts` adds each count to 0.0 (which makes -0.0 a 0.0): so does this.
+    return _grouped(expo, name, bad, {key: (bounds, [0.0 + values[i] for i in where])
+                                      for key, bounds, where in plan[1]})
+
+
+def _bucket_counts(rows: Sequence[tuple[Labels, float]], name: str,
+                   bad: _Bad) -> dict[tuple[str, str], tuple[tuple[float, ...], list[float]]]:
+    """Per engine, the bucket bounds in ascending order and their counts (series of one bound summed)."""
     buckets: dict[tuple[str, str], dict[float, float]] = {}
     key: tuple[str, str] | None = None
     per: dict[float, float] = {}
-    for labels, value in expo.series(name + "_bucket"):
+    for labels, value in rows:
         le = labels.get("le")
         if le is None:
             continue
@@ -230,12 +280,20 @@ def _histograms(expo: Samples, name: str, bad: _Bad) -> dict[tuple[str, str], Hi
         if here != key:  # an engine's buckets come one after another: look its dict up once per run of them
             key, per = here, buckets.setdefault(here, {})
         per[bound] = per.get(bound, 0.0) + value
+    out: dict[tuple[str, str], tuple[tuple[float, ...], list[float]]] = {}
+    for key, per in buckets.items():
+        ordered = sorted(per.items())
+        out[key] = tuple(b for b, _c in ordered), [c for _b, c in ordered]
+    return out
+
+
+def _grouped(expo: Samples, name: str, bad: _Bad,
+             buckets: dict[tuple[str, str], tuple[tuple[float, ...], list[float]]]) -> dict[tuple[str, str], Histogram]:
+    """The histograms of family `name` from its bucket counts per engine (`_bucket_counts`), each checked."""
     counts = bad.check(name + "_count", _gauge_by_engine(expo, name + "_count"), MAX_COUNTER)
     sums = _gauge_by_engine(expo, name + "_sum")
     out: dict[tuple[str, str], Histogram] = {}
-    for key, per in buckets.items():
-        ordered = tuple(sorted(per.items()))
-        cumulative = [c for _b, c in ordered]
+    for key, (bounds, cumulative) in buckets.items():
         # Every count in 0..MAX_COUNTER (a NaN or an infinity makes the sum no finite number), then never falling:
         # the list sorted is itself (the same tests as one comparison per bucket, in C).
         if not (math.isfinite(sum(cumulative)) and min(cumulative) >= 0 and max(cumulative) <= MAX_COUNTER):
@@ -245,14 +303,14 @@ def _histograms(expo: Samples, name: str, bad: _Bad) -> dict[tuple[str, str], Hi
             bad.add(key, f"{_where(name, key)} has bucket counts that fall as the bound rises, which no histogram "
                          "can")
             continue
-        if ordered[-1][0] != math.inf:
+        if bounds[-1] != math.inf:
             bad.add(key, f"{_where(name, key)} has no +Inf bucket")
             continue
         total = sums.get(key, 0.0)
         if not math.isfinite(total):
             bad.add(key, f"{_where(name, key)} has the sum {total:g}, not a finite number")
             continue
-        out[key] = Histogram(ordered, counts.get(key, ordered[-1][1]), total)
+        out[key] = Histogram(tuple(zip(bounds, cumulative, strict=True)), counts.get(key, cumulative[-1]), total)
     return out
 
 

@@ -17,6 +17,13 @@ Phases, one after the other on the same machine (the load averages are recorded 
 also runs that revision's sidecar (`git archive` into a temporary tree) beside this tree's, in every phase: its
 steady pair at the same time as ours, the load phases and the one-shot commands one tree after the other; the
 figures of both and their ratios (after / before) go into the result (`before`, `ratios`).
+
+`B8_ONLY=metrics` runs the /metrics phase alone (`metrics_only`, ~7 minutes with `B8_BEFORE`): each tree's
+100-target sidecar side by side, then rounds of hey (gzip, then as is) on each in turn with the floor in every
+round; `B8_ROUNDS` (default 2), `B8_HEY_SECONDS` (default 30); `B8_SITE_BEFORE` / `B8_SITE_AFTER`: a folder put
+first on that tree's PYTHONPATH (a `pip install --target` of a dependency on trial, e.g. uvloop); `B8_OUT`: where
+its JSON goes (else only printed; bench/results is left alone); `B8_AFTER_TREE`: a tree to run as "after" instead
+of this one (e.g. a `git archive` of HEAD with one change applied, when others edit this tree at the same time).
 """
 
 from __future__ import annotations
@@ -464,6 +471,66 @@ def oneshot(rounds: int = 7, tree: Path = REPO) -> dict[str, Any]:
             "cpu_s_max": {k: max(v) for k, v in cpu.items()}, "exit_codes": codes, "load": loadavg()}
 
 
+def _maps(pid: int, word: str) -> bool:
+    """`word` is in a file the process has mapped (e.g. uvloop's extension module: which event loop runs)."""
+    return word in Path(f"/proc/{pid}/maps").read_text()
+
+
+def metrics_only(tmp: Path, trees: dict[str, Path], rounds: int, seconds: int) -> dict[str, Any]:
+    """The /metrics phase alone, for a quick side-by-side experiment: each tree's 100-target sidecar scraping at
+    5 s, all running at once; then `rounds` rounds, each hey on the floor server (the after tree's body) and on
+    each tree's /metrics in turn (the trees' order reversed every other round), gzipped then as is."""
+    out: dict[str, Any] = {"rounds": rounds, "hey_seconds": seconds, "load_start": loadavg()}
+    with contextlib.ExitStack() as stack:
+        run: dict[str, dict[str, Any]] = {}
+        for k, tree in trees.items():
+            _r, urls = stack.enter_context(replay(100, tmp))
+            port = free_port()
+            site = os.environ.get(f"B8_SITE_{k.upper()}")
+            path = os.pathsep.join(x for x in (site, str(tree)) if x)
+            proc = stack.enter_context(spawn(["env", f"PYTHONPATH={path}",
+                                              *sidecar_argv(None, port, "5s", targets_file=urls)], cwd=tree))
+            run[k] = {"port": port, "proc": proc}
+        for r in run.values():
+            wait_http(f"http://127.0.0.1:{r['port']}/healthz", timeout=60.0)
+        time.sleep(2 * INTERVAL)  # the first scrape of every target also reads /v1/models and /version
+        for k, r in run.items():
+            out[k] = {"uvloop": _maps(r["proc"].pid, "uvloop"), "rss_mb": rss_mb(r["proc"].pid),
+                      "gzip": [], "identity": []}
+        body = tmp / "body-floor.prom"
+        body.write_bytes(httpx.get(f"http://127.0.0.1:{run[list(run)[-1]]['port']}/metrics", timeout=30.0,
+                                   headers={"accept-encoding": "identity"}).content)
+        out["bytes"] = body.stat().st_size
+        out["floor"] = {"gzip": [], "identity": []}
+        order = list(run)
+        for rnd in range(rounds):
+            for k in ["floor", *(order if rnd % 2 == 0 else order[::-1])]:
+                for key, extra in (("gzip", ()), ("identity", ("-disable-compression",))):
+                    load = loadavg()
+                    if k == "floor":
+                        fport = free_port()
+                        with spawn([sys.executable, "-m", "bench.floor_server", str(fport), str(body),
+                                    *(["gzip"] if key == "gzip" else [])]):
+                            wait_http(f"http://127.0.0.1:{fport}/")
+                            time.sleep(1.0)
+                            figures: dict[str, Any] = dict(hey(f"http://127.0.0.1:{fport}/", seconds, extra))
+                    else:
+                        pid = run[k]["proc"].pid
+                        time.sleep(1.0)
+                        cpu = cpu_seconds(pid)
+                        figures = dict(hey(f"http://127.0.0.1:{run[k]['port']}/metrics", seconds, extra))
+                        figures["sidecar_cpu_share"] = (cpu_seconds(pid) - cpu) / seconds
+                    figures["load"] = f"{load} -> {loadavg()}"
+                    out[k][key].append(figures)
+                    print(f"round {rnd} {k:6} {key:8} p50 {figures['p50_ms']:6.1f} p99 {figures['p99_ms']:6.1f} ms"
+                          f"  non-200 {figures['non_200']}  load {figures['load']}", flush=True)
+        for k, r in run.items():
+            out[k]["rss_mb_end"] = rss_mb(r["proc"].pid)
+            out[k]["alive"] = r["proc"].poll() is None
+    out["load_end"] = loadavg()
+    return out
+
+
 def before_tree(rev: str, tmp: Path) -> Path:
     """The tree of git revision `rev`, unpacked under `tmp`."""
     tree = tmp / "before"
@@ -515,6 +582,17 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
         trees = {"before": before_tree(rev, tmp), "after": REPO} if rev else {"after": REPO}
+        if os.environ.get("B8_ONLY") == "metrics":
+            if os.environ.get("B8_AFTER_TREE"):
+                trees["after"] = Path(os.environ["B8_AFTER_TREE"])
+            only = metrics_only(tmp, trees, int(os.environ.get("B8_ROUNDS", 2)),
+                                int(os.environ.get("B8_HEY_SECONDS", 30)))
+            only["before_rev"] = rev
+            text = json.dumps(only, indent=2, default=float)
+            if os.environ.get("B8_OUT"):
+                Path(os.environ["B8_OUT"]).write_text(text + "\n")
+            print(text, flush=True)
+            return
         runs: dict[str, dict[str, Any]] = {k: {} for k in trees}
         print(f"== one-shot ({time.strftime('%T')}, load {loadavg()})", flush=True)
         for k, tree in trees.items():

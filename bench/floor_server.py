@@ -3,7 +3,10 @@ request on a kept-alive connection with one pre-built response of a given body (
 sidecar's level with Content-Encoding: gzip). `bench/b8_serving.py` reads our own /metrics body and times this
 server with the same hey load beside the sidecar's figure: what is left between the two is ours.
 
-    python -m bench.floor_server PORT BODY_FILE [gzip]
+    python -m bench.floor_server PORT BODY_FILE [gzip] [uvloop]
+
+`uvloop`: on uvloop's event loop instead of asyncio's (where uvloop can be imported), to tell what the loop
+itself changes in the floor.
 """
 
 from __future__ import annotations
@@ -40,8 +43,14 @@ async def serve(port: int, answer: bytes) -> None:
 
 
 def main() -> None:
-    port, body = int(sys.argv[1]), Path(sys.argv[2]).read_bytes()
-    asyncio.run(serve(port, response(body, sys.argv[3:4] == ["gzip"])))
+    port, body, options = int(sys.argv[1]), Path(sys.argv[2]).read_bytes(), sys.argv[3:]
+    server = serve(port, response(body, "gzip" in options))
+    if "uvloop" in options:
+        import uvloop  # type: ignore[import-not-found,unused-ignore]  # only where installed
+
+        uvloop.run(server)
+    else:
+        asyncio.run(server)
 
 
 if __name__ == "__main__":

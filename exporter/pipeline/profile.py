@@ -51,23 +51,32 @@ def interpolated_quantile(hist: Histogram, q: float) -> tuple[float, float, floa
         return None
     total = buckets[-1][1]
     rank = q * total
-    lows = [0.0] + [b for b, _ in buckets[:-1]]
-    counts = [c - (buckets[i - 1][1] if i else 0.0) for i, (_, c) in enumerate(buckets)]
+    # One pass to the bucket, one over the others: the same sums, added in the same order, as lists of every
+    # bucket's lower bound and count would give (this runs several times per engine and scrape).
+    low, previous = 0.0, 0.0
     for i, (bound, cumulative) in enumerate(buckets):
-        inside = counts[i]
+        inside = cumulative - previous
         if cumulative < rank or inside <= 0:
+            low, previous = bound, cumulative
             continue
-        low = lows[i]
         if math.isinf(bound):
             return bound, low, bound
-        rest = [(lows[j], b, n) for j, ((b, _), n) in enumerate(zip(buckets, counts, strict=True)) if j != i and n > 0]
-        others = sum(n * (lo + b) / 2 for lo, b, n in rest)
-        error = sum(n * (b - lo) / 2 for lo, b, n in rest)  # the others' sum is known to within this
-        if hist.sum > 0 and not any(math.isinf(b) for _lo, b, _n in rest) and error / inside <= (bound - low) / 4:
+        others: float = 0
+        error: float = 0  # the others' sum is known to within this
+        infinite = False
+        lo, before = 0.0, 0.0
+        for j, (b, c) in enumerate(buckets):
+            n = c - before
+            if j != i and n > 0:
+                others += n * (lo + b) / 2
+                error += n * (b - lo) / 2
+                infinite = infinite or math.isinf(b)
+            lo, before = b, c
+        if hist.sum > 0 and not infinite and error / inside <= (bound - low) / 4:
             mean = (hist.sum - others) / inside
             return min(max(mean, low), bound), low, bound
         return low + (bound - low) * (rank - (cumulative - inside)) / inside, low, bound
-    return buckets[-1][0], lows[-1], buckets[-1][0]
+    return buckets[-1][0], (buckets[-2][0] if len(buckets) > 1 else 0.0), buckets[-1][0]
 
 
 def bucket_quantile(buckets: tuple[tuple[float, float], ...], q: float) -> float | None:

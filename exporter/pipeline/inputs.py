@@ -15,6 +15,7 @@ from typing import Any
 
 from ..engines.base import Candidate
 from .config import Source
+from .derive import quick_init
 
 
 class Provenance(StrEnum):
@@ -45,6 +46,7 @@ def provenance(source: Source | str) -> Provenance:
     return _OF_SOURCE[Source(source)]
 
 
+@quick_init
 @dataclass(frozen=True)
 class Input:
     """One input of the judgement. `value`: the value the figures use (None: unknown); `low`/`high`: the range it

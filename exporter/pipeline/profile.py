@@ -18,8 +18,10 @@ from dataclasses import dataclass
 
 from ..core import defaults
 from ..engines.base import Histogram
+from .derive import quick_init
 
 
+@quick_init
 @dataclass(frozen=True)
 class Quantile:
     """A profile value in tokens, how it was obtained, and from how many requests."""
@@ -246,6 +248,7 @@ def profile_value(
     return None
 
 
+@quick_init
 @dataclass(frozen=True)
 class Lengths:
     """The lengths of the requests a histogram holds: their mean (`_sum / _count`) and the bounds of the buckets

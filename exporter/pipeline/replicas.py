@@ -71,6 +71,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..engines.base import E2E_LATENCY, PROMPT_LENGTHS
+from .derive import quick_init
 from .report import EngineReport, ReplicaSignal
 
 # The signal in one line, for every text that states it (the series' HELP, the dashboard panel, the docs).
@@ -90,6 +91,7 @@ WORST_IN_FLIGHT = "in_flight"  # stale profile: requests in flight already hold 
 UNKNOWN = "unknown"
 
 
+@quick_init
 @dataclass(frozen=True)
 class _Sample:
     t: float  # s, the scrape's time

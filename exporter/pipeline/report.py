@@ -16,12 +16,13 @@ from ..core import defaults
 from ..engines.base import AttentionFacts, Candidate, Histogram, OffloadTier, ReleaseRules
 from . import derive
 from .config import Known, ServingConfig
-from .derive import Headroom
+from .derive import Headroom, quick_init
 from .inputs import Input
 from .profile import Quantile
 from .verdict import Case, Limit, Verdict
 
 
+@quick_init
 @dataclass(frozen=True)
 class Advice:
     """One piece of advice: the setting, its current value and where that came from, the direction, the target,
@@ -86,6 +87,7 @@ class Risk:
         return {"risk": self.kind, "basis": self.basis, "detail": self.detail}
 
 
+@quick_init
 @dataclass(frozen=True)
 class EngineReport:
     """Everything known about one (model_name, engine) after one scrape."""
@@ -172,6 +174,7 @@ class KvTransfer:
         return sum(sizes) if sizes else None
 
 
+@quick_init
 @dataclass(frozen=True)
 class ProfileQuality:
     """How far the request profile can be trusted for worst-case math and advice.
@@ -203,6 +206,7 @@ class ProfileQuality:
                 and self.covers_window)
 
 
+@quick_init
 @dataclass(frozen=True)
 class BudgetUse:
     """The step's token budget (max_num_batched_tokens), its source, and how much of it prompts took.
@@ -232,6 +236,7 @@ class BudgetUse:
         return min(1.0, self.prefill_tokens / self.smallest)
 
 
+@quick_init
 @dataclass(frozen=True)
 class ReplicaSignal:
     """The replica signal of one model on one target (one replica), and what it rests on (pipeline/replicas.py)."""

@@ -29,7 +29,7 @@ from ..engines.base import Candidate
 from . import catalogue, derive
 from .catalogue import Limit as Limit
 from .catalogue import Verdict as Verdict
-from .derive import Pool
+from .derive import Pool, quick_init
 
 CEILING_WINDOW = defaults.CEILING_WINDOW  # seconds of running counts that stand in for an unknown max_num_seqs
 
@@ -69,6 +69,7 @@ class Thresholds:
     preempt_window: float = defaults.PREEMPT_WINDOW
 
 
+@quick_init
 @dataclass(frozen=True)
 class Observation:
     """One engine at one scrape, as the verdict sees it."""
@@ -132,6 +133,7 @@ class Observation:
     kv_room_typical: int | None = None
 
 
+@quick_init
 @dataclass(frozen=True)
 class History:
     """What earlier scrapes say; in one-shot diagnosis every field is None/False (gauges only)."""
@@ -162,6 +164,7 @@ class Case:
     limit: Limit  # what binds then (Limit.NONE: the next step admits the whole queue)
 
 
+@quick_init
 @dataclass(frozen=True)
 class Judgement:
     verdict: Verdict
@@ -746,6 +749,7 @@ def gauges_show_preemption(running: int, waiting: int, finished: float | None, p
     return running < prev_running and waiting > prev_waiting and finished == prev_finished
 
 
+@quick_init
 @dataclass(frozen=True)
 class _Consistent:
     """The last scrape whose gauges agreed with the counters, and its judgement."""

@@ -12,6 +12,7 @@ max_model_len (nothing longer can be admitted). `samples` says how many finished
 from __future__ import annotations
 
 import math
+import operator
 from array import array
 from collections import deque
 from dataclasses import dataclass
@@ -180,24 +181,37 @@ class Window:
         self._snapshots: deque[_Snapshot] = deque()
         self._newest: Histogram | None = None  # the newest snapshot as observed
         self._bounds: tuple[float, ...] = ()  # the bucket bounds the kept snapshots share
+        self._newest_bounds: tuple[float, ...] = ()  # the newest's bucket bounds and cumulative counts
+        self._newest_counts: tuple[float, ...] = ()
         # `_windowed`'s last answer and the two ends it was computed from.
         self._memo: tuple[_Snapshot, _Snapshot, tuple[Histogram, float] | None] | None = None
 
     def observe(self, now: float, hist: Histogram) -> None:
         snapshots = self._snapshots
-        if snapshots and (self._newest is None or not follows(hist, self._newest)):
+        buckets = hist.buckets
+        bounds, counts = zip(*buckets, strict=True) if buckets else ((), ())  # each bucket is (bound, count)
+        newest = self._newest
+        if snapshots and (newest is None or not (hist is newest or self._follows(hist, newest, bounds, counts))):
             snapshots.clear()  # counter reset (vLLM restarted): older snapshots no longer subtract
         elif len(snapshots) >= 2 and snapshots[-1][0] - snapshots[-2][0] < self.spacing:
             snapshots.pop()  # closer to the one before it than the spacing: this scrape's takes its place
-        bounds = tuple(b for b, _n in hist.buckets)
         if bounds != self._bounds:
             self._bounds = bounds
-        snapshots.append((now, _Counts(self._bounds, array("d", (n for _b, n in hist.buckets)), hist.count,
-                                       hist.sum)))
+        snapshots.append((now, _Counts(self._bounds, array("d", counts), hist.count, hist.sum)))
         self._newest = hist
+        self._newest_bounds, self._newest_counts = bounds, counts
         # Keep one snapshot at or before the window's start, so the delta spans the whole window.
         while len(snapshots) >= 2 and snapshots[1][0] <= now - self.seconds:
             snapshots.popleft()
+
+    def _follows(self, hist: Histogram, newest: Histogram, bounds: tuple[float, ...],
+                 counts: tuple[float, ...]) -> bool:
+        """`follows(hist, newest)` for another object than the newest, from the bounds and counts of both as
+        tuples (the newest's kept from its `observe`): the same comparisons, made by C loops."""
+        if len(bounds) != len(self._newest_counts) or hist.count < newest.count:
+            return False
+        return (all(map(operator.eq, bounds, self._newest_bounds))
+                and all(map(operator.ge, counts, self._newest_counts)))
 
     def __len__(self) -> int:
         """Snapshots held."""

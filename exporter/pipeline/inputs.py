@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from ..core.records import quick_init
 from ..engines.base import Candidate
 from .config import Source
-from .derive import quick_init
 
 
 class Provenance(StrEnum):

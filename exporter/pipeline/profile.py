@@ -18,8 +18,8 @@ from collections import deque
 from dataclasses import dataclass
 
 from ..core import defaults
+from ..core.records import quick_init
 from ..engines.base import Histogram
-from .derive import quick_init
 
 
 @quick_init

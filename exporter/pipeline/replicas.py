@@ -70,8 +70,8 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..core.records import quick_init
 from ..engines.base import E2E_LATENCY, PROMPT_LENGTHS
-from .derive import quick_init
 from .report import EngineReport, ReplicaSignal
 
 # The signal in one line, for every text that states it (the series' HELP, the dashboard panel, the docs).

@@ -13,10 +13,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core import defaults
+from ..core.records import quick_init
 from ..engines.base import AttentionFacts, Candidate, Histogram, OffloadTier, ReleaseRules
 from . import derive
 from .config import Known, ServingConfig
-from .derive import Headroom, quick_init
+from .derive import Headroom
 from .inputs import Input
 from .profile import Quantile
 from .verdict import Case, Limit, Verdict

@@ -25,11 +25,12 @@ from collections import deque
 from dataclasses import dataclass, replace
 
 from ..core import defaults
+from ..core.records import quick_init
 from ..engines.base import Candidate
 from . import catalogue, derive
 from .catalogue import Limit as Limit
 from .catalogue import Verdict as Verdict
-from .derive import Pool, quick_init
+from .derive import Pool
 
 CEILING_WINDOW = defaults.CEILING_WINDOW  # seconds of running counts that stand in for an unknown max_num_seqs
 

@@ -210,13 +210,13 @@ class Target:
             expo = parser.close()
         except exposition.ExpositionError as exc:
             raise ScrapeError(exc.reason, f"{self.shown}: {exc}") from None
-        if expo.family_lines == 0 and (empty := parser.blank()) is not None:
+        if not expo.family_seen and (empty := parser.blank()) is not None:
             raise ScrapeError("malformed", f"{self.shown}: {empty}")
-        if expo.family_lines == 0 and defaults.METRIC_PREFIX in parser.head:
+        if not expo.family_seen and defaults.METRIC_PREFIX in parser.head:
             raise ScrapeError("no_vllm_metrics", f"{self.shown} is a vllm-headroom sidecar's /metrics, not "
                               f"{engine.name}'s: point it at {engine.name}'s own (its --port, {engine.default_port} "
                               "by default)")
-        if expo.family_lines == 0:
+        if not expo.family_seen:
             raise ScrapeError("no_vllm_metrics", engine.no_metrics(self.shown))
         return expo
 

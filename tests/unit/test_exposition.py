@@ -43,13 +43,16 @@ def test_ray_prefixes_fold_into_vllm_names() -> None:
     expo = exposition.parse('ray_vllm:num_requests_running{engine="0"} 2\nray_vllm_num_requests_waiting 3\n')
     assert expo.series("vllm:num_requests_running")[0][1] == 2.0
     assert expo.series("vllm:num_requests_waiting")[0][1] == 3.0
-    assert expo.vllm_lines == 2
+    assert expo.family_seen
 
 
-def test_wanted_filter_skips_other_families_but_still_counts_vllm_lines() -> None:
+def test_wanted_filter_skips_other_families_but_still_sees_vllm_lines() -> None:
     expo = exposition.parse("vllm:a 1\nvllm:b 2\nother 3\n", wanted={"vllm:b"})
     assert list(expo.samples) == ["vllm:b"]
-    assert expo.vllm_lines == 2
+    assert expo.family_seen
+    unwanted = exposition.parse("other 3\nvllm:a 1\n", wanted={"vllm:b"})  # only an unwanted vLLM line, not first
+    assert unwanted.samples == {} and unwanted.family_seen
+    assert not exposition.parse("other 3\n# HELP x vllm:a\n", wanted={"vllm:b"}).family_seen
 
 
 @pytest.mark.parametrize(
@@ -95,7 +98,7 @@ def test_a_longer_name_sharing_a_wanted_prefix_is_not_taken() -> None:
 
 def test_empty_body_parses_to_nothing() -> None:
     expo = exposition.parse("")
-    assert expo.samples == {} and expo.vllm_lines == 0
+    assert expo.samples == {} and not expo.family_seen
 
 
 def test_the_label_cache_is_bounded_in_bytes_not_only_in_entries() -> None:
@@ -130,7 +133,7 @@ def test_a_body_fed_in_pieces_parses_as_one_and_numbers_a_bad_line_alike() -> No
         for start in range(0, len(real), size):
             parser.feed(real[start:start + size])
         pieces = parser.close()
-        assert (pieces.samples, pieces.family_lines) == (whole.samples, whole.family_lines)
+        assert (pieces.samples, pieces.family_seen) == (whole.samples, whole.family_seen)
         parser = exposition.Parser(vllm_metrics.WANTED)
         for start in range(0, len(bad), size):
             parser.feed(bad[start:start + size])

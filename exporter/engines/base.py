@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ..core.records import quick_init
+
 Labels = dict[str, str]
 
 
@@ -82,6 +84,7 @@ class MetricNames:
     ttft_hist: str
 
 
+@quick_init
 @dataclass(frozen=True)
 class Histogram:
     """Cumulative bucket counts `(upper_bound, count)` in ascending order, the last one +Inf."""
@@ -91,6 +94,7 @@ class Histogram:
     sum: float
 
 
+@quick_init
 @dataclass(frozen=True)
 class EngineSample:
     """One engine's scheduler state as exported at one scrape."""

@@ -108,16 +108,6 @@ def delta(new: Histogram, old: Histogram) -> Histogram | None:
     return Histogram(tuple(buckets), new.count - old.count, new.sum - old.sum)
 
 
-def follows(new: Histogram, old: Histogram) -> bool:
-    """`delta(new, old)` is not None (the same buckets, no count fallen), without building the difference."""
-    if new is old:
-        return True
-    if len(new.buckets) != len(old.buckets) or new.count < old.count:
-        return False
-    pairs = zip(new.buckets, old.buckets, strict=True)
-    return all(bound == old_bound and n >= o for (bound, n), (old_bound, o) in pairs)
-
-
 def to_tokens(bound: float, max_model_len: int | None) -> int | None:
     """A bucket bound as a token count: +Inf (or anything beyond the context) means max_model_len."""
     if math.isinf(bound):
@@ -206,8 +196,9 @@ class Window:
 
     def _follows(self, hist: Histogram, newest: Histogram, bounds: tuple[float, ...],
                  counts: tuple[float, ...]) -> bool:
-        """`follows(hist, newest)` for another object than the newest, from the bounds and counts of both as
-        tuples (the newest's kept from its `observe`): the same comparisons, made by C loops."""
+        """Whether `delta(hist, newest)` is not None (the same buckets, no count fallen), without building the
+        difference: from the bounds and counts of both as tuples (the newest's kept from its `observe`), compared by
+        C loops."""
         if len(bounds) != len(self._newest_counts) or hist.count < newest.count:
             return False
         return (all(map(operator.eq, bounds, self._newest_bounds))

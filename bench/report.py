@@ -356,6 +356,11 @@ def load_bound(ml: dict[str, Any], shape: str) -> str:
             f"{thr['mean_replica_seconds']:.0f}")
 
 
+def _names(*tables: dict[str, Any]) -> list[str]:
+    """The keys of `tables`, each once, in the order they first appear."""
+    return list(dict.fromkeys(name for table in tables for name in table))
+
+
 def model_loop(ml: dict[str, Any], b9: dict[str, Any]) -> list[str]:
     """§9's closed loop inside §9b's queue model, each signal read from the model's state (bench/b9_model_loop.py):
     the validation against §9's run, then every signal and variant over several arrival seeds; said stale when §9
@@ -382,11 +387,7 @@ def model_loop(ml: dict[str, Any], b9: dict[str, Any]) -> list[str]:
             "*ours wW uU* are variants of ours (load window W, target utilization U, L smoothed or a burst's "
             "backlog spread over a horizon).", "",
             "| signal | " + " | ".join(ml["diagnosis"]) + " |", "|---|" + "---|" * len(ml["diagnosis"])]
-    names: list[str] = []
-    for part in ("variants", "diagnosis"):
-        for per in ml[part].values():
-            names += [n for n in per if n not in names]
-    for name in names:
+    for name in _names(*ml["variants"].values(), *ml["diagnosis"].values()):
         cells = []
         for shape in ml["diagnosis"]:
             row = ml["variants"].get(shape, {}).get(name) or ml["diagnosis"][shape].get(name)
@@ -394,10 +395,7 @@ def model_loop(ml: dict[str, Any], b9: dict[str, Any]) -> list[str]:
         out.append(f"| {name} | " + " | ".join(cells) + " |")
     out += ["", f"The peak held {ml['longer_plateau_s']:g} s longer (the same seeds):", "",
             "| signal | " + " | ".join(ml["longer_plateau"]) + " |", "|---|" + "---|" * len(ml["longer_plateau"])]
-    plateau_names: list[str] = []
-    for per in ml["longer_plateau"].values():
-        plateau_names += [n for n in per if n not in plateau_names]
-    for name in plateau_names:
+    for name in _names(*ml["longer_plateau"].values()):
         out.append(f"| {name} | " + " | ".join(_seeds(per[name]) if name in per else ""
                                                for per in ml["longer_plateau"].values()) + " |")
     return out

@@ -460,6 +460,8 @@ def _parse_lines(lines: Iterable[tuple[int, str]], samples: dict[str, Series], w
         value = _value(tokens[0], line_no)
         labels, key = _cached_labels(label_text, line_no) if label_text else _NO_LABELS
         kept += 1
+        # Kept as `_parse_tails` keeps a cached line (the same lines there): inline in both, since a helper call
+        # per sample line costs ~0.1 M instructions a 53 KB scrape (callgrind, 2.80 -> 2.90 M per observe).
         series = samples.get(name)
         if series is None:
             samples[name] = [(labels, value)]
@@ -516,7 +518,7 @@ def _parse_tails(tails: list[str], prefix: str, samples: dict[str, Series], want
                 else:
                     name, labels, key = meaning
                     kept += 1
-                    series = samples.get(name)
+                    series = samples.get(name)  # as `_parse_lines` keeps a sample (inline there too, for speed)
                     if series is None:
                         samples[name] = [(labels, value)]
                         seen[name] = {key}
